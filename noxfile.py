@@ -1,0 +1,126 @@
+"""compatlab's sessions: one per matrix cell, plus summary, report, publish, gpu8_perf, tests and lint.
+
+nox parametrizes at import time, so the matrix file is chosen by COMPATLAB_MATRIX (default ./matrix.toml).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from compatlab.cells import Cell, expand  # noqa: E402
+from compatlab.errors import ConfigError  # noqa: E402
+from compatlab.matrix import load_matrix  # noqa: E402
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["matrix"]
+nox.options.error_on_external_run = True
+
+MATRIX_PATH = os.environ.get("COMPATLAB_MATRIX", "matrix.toml")
+try:
+    MATRIX = load_matrix(ROOT / MATRIX_PATH if not Path(MATRIX_PATH).is_absolute() else MATRIX_PATH)
+except ConfigError as exc:
+    # One clear message and exit 2, before any session or subprocess starts; no traceback.
+    print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
+    sys.exit(exc.exit_code)
+CELLS: list[Cell] = expand(MATRIX)
+
+REPORTS = Path(os.environ.get("COMPATLAB_REPORTS", ROOT / "reports"))
+# Every cell session of one `nox` invocation writes into the same run.
+if "COMPATLAB_RUN_ID" not in os.environ:
+    from compatlab.runner import new_run_id
+
+    os.environ["COMPATLAB_RUN_ID"] = new_run_id()
+RUN_ID = os.environ["COMPATLAB_RUN_ID"]
+RUN_DIR = REPORTS / "runs" / RUN_ID
+LATEST = REPORTS / "latest"
+VENVS = Path(os.environ.get("COMPATLAB_VENVS", ROOT / ".compatlab" / "venvs"))
+
+LAB_DEPS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+LAB_VENV = Path(os.environ.get("COMPATLAB_LAB_VENV", ROOT / ".compatlab" / "lab"))
+
+
+def _lab_python(session: nox.Session) -> str:
+    """The lab's own interpreter (compatlab's dependencies, not the cells'), made once and reused."""
+    python = LAB_VENV / "bin" / "python"
+    stamp = LAB_VENV / ".compatlab-deps"
+    want = "\n".join([sys.version, *LAB_DEPS])
+    if not python.exists() or not stamp.exists() or stamp.read_text() != want:
+        session.run("uv", "venv", "--clear", "--quiet", "--python", sys.executable, str(LAB_VENV),
+                    external=True, env={"UV_PYTHON_DOWNLOADS": "never"})
+        session.run("uv", "pip", "install", "--quiet", "--python", str(python), *LAB_DEPS, external=True)
+        stamp.write_text(want)
+    return str(python)
+
+
+def _lab_env() -> dict[str, str]:
+    return {"PYTHONPATH": str(ROOT / "src"), "COMPATLAB_MATRIX": str(MATRIX.path), "UV_PYTHON_DOWNLOADS": "never"}
+
+
+@nox.session(name="matrix", python=False)
+@nox.parametrize("cell", [nox.param(c.id, id=c.id) for c in CELLS])
+def matrix(session: nox.Session, cell: str) -> None:
+    """One matrix cell: its own uv venv, the pins, then every stage; fails only on unexpected verdicts."""
+    session.notify("matrix_summary")
+    args = ["cell", cell, "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
+            "--latest", str(LATEST), "--venvs", str(VENVS)]
+    session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
+
+
+@nox.session(name="matrix_summary", python=False)
+def matrix_summary(session: nox.Session) -> None:
+    """Summary table of this run, then the report. Runs after the cells when `nox -s matrix` queues it."""
+    results = RUN_DIR / "results.json"
+    if not results.exists():
+        session.skip(f"no results for run {RUN_ID}")
+    session.run(_lab_python(session), "-m", "compatlab", "summary", str(results), "--github-summary",
+                env=_lab_env(), external=True, success_codes=[0, 1])
+    if (ROOT / "src" / "compatlab" / "render").is_dir():
+        session.run(_lab_python(session), "-m", "compatlab", "report", str(results), "--out", str(LATEST),
+                    "--history", str(REPORTS / "runs"), env=_lab_env(), external=True)
+
+
+@nox.session(python=False)
+def cells(session: nox.Session) -> None:
+    """Print the matrix's cells (`-- --json` for a CI matrix strategy)."""
+    session.run(sys.executable, "-m", "compatlab", "cells", "--matrix", str(MATRIX.path), *session.posargs,
+                env=_lab_env(), external=True)
+
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """Render a results.json (default: the latest run): `nox -s report -- PATH/results.json --out DIR`."""
+    args = session.posargs or [str(LATEST / "results.json"), "--out", str(LATEST),
+                               "--history", str(REPORTS / "runs")]
+    session.run(_lab_python(session), "-m", "compatlab", "report", *args, env=_lab_env(), external=True)
+
+
+@nox.session(python=False)
+def publish(session: nox.Session) -> None:
+    """Write the latest grid and a run index into a static-hosting folder: `nox -s publish -- --site DIR`."""
+    args = session.posargs or ["--site", str(REPORTS / "site"), "--runs", str(REPORTS / "runs")]
+    session.run(_lab_python(session), "-m", "compatlab", "publish", *args, env=_lab_env(), external=True)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The lab's own tests (tests/lab), offline where possible; `-- -k name` passes through to pytest."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *(session.posargs or ["tests/lab"]), env={"UV_PYTHON_DOWNLOADS": "never"})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy (strict) over the library and the noxfile."""
+    session.install("-e", ".[test]", "ruff", "mypy")
+    session.run("ruff", "check", "src", "tests", "noxfile.py", "conftest.py")
+    session.run("mypy")

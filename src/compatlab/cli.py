@@ -1,0 +1,187 @@
+"""`python -m compatlab`: the entry point. Only here are errors turned into messages and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .errors import LabError, UsageError
+
+__all__ = ["main"]
+
+DEFAULT_MATRIX = "matrix.toml"
+
+
+def _matrix_path(args: argparse.Namespace) -> str:
+    return str(args.matrix or os.environ.get("COMPATLAB_MATRIX") or DEFAULT_MATRIX)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .cells import expand
+    from .matrix import load_matrix
+
+    matrix = load_matrix(_matrix_path(args))
+    cells = expand(matrix)
+    active = [c for c in cells if c.na is None]
+    print(f"{matrix.path}: ok — {len(cells)} cells, {len(active)} to run, {len(cells) - len(active)} n/a")
+    return 0
+
+
+def _cmd_cells(args: argparse.Namespace) -> int:
+    from .cells import expand
+    from .matrix import load_matrix
+
+    matrix = load_matrix(_matrix_path(args))
+    cells = expand(matrix)
+    if args.json:
+        print(json.dumps([{"id": c.id, "axes": c.axes, "na": c.na, "expect": c.expect} for c in cells], indent=2))
+        return 0
+    for c in cells:
+        tag = f"  n/a: {c.na}" if c.na else ("  expect fail: " + c.expect_reason if c.expect else "")
+        print(f"{c.id}{tag}")
+    return 0
+
+
+def _fmt_line(result: object) -> str:
+    from .results import CellResult
+
+    assert isinstance(result, CellResult)
+    verdict = result.state.upper()
+    if result.expected:
+        verdict += " (known)" if result.state == "fail" else " (expected fail!)"
+    elif result.unexpected:
+        verdict += " (unexpected)"
+    why = f" — {result.reason}" if result.reason else ""
+    return f"[compatlab] end   {result.id}: {verdict} in {result.seconds:.1f} s{why}"
+
+
+def _cmd_cell(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .runner import aggregate_run, find_cell, run_cell
+
+    matrix = load_matrix(_matrix_path(args))
+    cell = find_cell(matrix, args.cell)
+    run_dir = Path(args.run_dir)
+    latest = Path(args.latest) if args.latest else None
+    aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
+    print(f"[compatlab] start {cell.id}", flush=True)
+    result = run_cell(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs))
+    aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
+    print(_fmt_line(result), flush=True)
+    return 1 if result.unexpected else 0
+
+
+def summary_table(data: dict[str, object]) -> tuple[str, int]:
+    """A plain-text table of a run and the number of unexpected verdicts."""
+    cells = data.get("cells", [])
+    assert isinstance(cells, list)
+    planned = data.get("run", {}).get("planned", [])  # type: ignore[union-attr]
+    seen = {c["id"] for c in cells}
+    rows = [("cell", "state", "seconds", "reason")]
+    unexpected = 0
+    for c in cells:
+        state = c["state"] + (" (known)" if c.get("expected") else "") + (" !" if c.get("unexpected") else "")
+        unexpected += bool(c.get("unexpected"))
+        rows.append((c["id"], state, f"{c.get('seconds', 0):.1f}", (c.get("reason") or "")[:100]))
+    for cid in planned:
+        if cid not in seen:
+            rows.append((cid, "not run", "", "no result for this cell (interrupted or not selected)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c["state"]] = counts.get(c["state"], 0) + 1
+    lines.append("")
+    lines.append("totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                 + f"; unexpected {unexpected}")
+    return "\n".join(lines), unexpected
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from .results import load_run
+
+    data = load_run(Path(args.results))
+    text, unexpected = summary_table(data)
+    print(text)
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file and args.github_summary:
+        with open(summary_file, "a", encoding="utf-8") as fh:
+            fh.write("```\n" + text + "\n```\n")
+    return 1 if unexpected else 0
+
+
+def _delegate(module: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        mod = importlib.import_module(module, __package__)
+        code: int = mod.main(list(args.rest))
+        return code
+
+    return run
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="compatlab", description="torch × sgl-kernel × flashinfer × CUDA lab")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("validate", help="check matrix.toml and count its cells")
+    s.add_argument("--matrix", help="matrix file (default: $COMPATLAB_MATRIX or ./matrix.toml)")
+    s.set_defaults(func=_cmd_validate)
+
+    s = sub.add_parser("cells", help="list the cells of a matrix")
+    s.add_argument("--matrix")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cmd_cells)
+
+    s = sub.add_parser("cell", help="run one cell")
+    s.add_argument("cell")
+    s.add_argument("--matrix")
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("--run-id")
+    s.add_argument("--latest", help="folder whose results.json mirrors the run")
+    s.add_argument("--venvs", default=".compatlab/venvs", help="where cell venvs live")
+    s.set_defaults(func=_cmd_cell)
+
+    s = sub.add_parser("summary", help="print a run's table; exit 1 when a verdict is unexpected")
+    s.add_argument("results", nargs="?", default="reports/latest/results.json")
+    s.add_argument("--github-summary", action="store_true", help="also append to $GITHUB_STEP_SUMMARY")
+    s.set_defaults(func=_cmd_summary)
+
+    for name, module, text in (
+        ("static", ".static", "static checks of any site-packages (see `compatlab static --help`)"),
+        ("report", ".render", "render a results.json as HTML, Markdown and JSON"),
+        ("publish", ".render.publish", "write the grid and a run index for static hosting"),
+    ):
+        s = sub.add_parser(name, help=text, add_help=False)
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(func=_delegate(module))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.func(args)
+        return code
+    except LabError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted; finished cells are kept under reports/runs/", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""The pins stage: is every declared package installed as declared, and is there one CUDA major?"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from .results import StageResult
+from .stages import CellContext
+
+__all__ = ["Dist", "cuda_major_of", "read_dists", "run_pins_stage"]
+
+# Oldest driver that runs each CUDA major (CUDA's release notes, "minimum required driver").
+MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Dist:
+    name: str  # canonical
+    display: str
+    version: str
+    requires: tuple[str, ...]
+    path: Path
+
+
+def read_dists(site_packages: Path) -> dict[str, Dist]:
+    """Installed distributions of a site-packages directory, read from their METADATA files."""
+    out: dict[str, Dist] = {}
+    parser = HeaderParser()
+    for meta in sorted(site_packages.glob("*.dist-info/METADATA")):
+        msg = parser.parsestr(meta.read_text(encoding="utf-8", errors="replace"))
+        name = msg.get("Name")
+        version = msg.get("Version")
+        if not name or not version:
+            continue
+        out[canonicalize_name(name)] = Dist(
+            name=canonicalize_name(name), display=name, version=version,
+            requires=tuple(msg.get_all("Requires-Dist") or ()), path=meta.parent,
+        )
+    return out
+
+
+def _active(req: Requirement, extras: Iterable[str] = ()) -> bool:
+    if req.marker is None:
+        return True
+    try:
+        return any(req.marker.evaluate({"extra": e}) for e in ("", *extras))
+    except Exception:  # noqa: BLE001 - an odd marker must not crash the stage
+        return True
+
+
+def _requirements_on(dists: dict[str, Dist], target: str) -> list[tuple[Dist, Requirement]]:
+    out = []
+    for dist in dists.values():
+        for raw in dist.requires:
+            try:
+                req = Requirement(raw)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) == target and _active(req):
+                out.append((dist, req))
+    return out
+
+
+def _same_pin(declared: str, installed: str) -> bool:
+    try:
+        d, i = Version(declared), Version(installed)
+    except InvalidVersion:
+        return declared == installed
+    if d.local is not None:
+        return d == i and d.local == i.local
+    return d.public == i.public
+
+
+def cuda_major_of(name: str, version: str) -> int | None:
+    """The CUDA major a CUDA runtime package belongs to, or None for unrelated packages."""
+    m = re.search(r"-cu(\d{2})$", name) or re.search(r"-cuda(\d{2})x?$", name)
+    if m:
+        return int(m.group(1))
+    if name in ("cuda-bindings", "cuda-python", "cuda-toolkit") or (
+        name.startswith("nvidia-") and name.split("-")[1] in ("cuda", "cublas", "cufft", "curand", "cusolver",
+                                                            "cusparse", "nvjitlink", "nvrtc", "cudnn", "nccl",
+                                                            "nvtx", "cufile", "cusparselt", "nvshmem")
+        and not name.endswith(("-cu11",))
+    ):
+        try:
+            major = Version(version).release[0]
+        except InvalidVersion:
+            return None
+        # nvidia-cudnn/nccl/cusparselt/nvshmem carry their own version numbers, not CUDA's.
+        if name.split("-")[1] in ("cudnn", "nccl", "cusparselt", "nvshmem"):
+            return None
+        return major if major in (11, 12, 13, 14) else None
+    return None
+
+
+def _family(name: str) -> str:
+    return re.sub(r"-cu\d{2}$", "", name)
+
+
+def torch_cuda(site_packages: Path, dists: dict[str, Dist]) -> str | None:
+    """CUDA version torch was built for: torch/version.py, else the local tag (cu130 -> 13.0)."""
+    version_py = site_packages / "torch" / "version.py"
+    if version_py.is_file():
+        m = re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]([\d.]+)['\"]", version_py.read_text(), re.MULTILINE)
+        if m:
+            return m.group(1)
+    torch = dists.get("torch")
+    if torch:
+        m = re.search(r"\+cu(\d+)(\d)$", torch.version)
+        if m:
+            return f"{m.group(1)}.{m.group(2)}"
+    return None
+
+
+def _who_asked(dists: dict[str, Dist], name: str) -> list[str]:
+    return [f"{d.display} {d.version} requires {str(r)!r}" for d, r in _requirements_on(dists, name)]
+
+
+def _driver_ok(min_driver: str | None, needed: str) -> bool | None:
+    if not min_driver:
+        return None
+    try:
+        return Version(min_driver) >= Version(needed)
+    except InvalidVersion:
+        return None
+
+
+def run_pins_stage(ctx: CellContext) -> StageResult:
+    dists = read_dists(ctx.site_packages)
+    fails: list[str] = []
+    warns: list[str] = []
+    details: dict[str, object] = {}
+    pins = []
+    overrides = [Requirement(o) for o in ctx.matrix.install.overrides]
+    for value in ctx.cell.packages:
+        assert value.package is not None
+        cname = canonicalize_name(value.package)
+        got = dists.get(cname)
+        entry = {"package": value.package, "declared": value.version, "installed": got.version if got else None}
+        pins.append(entry)
+        if got is None:
+            fails.append(f"{value.package} {value.version} is not installed")
+            continue
+        if _same_pin(value.version, got.version):
+            continue
+        culprits = []
+        for dist, req in _requirements_on(dists, cname):
+            if not req.specifier.contains(value.version, prereleases=True):
+                culprits.append(f"{dist.display} {dist.version} requires {str(req)!r}")
+        for req in overrides:
+            if canonicalize_name(req.name) == cname:
+                culprits.append(f"install.overrides has {str(req)!r}")
+        if not culprits:
+            culprits = _who_asked(dists, cname)
+        why = "; ".join(culprits) if culprits else "no installed package names it; check the index's versions"
+        fails.append(f"{value.package} {value.version} was replaced by {got.version}; {why}")
+        entry["culprits"] = culprits
+    details["pins"] = pins
+
+    # CUDA majors: torch's build and every CUDA runtime package must agree with the cell's CUDA.
+    cell_cuda = ctx.cell.cuda
+    tcuda = torch_cuda(ctx.site_packages, dists)
+    details["torch_cuda"] = tcuda
+    details["cell_cuda"] = cell_cuda
+    if cell_cuda is None:
+        return _finish(fails, warns, details)
+    cell_major = Version(cell_cuda).release[0]
+    if tcuda is not None and Version(tcuda).release[0] != cell_major:
+        fails.append(f"torch {dists['torch'].version} is a CUDA {tcuda} build; this cell is CUDA {cell_cuda}")
+    by_major: dict[int, list[Dist]] = {}
+    for dist in dists.values():
+        major = cuda_major_of(dist.name, dist.version)
+        if major is not None:
+            by_major.setdefault(major, []).append(dist)
+    details["cuda_packages"] = {str(k): sorted(f"{d.display}=={d.version}" for d in v) for k, v in by_major.items()}
+    families_in = {m: {_family(d.name) for d in ds} for m, ds in by_major.items()}
+    targets = ctx.matrix.targets
+    for major, ds in sorted(by_major.items()):
+        if major == cell_major:
+            continue
+        for dist in ds:
+            fam = _family(dist.name)
+            # A package that ships one build per CUDA major side by side is not a mix.
+            if fam != dist.name and fam in families_in.get(cell_major, set()):
+                continue
+            asked = _who_asked(dists, dist.name) or ["no installed package names it"]
+            msg = f"CUDA {major} package {dist.display} {dist.version} beside a CUDA {cell_cuda} stack ({'; '.join(asked)})"
+            needed = MIN_DRIVER.get(major) if major > cell_major else None
+            if needed:
+                msg += f": it needs a CUDA-{major} driver, {needed}+"
+            else:
+                msg += ": two CUDA runtimes may be loaded into one process"
+            verdicts = [(t, _driver_ok(t.min_driver, needed)) if needed else (t, None) for t in targets]
+            too_old = [t for t, ok in verdicts if ok is False]
+            if too_old:
+                fails.append(msg + "; target " + ", ".join(f"{t.name} (min-driver {t.min_driver})" for t in too_old)
+                             + " is older")
+            else:
+                warns.append(msg)
+    return _finish(fails, warns, details)
+
+
+def _finish(fails: list[str], warns: list[str], details: dict[str, object]) -> StageResult:
+    details["failures"] = fails
+    details["warnings"] = warns
+    if fails:
+        more = f" (and {len(fails) - 1} more)" if len(fails) > 1 else ""
+        return StageResult(name="pins", state="fail", reason=fails[0] + more, details=details)
+    if warns:
+        more = f" (and {len(warns) - 1} more)" if len(warns) > 1 else ""
+        return StageResult(name="pins", state="warn", reason=warns[0] + more, details=details)
+    return StageResult(name="pins", state="pass", details=details)

@@ -1,0 +1,312 @@
+"""The model every renderer shares: a loaded run, its grid layout, and what a cell says at a glance."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..results import CELL_STATES, CellResult, StageResult, load_run
+
+log = logging.getLogger(__name__)
+
+SYMBOLS: Mapping[str, str] = {"pass": "✓", "fail": "✗", "partial": "◐", "error": "⚠", "n/a": "–"}
+# How an axis is named in headings; anything else is shown as written.
+AXIS_TITLES: Mapping[str, str] = {"cuda": "CUDA", "python": "Python"}
+DEFAULT_REPORT: Mapping[str, tuple[str, ...]] = {
+    "rows": ("torch",),
+    "columns": ("sgl-kernel", "flashinfer"),
+    "tables": ("cuda",),
+}
+# Stage-detail keys that hold logs: shown as text blocks rather than inside the JSON.
+LOG_KEYS = ("log", "logs", "log_path", "log_paths", "stdout", "stderr", "output", "traceback")
+REASON_LIMIT = 160
+
+Key = tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Run:
+    """One run's results.json, checked and typed."""
+
+    source: str
+    data: Mapping[str, Any]
+    id: str
+    started: str
+    finished: str | None
+    matrix_name: str
+    host: Mapping[str, Any]
+    rows: tuple[str, ...]
+    columns: tuple[str, ...]
+    tables: tuple[str, ...]
+    axes: Mapping[str, tuple[str, ...]]
+    cells: tuple[CellResult, ...]
+
+    @property
+    def by_id(self) -> dict[str, CellResult]:
+        return {c.id: c for c in self.cells}
+
+    @property
+    def sort_key(self) -> tuple[datetime, str]:
+        return (parse_time(self.started), self.id)
+
+    def counts(self) -> dict[str, int]:
+        """Cells per state, in the order of CELL_STATES, plus ``known`` among the fails."""
+        out = dict.fromkeys(CELL_STATES, 0)
+        out["known"] = 0
+        for cell in self.cells:
+            out[cell.state] = out.get(cell.state, 0) + 1
+            if is_known(cell):
+                out["known"] += 1
+        return out
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO timestamp as an aware datetime; unparsable ones sort first."""
+    try:
+        when = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _names(value: Any, where: str, problems: list[str]) -> tuple[str, ...] | None:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    problems.append(f"{where}: expected a list of axis names, got {value!r}")
+    return None
+
+
+def run_from_json(data: Mapping[str, Any], source: str) -> Run:
+    """Check a loaded results.json (see results.load_run) and type it; every problem at once."""
+    problems: list[str] = []
+    meta = data.get("run")
+    if not isinstance(meta, dict):
+        raise ConfigError(source, [f"run: expected a table of run metadata, got {meta!r}"])
+    report = meta.get("report") or {}
+    if not isinstance(report, dict):
+        problems.append(f"run.report: expected a table, got {report!r}")
+        report = {}
+    layout: dict[str, tuple[str, ...]] = {}
+    for part, default in DEFAULT_REPORT.items():
+        names = _names(report.get(part, list(default)), f"run.report.{part}", problems)
+        layout[part] = names if names is not None else default
+    axes: dict[str, tuple[str, ...]] = {}
+    raw_axes = meta.get("axes") or {}
+    if not isinstance(raw_axes, dict):
+        problems.append(f"run.axes: expected a table of axis -> versions, got {raw_axes!r}")
+        raw_axes = {}
+    for name, values in raw_axes.items():
+        if isinstance(values, list):
+            axes[str(name)] = tuple(str(v) for v in values)
+        else:
+            problems.append(f"run.axes.{name}: expected a list of versions, got {values!r}")
+    raw_cells = data.get("cells")
+    cells: list[CellResult] = []
+    if not isinstance(raw_cells, list):
+        problems.append(f"cells: expected a list, got {type(raw_cells).__name__}")
+        raw_cells = []
+    for i, raw in enumerate(raw_cells):
+        try:
+            cell = CellResult.from_json(raw)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+            problems.append(f"cells[{i}]: {what}")
+            continue
+        if cell.state not in CELL_STATES:
+            problems.append(f"cells[{i}] ({cell.id}): state: expected one of {', '.join(CELL_STATES)}, "
+                            f"got {cell.state!r}")
+            continue
+        cells.append(cell)
+    if problems:
+        raise ConfigError(source, problems)
+    host = meta.get("host")
+    return Run(
+        source=source,
+        data=data,
+        id=str(meta.get("id") or Path(source).parent.name),
+        started=str(meta.get("started") or ""),
+        finished=str(meta["finished"]) if meta.get("finished") else None,
+        matrix_name=str(meta.get("matrix_name") or meta.get("matrix") or ""),
+        host=host if isinstance(host, dict) else {},
+        rows=layout["rows"],
+        columns=layout["columns"],
+        tables=layout["tables"],
+        axes=axes,
+        cells=tuple(cells),
+    )
+
+
+def load(path: Path) -> Run:
+    """Read and check one results.json; a bad file raises ConfigError naming it."""
+    try:
+        data = load_run(path)
+    except IsADirectoryError:
+        raise ConfigError(str(path), ["is a directory; give the run's results.json"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text: {exc.reason} at byte {exc.start}"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    return run_from_json(data, str(path))
+
+
+# --- layout -----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Table:
+    """One grid: a value of the ``tables`` axes, row keys, column keys and the cells at each slot."""
+
+    key: Key
+    title: str
+    row_axes: tuple[str, ...]
+    col_axes: tuple[str, ...]
+    row_keys: tuple[Key, ...]
+    col_keys: tuple[Key, ...]
+    slots: Mapping[tuple[Key, Key], CellResult]
+
+
+def axis_title(axis: str) -> str:
+    return AXIS_TITLES.get(axis, axis)
+
+
+def _values(run: Run, axis: str) -> list[str]:
+    """The axis' values in matrix order, then any a cell has that the run header does not list."""
+    seen = dict.fromkeys(run.axes.get(axis, ()))
+    for cell in run.cells:
+        seen.setdefault(cell.axes.get(axis, ""), None)
+    return list(seen)
+
+
+def layout(run: Run) -> list[Table]:
+    """Split the run into tables; rows and columns without any cell are left out.
+
+    Axes that the report does not place are added to the columns, so that no cell is hidden.
+    """
+    placed = set(run.rows) | set(run.columns) | set(run.tables)
+    extra: dict[str, None] = {}
+    for cell in run.cells:
+        for axis in cell.axes:
+            if axis not in placed:
+                extra.setdefault(axis, None)
+    for axis in run.axes:
+        if axis not in placed and any(axis in c.axes for c in run.cells):
+            extra.setdefault(axis, None)
+    col_axes = run.columns + tuple(extra)
+    by_table: dict[Key, dict[tuple[Key, Key], CellResult]] = {}
+    for cell in run.cells:
+        tkey = tuple(cell.axes.get(a, "") for a in run.tables)
+        slot = (tuple(cell.axes.get(a, "") for a in run.rows), tuple(cell.axes.get(a, "") for a in col_axes))
+        table = by_table.setdefault(tkey, {})
+        if slot in table:
+            log.warning("%s: cells %s and %s fall on the same grid slot", run.source, table[slot].id, cell.id)
+        table[slot] = cell
+    out = []
+    for tkey in itertools.product(*(_values(run, a) for a in run.tables)):
+        slots = by_table.get(tkey)
+        if not slots:
+            continue
+        rows = [k for k in itertools.product(*(_values(run, a) for a in run.rows))
+                if any(r == k for r, _ in slots)]
+        cols = [k for k in itertools.product(*(_values(run, a) for a in col_axes))
+                if any(c == k for _, c in slots)]
+        title = " · ".join(f"{axis_title(a)} {v}" for a, v in zip(run.tables, tkey, strict=True))
+        out.append(Table(key=tkey, title=title or "All cells", row_axes=run.rows, col_axes=col_axes,
+                         row_keys=tuple(rows), col_keys=tuple(cols), slots=slots))
+    return out
+
+
+# --- what a cell says -------------------------------------------------------------------------------
+
+
+def is_known(cell: CellResult) -> bool:
+    """A failure the matrix expected (``expect = "fail"``): red, but not news."""
+    return bool(cell.expected) and not cell.unexpected and (cell.expected or {}).get("state") == cell.state
+
+
+def label(axes: Mapping[str, str]) -> str:
+    """``torch 2.9.1 · sgl-kernel 0.3.21 · flashinfer 0.6.4 · cuda 12.8``."""
+    return " · ".join(f"{a} {v}" for a, v in axes.items())
+
+
+def one_line(text: str, limit: int = REASON_LIMIT) -> str:
+    """The first non-empty line, whitespace collapsed, cut at *limit* characters with an ellipsis."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = re.sub(r"\s+", " ", line).strip()
+    if len(line) > limit:
+        line = line[: limit - 1].rstrip() + "…"
+    return line
+
+
+def culprit(cell: CellResult) -> StageResult | None:
+    """The stage that explains the cell's colour: first fail, else first error, else first required skip."""
+    for wanted, required_only in (("fail", False), ("error", False), ("skip", True)):
+        for stage in cell.stages:
+            if stage.state == wanted and (stage.required or not required_only):
+                return stage
+    return None
+
+
+def reason(cell: CellResult) -> str:
+    """The cell's one reason, as recorded or as its culprit stage gives it."""
+    if cell.reason:
+        return cell.reason
+    stage = culprit(cell)
+    if stage is not None and cell.state != "pass":
+        return stage.reason
+    if cell.expected and cell.state != "pass":
+        return str(cell.expected.get("reason", ""))
+    return ""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def figures(cell: CellResult) -> dict[str, float]:
+    """Perf numbers found in stage details: ``busbw_gbps`` and any numeric ``figures`` entry."""
+    out: dict[str, float] = {}
+    for stage in cell.stages:
+        busbw = _number(stage.details.get("busbw_gbps"))
+        if busbw is not None:
+            out["busbw_gbps"] = busbw
+        figs = stage.details.get("figures")
+        if isinstance(figs, dict):
+            for name, value in figs.items():
+                number = _number(value)
+                if number is not None:
+                    out[str(name)] = number
+    return out
+
+
+def fmt_number(value: float) -> str:
+    """Three significant figures without exponent noise: 96, 1.07, 181, 12.5."""
+    size = abs(value)
+    text = f"{value:.0f}" if size >= 100 else f"{value:.1f}" if size >= 10 else f"{value:.2f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def install_command(cell: CellResult) -> str | None:
+    import shlex
+
+    argv = cell.install.get("argv")
+    if isinstance(argv, list) and argv:
+        return shlex.join(str(a) for a in argv)
+    return None
+
+
+def join_nonempty(parts: Iterable[str], sep: str = " · ") -> str:
+    return sep.join(p for p in parts if p)

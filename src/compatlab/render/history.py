@@ -1,0 +1,109 @@
+"""History: earlier runs under ``reports/runs/<run-id>/results.json``, what changed, and perf over time."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..results import CellResult
+from ._grid import Run, figures, label, load, reason
+
+__all__ = ["CHANGE_KINDS", "Change", "diff_runs", "figure_series", "load_runs", "previous_run"]
+
+log = logging.getLogger(__name__)
+
+# In the order a reader cares about them.
+CHANGE_KINDS: tuple[str, ...] = ("newly-red", "newly-green", "state", "reason", "new", "removed")
+CHANGE_TITLES = {
+    "newly-red": "Newly red",
+    "newly-green": "Newly green",
+    "state": "Other state changes",
+    "reason": "Reason changed",
+    "new": "New cells",
+    "removed": "Removed cells",
+}
+SPARK_RUNS = 12
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """What happened to one cell between two runs."""
+
+    kind: str  # one of CHANGE_KINDS
+    cell_id: str
+    label: str
+    old_state: str | None = None
+    new_state: str | None = None
+    old_reason: str = ""
+    new_reason: str = ""
+
+
+def load_runs(runs_dir: Path) -> list[Run]:
+    """Every readable run under *runs_dir*, oldest first (by start time). Unreadable ones are logged."""
+    runs = []
+    if not runs_dir.is_dir():
+        return runs
+    for path in sorted(runs_dir.glob("*/results.json")):
+        try:
+            runs.append(load(path))
+        except ConfigError as exc:
+            log.warning("skipping run in history: %s", exc)
+    runs.sort(key=lambda r: r.sort_key)
+    return runs
+
+
+def previous_run(history: list[Run], run: Run) -> Run | None:
+    """The latest run that started before *run* (never *run* itself)."""
+    earlier = [r for r in history if r.id != run.id and r.sort_key < run.sort_key]
+    return earlier[-1] if earlier else None
+
+
+def _change(old: CellResult | None, new: CellResult | None) -> Change | None:
+    if new is None and old is not None:
+        return Change(kind="removed", cell_id=old.id, label=label(old.axes), old_state=old.state,
+                      old_reason=reason(old))
+    assert new is not None
+    if old is None:
+        return Change(kind="new", cell_id=new.id, label=label(new.axes), new_state=new.state,
+                      new_reason=reason(new))
+    before, after = reason(old), reason(new)
+    kind = None
+    if old.state != new.state:
+        if new.state == "fail":
+            kind = "newly-red"
+        elif new.state == "pass":
+            kind = "newly-green"
+        else:
+            kind = "state"
+    elif new.state not in ("pass", "n/a") and before != after:
+        kind = "reason"
+    if kind is None:
+        return None
+    return Change(kind=kind, cell_id=new.id, label=label(new.axes), old_state=old.state,
+                  new_state=new.state, old_reason=before, new_reason=after)
+
+
+def diff_runs(old: Run, new: Run) -> list[Change]:
+    """Per-cell changes from *old* to *new*, grouped in CHANGE_KINDS order, cells in *new*'s order."""
+    old_cells, new_cells = old.by_id, new.by_id
+    changes = [_change(old_cells.get(cid), cell) for cid, cell in new_cells.items()]
+    changes += [_change(cell, None) for cid, cell in old_cells.items() if cid not in new_cells]
+    found = [c for c in changes if c is not None]
+    return sorted(found, key=lambda c: CHANGE_KINDS.index(c.kind))
+
+
+def figure_series(history: list[Run], run: Run, *, last: int = SPARK_RUNS) -> dict[str, dict[str, list[float]]]:
+    """cell id -> figure name -> values over the last *last* runs up to and including *run*.
+
+    A run where a cell has no such figure contributes nothing, so a series may be shorter than *last*.
+    """
+    earlier = [r for r in history if r.id != run.id and r.sort_key < run.sort_key]
+    window = (earlier[-(last - 1):] if last > 1 else []) + [run]
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in window:
+        for cell in r.cells:
+            for name, value in figures(cell).items():
+                out.setdefault(cell.id, {}).setdefault(name, []).append(value)
+    return out

@@ -1,0 +1,369 @@
+"""HTML: one self-contained page per run (inline CSS, a little inline JS), and the run index.
+
+Every string that came from a results file goes through ``_e`` (html.escape) before it reaches the page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from ..results import CELL_STATES, SCHEMA, CellResult, StageResult
+from ._assets import CSS, JS
+from ._grid import (
+    LOG_KEYS,
+    SYMBOLS,
+    Run,
+    Table,
+    axis_title,
+    culprit,
+    figures,
+    fmt_number,
+    install_command,
+    is_known,
+    label,
+    layout,
+    one_line,
+    reason,
+)
+from .history import CHANGE_TITLES, Change
+from .markdown import run_summary
+
+__all__ = ["IndexEntry", "render_html", "render_index"]
+
+LIST_LIMIT = 60
+CHANGE_BADGES = {
+    "newly-red": ("▼ red", "newly red"),
+    "newly-green": ("▲ green", "newly green"),
+    "reason": ("≠ reason", "reason changed"),
+    "state": ("Δ state", "state changed"),
+    "new": ("new", "new cell"),
+    "removed": ("removed", "removed cell"),
+}
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _state_class(state: str) -> str:
+    return "s-na" if state == "n/a" else f"s-{state}"
+
+
+def _page(title: str, body: str, nav: Sequence[tuple[str, str]] = (), brand: str = "") -> str:
+    links = "".join(f'<a href="{_e(href)}">{_e(text)}</a>' for text, href in nav)
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f'<header class="top"><div class="brand">compatlab<span>{_e(brand)}</span></div>'
+        f"<nav>{links}</nav></header>\n<main>\n{body}\n</main>\n<script>{JS}</script>\n</body>\n</html>\n"
+    )
+
+
+# --- small pieces ------------------------------------------------------------------------------------
+
+
+def sparkline(values: Sequence[float], name: str, *, width: int = 54, height: int = 14) -> str:
+    """An inline SVG line of *values* (oldest first); empty for fewer than two points."""
+    if len(values) < 2:
+        return ""
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    step = (width - 2) / (len(values) - 1)
+    pts = [(1 + i * step, height - 1 - (v - lo) / span * (height - 2)) for i, v in enumerate(values)]
+    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+    text = f"{name} over the last {len(values)} runs: " + ", ".join(fmt_number(v) for v in values)
+    x, y = pts[-1]
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{_e(text)}"><title>{_e(text)}</title>'
+        f'<polyline fill="none" stroke="currentColor" stroke-width="1.2" points="{points}"/>'
+        f'<circle cx="{x:.1f}" cy="{y:.1f}" r="1.8" fill="currentColor"/></svg>'
+    )
+
+
+def _figs(cell: CellResult, series: Mapping[str, Sequence[float]]) -> str:
+    figs = figures(cell)
+    if not figs:
+        return ""
+    items = "".join(
+        f'<span title="{_e(name)}">{_e(name)} <b>{_e(fmt_number(v))}</b>{sparkline(series.get(name, ()), name)}'
+        "</span>"
+        for name, v in figs.items()
+    )
+    return f'<div class="figs">{items}</div>'
+
+
+def _value(value: Any) -> str:
+    """A stage-detail value: short scalars inline, lists as lists, long text and the rest preformatted."""
+    if isinstance(value, str):
+        if "\n" in value or len(value) > 100:
+            return f"<pre>{_e(value)}</pre>"
+        return f"<code>{_e(value)}</code>"
+    if value is None or isinstance(value, bool | int | float):
+        return f"<code>{_e(json.dumps(value))}</code>"
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        items = "".join(f"<li><code>{_e(v)}</code></li>" for v in value[:LIST_LIMIT])
+        more = f'<li class="muted">… and {len(value) - LIST_LIMIT} more</li>' if len(value) > LIST_LIMIT else ""
+        return f"<ul>{items}{more}</ul>" if value else '<span class="muted">(none)</span>'
+    return f"<pre>{_e(json.dumps(value, indent=2, ensure_ascii=False, default=str))}</pre>"
+
+
+def _log(value: Any) -> str:
+    if isinstance(value, list):
+        return "".join(_log(v) for v in value)
+    if isinstance(value, str) and "\n" not in value:
+        return f"<div><code>{_e(value)}</code></div>"  # a path: shown as text, it lives on the lab's disk
+    return f"<pre>{_e(value if isinstance(value, str) else json.dumps(value, indent=2, default=str))}</pre>"
+
+
+def _stage_details(stage: StageResult) -> str:
+    if not stage.details:
+        return ""
+    rows = []
+    for key, value in stage.details.items():
+        body = _log(value) if key in LOG_KEYS else _value(value)
+        rows.append(f"<dt>{_e(key)}</dt><dd>{body}</dd>")
+    return (f'<details class="sub"><summary>{_e(stage.name)} details</summary>'
+            f'<dl class="details">{"".join(rows)}</dl></details>')
+
+
+def _panel(cell: CellResult, change: Change | None) -> str:
+    parts = [f'<p><b>{_e(label(cell.axes))}</b></p><p class="muted">cell <code>{_e(cell.id)}</code></p>']
+    if cell.expected:
+        what = f"expected {cell.expected.get('state', '?')}"
+        why = cell.expected.get("reason", "")
+        tag = " — <b>unexpected</b>: the result differs" if cell.unexpected else ""
+        parts.append(f"<p>{_e(what)}{': ' + _e(why) if why else ''}{tag}</p>")
+    elif cell.unexpected:
+        parts.append("<p><b>unexpected</b> result</p>")
+    if change is not None and change.kind != "new":
+        was = f"was {change.old_state}" + (f": {one_line(change.old_reason)}" if change.old_reason else "")
+        parts.append(f'<p class="muted">{_e(CHANGE_TITLES[change.kind])} — {_e(was)}</p>')
+    if cell.state == "n/a":
+        parts.append(f"<p>{_e(cell.reason or 'excluded by the matrix')}</p>")
+    if cell.stages:
+        rows = "".join(
+            f'<tr><td>{_e(s.name)}{"" if s.required else " <span class=muted>(optional)</span>"}</td>'
+            f'<td class="ss-{_e(s.state)}">{_e(s.state)}</td><td class="secs">{s.seconds:.1f}s</td>'
+            f'<td class="reason">{_e(s.reason)}</td></tr>'
+            for s in cell.stages
+        )
+        parts.append('<table class="stages"><thead><tr><th>stage</th><th>state</th><th>time</th>'
+                     f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table>")
+        parts += [_stage_details(s) for s in cell.stages]
+    cmd = install_command(cell)
+    if cmd or cell.install:
+        parts.append("<h4>Install</h4>")
+        if cmd:
+            parts.append(f"<pre>{_e(cmd)}</pre>")
+        rest = {k: v for k, v in cell.install.items() if k != "argv"}
+        if rest:
+            parts.append(f'<dl class="details">{"".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in rest.items())}</dl>')
+    if cell.freeze:
+        parts.append(f'<details class="sub"><summary>freeze ({len(cell.freeze)} packages)</summary>'
+                     f"<pre>{_e(chr(10).join(cell.freeze))}</pre></details>")
+    meta = [f"started {cell.started}" if cell.started else "", f"finished {cell.finished}" if cell.finished else "",
+            f"{cell.seconds:.1f}s" if cell.seconds else "", f"{cell.attempts} attempts" if cell.attempts > 1 else ""]
+    if any(meta):
+        parts.append(f'<p class="muted">{_e(" · ".join(m for m in meta if m))}</p>')
+    return f'<div class="panel">{"".join(parts)}</div>'
+
+
+def _badges(cell: CellResult, change: Change | None) -> str:
+    out = ""
+    if is_known(cell):
+        out += '<span class="tag known" title="the matrix expects this cell to fail">known</span>'
+    if cell.unexpected:
+        out += '<span class="tag unexpected" title="the result differs from the matrix\'s expectation">unexpected</span>'
+    if change is not None:
+        text, title = CHANGE_BADGES[change.kind]
+        if change.old_state:
+            title += f" (was {change.old_state})"
+        out += f'<span class="tag chg chg-{change.kind}" title="{_e(title)}">{_e(text)}</span>'
+    return out
+
+
+def _cell(cell: CellResult | None, change: Change | None, series: Mapping[str, Sequence[float]]) -> str:
+    if cell is None:
+        return '<td class="cell s-none" title="no result for this combination in this run">·</td>'
+    classes = ["cell", _state_class(cell.state)]
+    if is_known(cell):
+        classes.append("known")
+    if change is not None:
+        classes.append("changed")
+    attrs = f'class="{" ".join(classes)}" id="c-{_e(cell.id)}" data-state="{_e(cell.state)}"'
+    if cell.state == "n/a":
+        why = cell.reason or "excluded by the matrix"
+        return (f'<td {attrs} title="n/a: {_e(why)}"><div class="line"><span class="st">{SYMBOLS["n/a"]} n/a</span>'
+                f"{_badges(cell, change)}</div></td>")
+    word = "known fail" if is_known(cell) else cell.state
+    head = f'<div class="line"><span class="st">{SYMBOLS[cell.state]} {_e(word)}</span>{_badges(cell, change)}</div>'
+    why = ""
+    if cell.state != "pass":
+        stage, text = culprit(cell), one_line(reason(cell))
+        where = f"<b>{_e(stage.name)}</b>{': ' if text else ''}" if stage is not None else ""
+        full = reason(cell)
+        why = f'<div class="why" title="{_e(full)}">{where}{_e(text)}</div>' if where or text else ""
+    summary = head + why + _figs(cell, series)
+    return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell, change)}</details></td>"
+
+
+# --- the grid ----------------------------------------------------------------------------------------
+
+
+def _header(table: Table) -> str:
+    depth = max(len(table.col_axes), 1)
+    corner = " · ".join(f'<span class="ax">{_e(a)}</span>' for a in table.row_axes)
+    rows = []
+    for level in range(depth):
+        cells = [] if level else [f'<th class="corner" rowspan="{depth}" colspan="{max(len(table.row_axes), 1)}">'
+                                  f"{corner}</th>"]
+        if table.col_axes:
+            axis = table.col_axes[level]
+            for prefix, group in itertools.groupby(table.col_keys, key=lambda k, n=level + 1: k[:n]):
+                span = len(list(group))
+                cells.append(f'<th colspan="{span}"><span class="ax">{_e(axis)}</span>{_e(prefix[-1])}</th>')
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<thead>{''.join(rows)}</thead>"
+
+
+def _table(table: Table, changes: Mapping[str, Change], series: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
+    body = []
+    cols = table.col_keys or ((),)
+    for row in table.row_keys:
+        heads = "".join(f'<th scope="row">{_e(v or "—")}</th>' for v in row) or "<th></th>"
+        tds = []
+        for col in cols:
+            cell = table.slots.get((row, col))
+            tds.append(_cell(cell, changes.get(cell.id) if cell else None, series.get(cell.id, {}) if cell else {}))
+        body.append(f"<tr>{heads}{''.join(tds)}</tr>")
+    anchor = "t-" + "-".join(table.key) if table.key else "t-all"
+    return (f'<section><h2 id="{_e(anchor)}">{_e(table.title)}</h2><div class="scroll"><table class="grid">'
+            f"{_header(table)}<tbody>{''.join(body)}</tbody></table></div></section>")
+
+
+def _counts(run: Run) -> str:
+    counts = run.counts()
+    chips = []
+    for state in CELL_STATES:
+        n = counts[state]
+        extra = f' <span class="muted">({counts["known"]} known)</span>' if state == "fail" and counts["known"] else ""
+        chips.append(f'<li class="chip {_state_class(state)}">{SYMBOLS[state]} {_e(state)} <b>{n}</b>{extra}</li>')
+    return f'<ul class="counts">{"".join(chips)}</ul>'
+
+
+def _changes(changes: Sequence[Change], previous: Run | None) -> str:
+    if previous is None:
+        return ""
+    if not changes:
+        return (f'<p class="muted">No cell changed since run <code>{_e(previous.id)}</code> '
+                f"({_e(previous.started)}).</p>")
+    items = []
+    for c in changes:
+        text, _ = CHANGE_BADGES[c.kind]
+        name = _e(c.label) if c.kind == "removed" else f'<a href="#c-{_e(c.cell_id)}">{_e(c.label)}</a>'
+        states = " → ".join(_e(s) for s in (c.old_state, c.new_state) if s)
+        why = one_line(c.new_reason or c.old_reason)
+        items.append(f'<li><span class="tag chg chg-{c.kind}">{_e(text)}</span>{name}'
+                     f'<span class="muted">{states}</span><span class="why">{_e(why)}</span></li>')
+    opened = " open" if len(changes) <= 20 else ""
+    return (f'<details class="changes"{opened}><summary>{len(changes)} change{"s" if len(changes) != 1 else ""} '
+            f"since run <code>{_e(previous.id)}</code> ({_e(previous.started)})</summary>"
+            f"<ul>{''.join(items)}</ul></details>")
+
+
+_LEGEND = (
+    '<div class="legend"><span class="chip s-pass">✓ pass</span><span class="chip s-fail">✗ fail: incompatible</span>'
+    '<span class="chip known">✗ known fail: expected by the matrix</span>'
+    '<span class="chip s-partial">◐ partial: GPU stages could not run here</span>'
+    '<span class="chip s-error">⚠ error: the lab or infrastructure failed</span>'
+    '<span class="chip s-na">– n/a: excluded by the matrix</span>'
+    "<span>Click a cell for its stages, install command and freeze.</span></div>"
+)
+_TOOLS = (
+    '<div class="tools" id="tools" hidden><button type="button" id="expand-all">Expand all</button>'
+    '<button type="button" id="collapse-all">Collapse all</button><label>Highlight <select id="focus">'
+    '<option value="">all cells</option><option value="problems">not green</option>'
+    '<option value="red">red only</option><option value="changed">changed</option></select></label></div>'
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class IndexEntry:
+    """One line of the run index."""
+
+    run: Run
+    href: str
+    changes: Sequence[Change] | None = None
+
+
+def _runs_table(entries: Sequence[IndexEntry]) -> str:
+    rows = []
+    for entry in entries:
+        run = entry.run
+        counts = run.counts()
+        chips = "".join(f'<span class="chip {_state_class(s)}">{SYMBOLS[s]} <b>{counts[s]}</b></span> '
+                        for s in CELL_STATES if counts[s])
+        if entry.changes is None:
+            changed = '<span class="muted">first run</span>'
+        else:
+            by_kind = {k: sum(1 for c in entry.changes if c.kind == k) for k in CHANGE_BADGES}
+            changed = " ".join(f'<span class="tag chg chg-{k}">{_e(CHANGE_BADGES[k][0])} {n}</span>'
+                               for k, n in by_kind.items() if n) or '<span class="muted">no change</span>'
+        facts = run_summary(run)
+        rows.append(f'<tr><td><a href="{_e(entry.href)}"><code>{_e(run.id)}</code></a></td>'
+                    f"<td>{_e(facts['started'])}</td><td>{_e(facts['matrix'])}</td><td>{_e(facts['host'])}</td>"
+                    f"<td>{chips}</td><td>{changed}</td></tr>")
+    return ('<div class="scroll"><table class="runs"><thead><tr><th>run</th><th>started</th><th>matrix</th>'
+            f"<th>host</th><th>cells</th><th>changes</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def render_html(
+    run: Run,
+    *,
+    changes: Sequence[Change] = (),
+    previous: Run | None = None,
+    series: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    nav: Sequence[tuple[str, str]] = (),
+    runs: Sequence[IndexEntry] = (),
+) -> str:
+    """The run's page: facts, state counts, changes since *previous*, one grid per table, a legend.
+
+    *series* holds perf figures over recent runs (history.figure_series) for the sparklines; *runs*, when
+    given, adds a list of runs at the bottom (the published front page).
+    """
+    facts = run_summary(run)
+    by_cell = {c.cell_id: c for c in changes}
+    fact_items = [("matrix", facts["matrix"]), ("started", facts["started"]), ("finished", facts["finished"]),
+                  ("host", facts["host"]), ("GPUs", facts["gpus"]), ("driver", facts["driver"]),
+                  ("platform", facts["platform"]), ("python", facts["python"])]
+    dl = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in fact_items if v)
+    tables = layout(run)
+    body = [
+        f'<h1>Run <code>{_e(run.id)}</code></h1><dl class="facts">{dl}</dl>',
+        f'<div class="bar">{_counts(run)}{_TOOLS}</div>',
+        _changes(changes, previous),
+        _LEGEND,
+        *(_table(t, by_cell, series or {}) for t in tables),
+    ]
+    if not tables:
+        body.append('<p class="muted">This run has no cells yet.</p>')
+    if runs:
+        body.append(f'<h2 id="runs">All runs</h2>{_runs_table(runs)}')
+    body.append(f'<footer>Rendered from <a href="results.json">results.json</a> (schema <code>{_e(SCHEMA)}</code>)'
+                ' · <a href="compat.md">compat.md</a> · axes: '
+                f'{_e(", ".join(axis_title(a) for a in run.axes))}</footer>')
+    title = f"compatlab · {facts['matrix']} · run {run.id}" if facts["matrix"] else f"compatlab · run {run.id}"
+    return _page(title, "\n".join(b for b in body if b), nav, brand=facts["matrix"])
+
+
+def render_index(entries: Sequence[IndexEntry], *, nav: Sequence[tuple[str, str]] = ()) -> str:
+    """A page listing runs, newest first as given, each linking to its own page."""
+    body = f"<h1>Runs</h1><p class=\"muted\">{len(entries)} run{'s' if len(entries) != 1 else ''}.</p>"
+    return _page("compatlab · runs", body + _runs_table(entries), nav, brand="runs")

@@ -1,0 +1,121 @@
+"""Publish: every run and the latest grid into a folder ready for static hosting (e.g. gh-pages)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import ConfigError
+from ._grid import Run, load
+from .history import diff_runs, figure_series, load_runs, previous_run
+from .html import IndexEntry, render_html, render_index
+from .markdown import compat_md_diff, render_markdown
+
+__all__ = ["publish", "write_run", "write_text_atomic"]
+
+log = logging.getLogger(__name__)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file so that a web server or reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a static host must be able to read it
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _copy_atomic(src: Path, dst: Path) -> None:
+    if dst.exists() and src.resolve() == dst.resolve():
+        return
+    write_text_atomic(dst, src.read_text(encoding="utf-8"))
+
+
+def write_run(
+    run: Run,
+    results_path: Path,
+    out_dir: Path,
+    history: list[Run],
+    *,
+    nav: list[tuple[str, str]] | None = None,
+    runs: list[IndexEntry] | None = None,
+) -> list[Path]:
+    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run)."""
+    previous = previous_run(history, run)
+    changes = diff_runs(previous, run) if previous is not None else []
+    page = render_html(run, changes=changes, previous=previous, series=figure_series(history, run),
+                       nav=nav or [], runs=runs or [])
+    written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "results.json"]
+    write_text_atomic(written[0], page)
+    write_text_atomic(written[1], render_markdown(run))
+    _copy_atomic(results_path, written[2])
+    if previous is not None:
+        written.append(out_dir / "changes.md")
+        write_text_atomic(written[3], compat_md_diff(previous, run))
+    log.info("wrote %s", ", ".join(str(p) for p in written))
+    return written
+
+
+def _site_runs(site_dir: Path) -> list[Run]:
+    """Runs already published (possibly ones no longer under runs_dir): kept and listed."""
+    found = []
+    for path in sorted((site_dir / "runs").glob("*/results.json")):
+        try:
+            found.append(load(path))
+        except ConfigError as exc:
+            log.warning("published run left as it is: %s", exc)
+    return found
+
+
+def publish(site_dir: Path, runs_dir: Path) -> None:
+    """Render every run under *runs_dir* into ``site_dir/runs/<id>/``, the latest grid into ``site_dir``.
+
+    Nothing already under *site_dir* is deleted: runs published before (even ones since removed from
+    *runs_dir*) stay reachable and listed in ``site_dir/runs/index.html`` and on the front page.
+    Raises ConfigError when *runs_dir* holds no readable run.
+    """
+    history = load_runs(runs_dir)
+    if not history:
+        raise ConfigError(str(runs_dir), ["no runs found (expected <run-id>/results.json); "
+                                          "run `nox -s matrix` first"])
+    for run in history:
+        src = Path(run.source)
+        write_run(run, src, site_dir / "runs" / _safe(run.id), history,
+                  nav=[("Latest", "../../index.html"), ("All runs", "../index.html")])
+    # Everything published, newest first: the union of what was there and what we just wrote.
+    known = {r.id: r for r in _site_runs(site_dir)}
+    everything = sorted(known.values(), key=lambda r: r.sort_key, reverse=True)
+    chronological = list(reversed(everything))
+
+    def entries(prefix: str) -> list[IndexEntry]:
+        out = []
+        for run in everything:
+            prev = previous_run(chronological, run)
+            out.append(IndexEntry(run=run, href=f"{prefix}{_safe(run.id)}/index.html",
+                                  changes=diff_runs(prev, run) if prev is not None else None))
+        return out
+
+    write_text_atomic(site_dir / "runs" / "index.html",
+                      render_index(entries(""), nav=[("Latest", "../index.html")]))
+    latest = history[-1]
+    write_run(latest, Path(latest.source), site_dir, history,
+              nav=[(f"Run {latest.id}", f"runs/{_safe(latest.id)}/index.html"), ("All runs", "runs/index.html")],
+              runs=entries("runs/"))
+    # gh-pages would otherwise run Jekyll, which hides files starting with "_".
+    nojekyll = site_dir / ".nojekyll"
+    if not nojekyll.exists():
+        nojekyll.touch()
+    log.info("published %d runs to %s (latest %s)", len(everything), site_dir, latest.id)
+
+
+def _safe(run_id: str) -> str:
+    """A run id as one path component: nothing that climbs out of runs/."""
+    cleaned = "".join(ch if ch.isalnum() or ch in "-_.+" else "_" for ch in run_id).lstrip(".")
+    return cleaned or "run"

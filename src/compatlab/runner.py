@@ -1,0 +1,217 @@
+"""Run one cell: venv, install, then every stage in order; write the result atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import platform
+import secrets
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import envs
+from .cells import Cell, expand
+from .errors import UsageError
+from .matrix import Matrix
+from .results import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
+from .stages import CellContext, Stage
+
+__all__ = ["STAGES", "aggregate_run", "find_cell", "new_run_id", "run_cell"]
+
+log = logging.getLogger(__name__)
+
+
+def _lazy(module: str, func: str) -> Callable[[CellContext], StageResult]:
+    def call(ctx: CellContext) -> StageResult:
+        fn: Callable[[CellContext], StageResult] = getattr(importlib.import_module(module, __package__), func)
+        return fn(ctx)
+
+    call.__name__ = func
+    return call
+
+
+# Cheap stages first; each later stage still runs after an earlier red when its needs are met.
+STAGES: tuple[Stage, ...] = (
+    Stage(name="pins", run=_lazy(".pins", "run_pins_stage")),
+)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+
+
+def find_cell(matrix: Matrix, cell_id: str) -> Cell:
+    cells = expand(matrix)
+    for cell in cells:
+        if cell.id == cell_id:
+            return cell
+    raise UsageError(f"{matrix.path}: no cell {cell_id!r}; `python -m compatlab cells` lists them")
+
+
+def _install(matrix: Matrix, cell: Cell, venv: Path, spec_dir: Path) -> tuple[StageResult, dict[str, Any]]:
+    start = time.monotonic()
+    made = envs.create_venv(venv, python=matrix.install.python)
+    if not made.ok:
+        state, why = envs.classify_uv_failure(made)
+        return (StageResult(name="install", state="error", reason="uv venv failed: " + why,
+                            details={"argv": made.argv, "stderr": made.stderr[-4000:]},
+                            seconds=time.monotonic() - start), {"argv": made.argv})
+    python = envs.venv_python(venv)
+    plan = envs.install_plan(matrix, cell, python=python, spec_dir=spec_dir)
+    envs.write_plan_files(plan, spec_dir)
+    done = envs.run(plan.argv, timeout=matrix.install.timeout, env=envs.uv_env())
+    record = plan.to_json()
+    details: dict[str, Any] = {"argv": plan.argv, "stdout": done.stdout[-4000:], "stderr": done.stderr[-8000:],
+                               "uv_seconds": round(done.seconds, 3)}
+    if not done.ok:
+        state, why = envs.classify_uv_failure(done)
+        return (StageResult(name="install", state=state, reason=why, details=details,
+                            seconds=time.monotonic() - start), record)
+    return StageResult(name="install", state="pass", details=details, seconds=time.monotonic() - start), record
+
+
+def _blocked(stage: Stage, install: StageResult) -> StageResult:
+    word = "failed" if install.state == "fail" else "errored"
+    return StageResult(name=stage.name, state="skip", reason=f"blocked: install {word}")
+
+
+def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
+             stages: tuple[Stage, ...] = STAGES) -> CellResult:
+    """Run every stage of *cell* and write ``run_dir/cells/<id>.json``; never raises for a red cell."""
+    started, t0 = now_iso(), time.monotonic()
+    expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect else None
+    result = CellResult(id=cell.id, axes=cell.axes, state="n/a", expected=expected, started=started)
+    if cell.na is not None:
+        result.reason = cell.na
+        result.finished = now_iso()
+        write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
+        return result
+    work = run_dir / "cells" / cell.id
+    work.mkdir(parents=True, exist_ok=True)
+    venv = venv_root / cell.id
+    attempts = 0
+    while True:
+        attempts += 1
+        install, record = _install(matrix, cell, venv, work / "spec")
+        if install.state != "error" or attempts > matrix.install.retries:
+            break
+        log.warning("%s: install errored (%s); retrying", cell.id, install.reason)
+    install.details["attempts"] = attempts
+    result.attempts = attempts
+    result.install = record
+    result.stages.append(install)
+    if install.state == "pass":
+        frozen = envs.freeze(envs.venv_python(venv))
+        result.freeze = frozen.stdout.splitlines() if frozen.ok else []
+        ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
+                          site_packages=envs.site_packages(venv), work_dir=work, freeze=result.freeze,
+                          previous=result.stages)
+        for stage in stages:
+            missing = [n for n in stage.needs if (ctx.stage(n) is None or ctx.stage(n).state not in ("pass", "warn"))]  # type: ignore[union-attr]
+            if missing:
+                result.stages.append(StageResult(name=stage.name, state="skip",
+                                                 reason="blocked: " + ", ".join(missing) + " did not pass"))
+                continue
+            s0 = time.monotonic()
+            try:
+                sr = stage.run(ctx)
+            except Exception as exc:  # noqa: BLE001 - a lab bug in one stage must not lose the cell
+                log.exception("stage %s crashed", stage.name)
+                sr = StageResult(name=stage.name, state="error", reason=f"lab error in stage {stage.name}: {exc!r}")
+            if not sr.seconds:
+                sr.seconds = time.monotonic() - s0
+            result.stages.append(sr)
+    else:
+        result.stages.extend(_blocked(s, install) for s in stages)
+    result.state = cell_state(result.stages)
+    first_bad = next((s for s in result.stages if s.state == result.state or
+                      (result.state in ("fail", "error") and s.state in ("fail", "error"))), None)
+    if result.state == "partial":
+        first_bad = next((s for s in result.stages if s.state == "skip" and s.required), None)
+    if first_bad is not None and result.state != "pass":
+        result.reason = f"{first_bad.name}: {first_bad.reason}"
+    result.unexpected = is_unexpected(result)
+    result.finished = now_iso()
+    result.seconds = round(time.monotonic() - t0, 3)
+    write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
+    return result
+
+
+def is_unexpected(result: CellResult) -> bool:
+    """News for the nightly job: a red cell nobody expected, a known-bad cell that passed, or an error."""
+    if result.state == "error":
+        return True
+    known_bad = bool(result.expected) and result.expected.get("state") == "fail"  # type: ignore[union-attr]
+    if known_bad:
+        return result.state in ("pass", "partial")
+    return result.state == "fail"
+
+
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "gpus": [],
+        "driver": None,
+    }
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        from .proc import run
+
+        done = run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"], timeout=30)
+        if done.ok:
+            rows = [[c.strip() for c in line.split(",")] for line in done.stdout.strip().splitlines()]
+            facts["gpus"] = [{"name": r[0], "compute_cap": r[2] if len(r) > 2 else None} for r in rows if r]
+            facts["driver"] = rows[0][1] if rows and len(rows[0]) > 1 else None
+    uv = shutil.which("uv")
+    if uv:
+        from .proc import run
+
+        done = run([uv, "--version"], timeout=30)
+        facts["uv"] = done.stdout.strip()
+    return facts
+
+
+def aggregate_run(matrix: Matrix, run_dir: Path, *, run_id: str, latest: Path | None) -> dict[str, Any]:
+    """(Re)write ``run_dir/results.json`` from the cell files, and copy it to ``latest``."""
+    meta_path = run_dir / "run.json"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    else:
+        meta = {"id": run_id, "started": now_iso(), "host": host_facts(), "matrix": matrix.path,
+                "matrix_name": matrix.name}
+        write_json_atomic(meta_path, meta)
+    order = {c.id: i for i, c in enumerate(expand(matrix))}
+    cells = []
+    for path in sorted((run_dir / "cells").glob("*.json")):
+        try:
+            cells.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            log.warning("skipping unreadable %s", path)
+    cells.sort(key=lambda c: order.get(c["id"], len(order)))
+    meta = dict(meta)
+    meta["finished"] = max((c.get("finished", "") for c in cells), default=None)
+    meta["report"] = {"rows": list(matrix.report.rows), "columns": list(matrix.report.columns),
+                      "tables": list(matrix.report.tables)}
+    meta["axes"] = {a.name: [v.version for v in a.values] for a in matrix.axes}
+    meta["planned"] = [c.id for c in expand(matrix)]
+    data = {"schema": SCHEMA, "run": meta, "cells": cells}
+    write_json_atomic(run_dir / "results.json", data)
+    if latest is not None:
+        write_json_atomic(latest / "results.json", data)
+    return data
