@@ -12,6 +12,7 @@ import ctypes.util
 import dataclasses
 import functools
 import importlib.machinery
+import importlib.metadata
 import json
 import logging
 import os
@@ -31,12 +32,15 @@ __all__ = [
     "STACK_KINDS",
     "DynamicSymbols",
     "LoadFailure",
+    "LoadTarget",
     "classify",
     "demangle",
     "describe",
     "dynamic_symbols",
+    "elf_files",
     "is_extension_module",
     "load_module",
+    "package_targets",
     "probe_argv",
 ]
 
@@ -179,7 +183,7 @@ def describe(target: str, failure: LoadFailure) -> str:
     where = target
     # A prerequisite (import torch) that fails is the real story: say so.
     if failure.step.startswith("import ") and failure.step != f"import {target}":
-        where = f"{target} (while {failure.step})"
+        where = f"{target} ({failure.step} failed)"
     if failure.kind == "undefined-symbol":
         return f"{where}: undefined symbol {failure.demangled or failure.symbol}"
     if failure.kind == "symbol-version":
@@ -331,6 +335,66 @@ def is_extension_module(path: str | os.PathLike[str]) -> str | None:
     if syms is None:
         return None
     return base if f"PyInit_{base}" in syms.defined else None
+
+
+# --- what to load -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LoadTarget:
+    """One thing to load: an extension module by file path, or a top-level package by name."""
+
+    dist: str
+    label: str  # "sgl_kernel/sm100/common_ops.abi3.so" or "sgl_kernel"
+    name: str  # module name handed to the loader
+    path: str | None = None  # absolute path of an extension module; None for an import by name
+
+
+def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
+    text = dist.read_text("top_level.txt")
+    if text:
+        names = [n.strip() for n in text.splitlines() if n.strip()]
+    else:
+        names = []
+        for f in dist.files or ():
+            parts = f.parts
+            if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith((".dist-info", ".data")):
+                continue
+            if len(parts) > 1 and parts[-1] == "__init__.py":
+                names.append(parts[0])
+            elif len(parts) == 1 and parts[0].endswith(".py"):
+                names.append(parts[0][:-3])
+            elif len(parts) == 1 and (base := _module_basename(parts[0])):
+                names.append(base)
+    seen: dict[str, None] = {}
+    for n in names:
+        if "/" not in n and n.isidentifier():
+            seen[n] = None
+    return sorted(seen)
+
+
+def package_targets(dist_name: str) -> tuple[str, list[LoadTarget]]:
+    """The installed version of *dist_name* and what to load of it: its extension modules, then its
+    top-level packages. Raises importlib.metadata.PackageNotFoundError when it is not installed."""
+    dist = importlib.metadata.distribution(dist_name)
+    modules: list[LoadTarget] = []
+    for f in sorted(dist.files or (), key=str):
+        if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
+            continue
+        path = Path(str(dist.locate_file(f)))
+        base = is_extension_module(path)
+        if base is None:
+            continue
+        dotted = ".".join([*f.parts[:-1], base])
+        modules.append(LoadTarget(dist=dist_name, label=f.as_posix(), name=dotted, path=str(path)))
+    imports = [LoadTarget(dist=dist_name, label=n, name=n) for n in _top_level_names(dist)]
+    return dist.version, modules + imports
+
+
+def elf_files(dist_name: str) -> list[str]:
+    """Every shared object a distribution installed (extension modules and plain libraries)."""
+    dist = importlib.metadata.distribution(dist_name)
+    return [str(dist.locate_file(f)) for f in dist.files or ()
+            if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == "..")]
 
 
 # --- loading one module in its own process ---------------------------------------------------------------

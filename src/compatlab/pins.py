@@ -125,12 +125,14 @@ def _who_asked(dists: dict[str, Dist], name: str) -> list[str]:
 
 
 def _driver_ok(min_driver: str | None, needed: str) -> bool | None:
+    """Compare at the precision the matrix gives: min-driver '580.65' covers 580.65.06."""
     if not min_driver:
         return None
     try:
-        return Version(min_driver) >= Version(needed)
+        have, need = Version(min_driver).release, Version(needed).release
     except InvalidVersion:
         return None
+    return have >= need[: len(have)]
 
 
 def run_pins_stage(ctx: CellContext) -> StageResult:
@@ -192,6 +194,8 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
             if fam != dist.name and fam in families_in.get(cell_major, set()):
                 continue
             asked = _who_asked(dists, dist.name) or ["no installed package names it"]
+            if len(asked) > 2:
+                asked = [*asked[:2], f"{len(asked) - 2} more"]
             msg = f"CUDA {major} package {dist.display} {dist.version} beside a CUDA {cell_cuda} stack ({'; '.join(asked)})"
             needed = MIN_DRIVER.get(major) if major > cell_major else None
             if needed:

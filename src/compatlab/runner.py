@@ -91,7 +91,7 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
              stages: tuple[Stage, ...] = STAGES) -> CellResult:
     """Run every stage of *cell* and write ``run_dir/cells/<id>.json``; never raises for a red cell."""
     started, t0 = now_iso(), time.monotonic()
-    expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect else None
+    expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect and cell.na is None else None
     result = CellResult(id=cell.id, axes=cell.axes, state="n/a", expected=expected, started=started)
     if cell.na is not None:
         result.reason = cell.na
@@ -151,6 +151,8 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
 
 def is_unexpected(result: CellResult) -> bool:
     """News for the nightly job: a red cell nobody expected, a known-bad cell that passed, or an error."""
+    if result.state == "n/a":
+        return False
     if result.state == "error":
         return True
     known_bad = bool(result.expected) and result.expected.get("state") == "fail"  # type: ignore[union-attr]

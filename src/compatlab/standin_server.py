@@ -180,12 +180,6 @@ class _Handler(BaseHTTPRequestHandler):
                 delay = start + done / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-            if crash and done * 2 >= max_tokens:
-                _log(f"crashing in request {number} as told (--crash-after {args.crash_after})")
-                os._exit(3)
-            if stall and done * 2 >= max_tokens:
-                _log(f"stalling in request {number} as told (--stall-after {args.stall_after})")
-                time.sleep(3600)
             if stream:
                 meta = self._meta(rid, prompt_tokens, done, verify, finished=done >= max_tokens)
                 if openai:
@@ -197,6 +191,12 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     event = {"text": "".join(pieces), "meta_info": meta, "index": 0}
                 self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+            if crash and done * 2 >= max_tokens:
+                _log(f"crashing in request {number} as told (--crash-after {args.crash_after})")
+                os._exit(3)
+            if stall and done * 2 >= max_tokens:
+                _log(f"stalling in request {number} as told (--stall-after {args.stall_after})")
+                time.sleep(3600)
         self.state.account(done, verify)
         meta = self._meta(rid, prompt_tokens, done, verify, finished=True)
         if not stream:

@@ -47,6 +47,11 @@ def context_json(ctx: CellContext) -> dict[str, Any]:
 
 def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | None:
     """Add pytest to the cell's venv; an error result if that fails or changes the stack."""
+    from .proc import run
+
+    # A venv that already sees pytest (e.g. one made with --system-site-packages on a GPU box) needs nothing.
+    if run([str(ctx.python), "-c", "import pytest"], timeout=120, env=cell_env(ctx.venv)).ok:
+        return None
     before = envs.parse_freeze(ctx.freeze)
     done = envs.uv_install_tools(ctx.python, ["pytest"], timeout=timeout)
     if not done.ok:

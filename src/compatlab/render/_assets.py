@@ -34,16 +34,24 @@ border-radius:4px;padding:1px 8px;background:var(--soft);white-space:nowrap}
 .chip.s-error{border-left-color:var(--err);background:repeating-linear-gradient(135deg,var(--err-bg) 0 5px,
 var(--err-bg2) 5px 10px)}
 .chip.s-na{border-left-color:var(--line);background:#fff;color:var(--muted)}
-.chip.known{background:repeating-linear-gradient(135deg,var(--fail-bg) 0 5px,var(--fail-bg2) 5px 10px);
-border-left-style:dashed;border-left-color:var(--fail)}
+.sw{display:inline-block;width:12px;height:12px;border:1px solid var(--line);border-left-width:3px;
+vertical-align:-2px;margin-right:5px}
+.sw.s-pass{background:var(--pass-bg);border-left-color:var(--pass)}
+.sw.s-fail{background:var(--fail-bg);border-left-color:var(--fail)}
+.sw.known{background:repeating-linear-gradient(135deg,var(--fail-bg) 0 3px,var(--fail-bg2) 3px 6px);
+border-left:3px dashed var(--fail)}
+.sw.s-partial{background:var(--part-bg);border-left-color:var(--part)}
+.sw.s-error{background:repeating-linear-gradient(135deg,var(--err-bg) 0 3px,#d0d7de 3px 5px);
+border-left-color:var(--err)}
+.sw.s-na{background:#fff}
 .tools{display:flex;gap:6px;align-items:center;color:var(--muted)}
 .tools button,.tools select{font:inherit;font-size:12px;padding:1px 8px;border:1px solid var(--line);
 border-radius:4px;background:#fff;color:var(--fg);cursor:pointer}
 .changes{border:1px solid var(--line);border-radius:6px;padding:6px 12px;margin:10px 0;background:var(--soft)}
 .changes>summary{cursor:pointer;font-weight:600}
 .changes ul{margin:6px 0 2px;padding-left:0;list-style:none}
-.changes li{padding:2px 0;display:flex;gap:8px;align-items:baseline;flex-wrap:wrap}
-.changes .why{color:var(--muted)}
+.changes li{padding:2px 0;display:flex;gap:8px;align-items:baseline;white-space:nowrap}
+.changes .why{color:var(--muted);flex:1 1 0;min-width:8rem;overflow:hidden;text-overflow:ellipsis}
 .scroll{overflow-x:auto;border:1px solid var(--line);border-radius:6px;max-width:100%}
 table.grid{border-collapse:separate;border-spacing:0;min-width:100%}
 table.grid th,table.grid td{border-right:1px solid var(--line);border-bottom:1px solid var(--line);
@@ -55,6 +63,7 @@ table.grid .corner{vertical-align:bottom}
 table.grid tbody th{background:var(--soft);white-space:nowrap;position:sticky;left:0;z-index:1;
 font-family:var(--mono);font-weight:600}
 td.cell{min-width:9.5rem;max-width:15rem;background:#fff;border-left:3px solid transparent}
+td.cell:has(>details[open]){max-width:none}
 td.cell .st{font-weight:600;white-space:nowrap}
 td.cell .line{display:flex;align-items:center;gap:5px;flex-wrap:wrap}
 td.cell .why{display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;overflow:hidden;
@@ -79,7 +88,8 @@ text-transform:uppercase;letter-spacing:.3px;white-space:nowrap;font-weight:600}
 .tag.chg{color:#fff;border-color:transparent}
 .chg-newly-red{background:var(--fail)!important}.chg-newly-green{background:var(--pass)!important}
 .chg-reason,.chg-state{background:#8250df!important}.chg-new,.chg-removed{background:#0969da!important}
-.figs{display:flex;flex-wrap:wrap;gap:2px 8px;margin-top:3px;font-size:11.5px;color:var(--muted)}
+.figs{display:flex;flex-wrap:wrap;gap:0 8px;margin-top:3px;font-size:11.5px;line-height:1.35;
+color:var(--muted)}
 .figs span{display:inline-flex;gap:3px;align-items:center;white-space:nowrap}
 .figs b{color:var(--fg);font-variant-numeric:tabular-nums}
 svg.spark{vertical-align:middle;color:#0969da;overflow:visible}
@@ -102,7 +112,8 @@ dl.details{margin:2px 0 6px;display:grid;grid-template-columns:max-content 1fr;g
 dl.details dt{font-weight:600;color:var(--muted)}dl.details dd{margin:0;min-width:0;overflow-wrap:anywhere}
 dl.details ul{margin:0;padding-left:16px}
 details.sub{margin:4px 0}details.sub>summary{cursor:pointer;color:#0969da}
-.legend{display:flex;flex-wrap:wrap;gap:6px 14px;color:var(--muted);margin:6px 0 0;font-size:12px}
+.legend{display:flex;flex-wrap:wrap;align-items:center;gap:4px 16px;color:var(--muted);margin:6px 0 0;
+font-size:12px}
 table.runs{border-collapse:collapse;width:100%}
 table.runs th,table.runs td{border-bottom:1px solid var(--line);padding:5px 8px;text-align:left;
 vertical-align:top}

@@ -123,8 +123,9 @@ def run_from_json(data: Mapping[str, Any], source: str) -> Run:
             problems.append(f"cells[{i}]: {what}")
             continue
         if cell.state not in CELL_STATES:
-            problems.append(f"cells[{i}] ({cell.id}): state: expected one of {', '.join(CELL_STATES)}, "
-                            f"got {cell.state!r}")
+            problems.append(
+                f"cells[{i}] ({cell.id}): state: expected one of {', '.join(CELL_STATES)}, got {cell.state!r}"
+            )
             continue
         cells.append(cell)
     if problems:
@@ -215,13 +216,28 @@ def layout(run: Run) -> list[Table]:
         slots = by_table.get(tkey)
         if not slots:
             continue
-        rows = [k for k in itertools.product(*(_values(run, a) for a in run.rows))
-                if any(r == k for r, _ in slots)]
-        cols = [k for k in itertools.product(*(_values(run, a) for a in col_axes))
-                if any(c == k for _, c in slots)]
+        rows = [
+            k
+            for k in itertools.product(*(_values(run, a) for a in run.rows))
+            if any(r == k for r, _ in slots)
+        ]
+        cols = [
+            k
+            for k in itertools.product(*(_values(run, a) for a in col_axes))
+            if any(c == k for _, c in slots)
+        ]
         title = " · ".join(f"{axis_title(a)} {v}" for a, v in zip(run.tables, tkey, strict=True))
-        out.append(Table(key=tkey, title=title or "All cells", row_axes=run.rows, col_axes=col_axes,
-                         row_keys=tuple(rows), col_keys=tuple(cols), slots=slots))
+        out.append(
+            Table(
+                key=tkey,
+                title=title or "All cells",
+                row_axes=run.rows,
+                col_axes=col_axes,
+                row_keys=tuple(rows),
+                col_keys=tuple(cols),
+                slots=slots,
+            )
+        )
     return out
 
 
@@ -257,12 +273,13 @@ def culprit(cell: CellResult) -> StageResult | None:
 
 
 def reason(cell: CellResult) -> str:
-    """The cell's one reason, as recorded or as its culprit stage gives it."""
+    """The cell's one reason: its culprit stage's, else the recorded one (n/a: the exclusion)."""
+    stage = culprit(cell)
+    # The culprit's own words, so that the stage named beside the reason is the one that said it.
+    if stage is not None and stage.reason and cell.state not in ("pass", "n/a"):
+        return stage.reason
     if cell.reason:
         return cell.reason
-    stage = culprit(cell)
-    if stage is not None and cell.state != "pass":
-        return stage.reason
     if cell.expected and cell.state != "pass":
         return str(cell.expected.get("reason", ""))
     return ""

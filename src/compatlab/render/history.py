@@ -42,7 +42,7 @@ class Change:
 
 def load_runs(runs_dir: Path) -> list[Run]:
     """Every readable run under *runs_dir*, oldest first (by start time). Unreadable ones are logged."""
-    runs = []
+    runs: list[Run] = []
     if not runs_dir.is_dir():
         return runs
     for path in sorted(runs_dir.glob("*/results.json")):
@@ -62,12 +62,14 @@ def previous_run(history: list[Run], run: Run) -> Run | None:
 
 def _change(old: CellResult | None, new: CellResult | None) -> Change | None:
     if new is None and old is not None:
-        return Change(kind="removed", cell_id=old.id, label=label(old.axes), old_state=old.state,
-                      old_reason=reason(old))
+        return Change(
+            kind="removed", cell_id=old.id, label=label(old.axes), old_state=old.state, old_reason=reason(old)
+        )
     assert new is not None
     if old is None:
-        return Change(kind="new", cell_id=new.id, label=label(new.axes), new_state=new.state,
-                      new_reason=reason(new))
+        return Change(
+            kind="new", cell_id=new.id, label=label(new.axes), new_state=new.state, new_reason=reason(new)
+        )
     before, after = reason(old), reason(new)
     kind = None
     if old.state != new.state:
@@ -81,8 +83,15 @@ def _change(old: CellResult | None, new: CellResult | None) -> Change | None:
         kind = "reason"
     if kind is None:
         return None
-    return Change(kind=kind, cell_id=new.id, label=label(new.axes), old_state=old.state,
-                  new_state=new.state, old_reason=before, new_reason=after)
+    return Change(
+        kind=kind,
+        cell_id=new.id,
+        label=label(new.axes),
+        old_state=old.state,
+        new_state=new.state,
+        old_reason=before,
+        new_reason=after,
+    )
 
 
 def diff_runs(old: Run, new: Run) -> list[Change]:
@@ -94,13 +103,15 @@ def diff_runs(old: Run, new: Run) -> list[Change]:
     return sorted(found, key=lambda c: CHANGE_KINDS.index(c.kind))
 
 
-def figure_series(history: list[Run], run: Run, *, last: int = SPARK_RUNS) -> dict[str, dict[str, list[float]]]:
+def figure_series(
+    history: list[Run], run: Run, *, last: int = SPARK_RUNS
+) -> dict[str, dict[str, list[float]]]:
     """cell id -> figure name -> values over the last *last* runs up to and including *run*.
 
     A run where a cell has no such figure contributes nothing, so a series may be shorter than *last*.
     """
     earlier = [r for r in history if r.id != run.id and r.sort_key < run.sort_key]
-    window = (earlier[-(last - 1):] if last > 1 else []) + [run]
+    window = (earlier[-(last - 1) :] if last > 1 else []) + [run]
     out: dict[str, dict[str, list[float]]] = {}
     for r in window:
         for cell in r.cells:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -75,7 +76,11 @@ def sparkline(values: Sequence[float], name: str, *, width: int = 54, height: in
     lo, hi = min(values), max(values)
     span = (hi - lo) or 1.0
     step = (width - 2) / (len(values) - 1)
-    pts = [(1 + i * step, height - 1 - (v - lo) / span * (height - 2)) for i, v in enumerate(values)]
+    # A flat series sits in the middle rather than on the floor.
+    pts = [
+        (1 + i * step, height / 2 if hi == lo else height - 1 - (v - lo) / span * (height - 2))
+        for i, v in enumerate(values)
+    ]
     points = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
     text = f"{name} over the last {len(values)} runs: " + ", ".join(fmt_number(v) for v in values)
     x, y = pts[-1]
@@ -92,8 +97,8 @@ def _figs(cell: CellResult, series: Mapping[str, Sequence[float]]) -> str:
     if not figs:
         return ""
     items = "".join(
-        f'<span title="{_e(name)}">{_e(name)} <b>{_e(fmt_number(v))}</b>{sparkline(series.get(name, ()), name)}'
-        "</span>"
+        f'<span title="{_e(name)}">{_e(name)} <b>{_e(fmt_number(v))}</b>'
+        f"{sparkline(series.get(name, ()), name)}</span>"
         for name, v in figs.items()
     )
     return f'<div class="figs">{items}</div>'
@@ -109,7 +114,9 @@ def _value(value: Any) -> str:
         return f"<code>{_e(json.dumps(value))}</code>"
     if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
         items = "".join(f"<li><code>{_e(v)}</code></li>" for v in value[:LIST_LIMIT])
-        more = f'<li class="muted">… and {len(value) - LIST_LIMIT} more</li>' if len(value) > LIST_LIMIT else ""
+        more = (
+            f'<li class="muted">… and {len(value) - LIST_LIMIT} more</li>' if len(value) > LIST_LIMIT else ""
+        )
         return f"<ul>{items}{more}</ul>" if value else '<span class="muted">(none)</span>'
     return f"<pre>{_e(json.dumps(value, indent=2, ensure_ascii=False, default=str))}</pre>"
 
@@ -129,8 +136,10 @@ def _stage_details(stage: StageResult) -> str:
     for key, value in stage.details.items():
         body = _log(value) if key in LOG_KEYS else _value(value)
         rows.append(f"<dt>{_e(key)}</dt><dd>{body}</dd>")
-    return (f'<details class="sub"><summary>{_e(stage.name)} details</summary>'
-            f'<dl class="details">{"".join(rows)}</dl></details>')
+    return (
+        f'<details class="sub"><summary>{_e(stage.name)} details</summary>'
+        f'<dl class="details">{"".join(rows)}</dl></details>'
+    )
 
 
 def _panel(cell: CellResult, change: Change | None) -> str:
@@ -149,13 +158,15 @@ def _panel(cell: CellResult, change: Change | None) -> str:
         parts.append(f"<p>{_e(cell.reason or 'excluded by the matrix')}</p>")
     if cell.stages:
         rows = "".join(
-            f'<tr><td>{_e(s.name)}{"" if s.required else " <span class=muted>(optional)</span>"}</td>'
+            f"<tr><td>{_e(s.name)}{'' if s.required else ' <span class=muted>(optional)</span>'}</td>"
             f'<td class="ss-{_e(s.state)}">{_e(s.state)}</td><td class="secs">{s.seconds:.1f}s</td>'
             f'<td class="reason">{_e(s.reason)}</td></tr>'
             for s in cell.stages
         )
-        parts.append('<table class="stages"><thead><tr><th>stage</th><th>state</th><th>time</th>'
-                     f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table>")
+        parts.append(
+            '<table class="stages"><thead><tr><th>stage</th><th>state</th><th>time</th>'
+            f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
         parts += [_stage_details(s) for s in cell.stages]
     cmd = install_command(cell)
     if cmd or cell.install:
@@ -164,12 +175,19 @@ def _panel(cell: CellResult, change: Change | None) -> str:
             parts.append(f"<pre>{_e(cmd)}</pre>")
         rest = {k: v for k, v in cell.install.items() if k != "argv"}
         if rest:
-            parts.append(f'<dl class="details">{"".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in rest.items())}</dl>')
+            rows = "".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in rest.items())
+            parts.append(f'<dl class="details">{rows}</dl>')
     if cell.freeze:
-        parts.append(f'<details class="sub"><summary>freeze ({len(cell.freeze)} packages)</summary>'
-                     f"<pre>{_e(chr(10).join(cell.freeze))}</pre></details>")
-    meta = [f"started {cell.started}" if cell.started else "", f"finished {cell.finished}" if cell.finished else "",
-            f"{cell.seconds:.1f}s" if cell.seconds else "", f"{cell.attempts} attempts" if cell.attempts > 1 else ""]
+        parts.append(
+            f'<details class="sub"><summary>freeze ({len(cell.freeze)} packages)</summary>'
+            f"<pre>{_e(chr(10).join(cell.freeze))}</pre></details>"
+        )
+    meta = [
+        f"started {cell.started}" if cell.started else "",
+        f"finished {cell.finished}" if cell.finished else "",
+        f"{cell.seconds:.1f}s" if cell.seconds else "",
+        f"{cell.attempts} attempts" if cell.attempts > 1 else "",
+    ]
     if any(meta):
         parts.append(f'<p class="muted">{_e(" · ".join(m for m in meta if m))}</p>')
     return f'<div class="panel">{"".join(parts)}</div>'
@@ -180,7 +198,8 @@ def _badges(cell: CellResult, change: Change | None) -> str:
     if is_known(cell):
         out += '<span class="tag known" title="the matrix expects this cell to fail">known</span>'
     if cell.unexpected:
-        out += '<span class="tag unexpected" title="the result differs from the matrix\'s expectation">unexpected</span>'
+        title = "the result differs from what the matrix expects"
+        out += f'<span class="tag unexpected" title="{title}">unexpected</span>'
     if change is not None:
         text, title = CHANGE_BADGES[change.kind]
         if change.old_state:
@@ -200,10 +219,13 @@ def _cell(cell: CellResult | None, change: Change | None, series: Mapping[str, S
     attrs = f'class="{" ".join(classes)}" id="c-{_e(cell.id)}" data-state="{_e(cell.state)}"'
     if cell.state == "n/a":
         why = cell.reason or "excluded by the matrix"
-        return (f'<td {attrs} title="n/a: {_e(why)}"><div class="line"><span class="st">{SYMBOLS["n/a"]} n/a</span>'
-                f"{_badges(cell, change)}</div></td>")
-    word = "known fail" if is_known(cell) else cell.state
-    head = f'<div class="line"><span class="st">{SYMBOLS[cell.state]} {_e(word)}</span>{_badges(cell, change)}</div>'
+        return (
+            f'<td {attrs} title="n/a: {_e(why)}"><div class="line">'
+            f'<span class="st">{SYMBOLS["n/a"]} n/a</span>{_badges(cell, change)}</div></td>'
+        )
+    # A known fail says so in its tag.
+    state = f'<span class="st">{SYMBOLS[cell.state]} {_e(cell.state)}</span>'
+    head = f'<div class="line">{state}{_badges(cell, change)}</div>'
     why = ""
     if cell.state != "pass":
         stage, text = culprit(cell), one_line(reason(cell))
@@ -222,18 +244,29 @@ def _header(table: Table) -> str:
     corner = " · ".join(f'<span class="ax">{_e(a)}</span>' for a in table.row_axes)
     rows = []
     for level in range(depth):
-        cells = [] if level else [f'<th class="corner" rowspan="{depth}" colspan="{max(len(table.row_axes), 1)}">'
-                                  f"{corner}</th>"]
+        cells = (
+            []
+            if level
+            else [
+                f'<th class="corner" rowspan="{depth}" colspan="{max(len(table.row_axes), 1)}">{corner}</th>'
+            ]
+        )
         if table.col_axes:
             axis = table.col_axes[level]
-            for prefix, group in itertools.groupby(table.col_keys, key=lambda k, n=level + 1: k[:n]):
+            for prefix, group in itertools.groupby(
+                table.col_keys, key=operator.itemgetter(slice(0, level + 1))
+            ):
                 span = len(list(group))
-                cells.append(f'<th colspan="{span}"><span class="ax">{_e(axis)}</span>{_e(prefix[-1])}</th>')
+                scope = "colgroup" if span > 1 else "col"
+                name = f'<span class="ax">{_e(axis)}</span>{_e(prefix[-1])}'
+                cells.append(f'<th scope="{scope}" colspan="{span}">{name}</th>')
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return f"<thead>{''.join(rows)}</thead>"
 
 
-def _table(table: Table, changes: Mapping[str, Change], series: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
+def _table(
+    table: Table, changes: Mapping[str, Change], series: Mapping[str, Mapping[str, Sequence[float]]]
+) -> str:
     body = []
     cols = table.col_keys or ((),)
     for row in table.row_keys:
@@ -241,11 +274,15 @@ def _table(table: Table, changes: Mapping[str, Change], series: Mapping[str, Map
         tds = []
         for col in cols:
             cell = table.slots.get((row, col))
-            tds.append(_cell(cell, changes.get(cell.id) if cell else None, series.get(cell.id, {}) if cell else {}))
+            tds.append(
+                _cell(cell, changes.get(cell.id) if cell else None, series.get(cell.id, {}) if cell else {})
+            )
         body.append(f"<tr>{heads}{''.join(tds)}</tr>")
     anchor = "t-" + "-".join(table.key) if table.key else "t-all"
-    return (f'<section><h2 id="{_e(anchor)}">{_e(table.title)}</h2><div class="scroll"><table class="grid">'
-            f"{_header(table)}<tbody>{''.join(body)}</tbody></table></div></section>")
+    return (
+        f'<section><h2 id="{_e(anchor)}">{_e(table.title)}</h2><div class="scroll"><table class="grid">'
+        f"{_header(table)}<tbody>{''.join(body)}</tbody></table></div></section>"
+    )
 
 
 def _counts(run: Run) -> str:
@@ -253,8 +290,14 @@ def _counts(run: Run) -> str:
     chips = []
     for state in CELL_STATES:
         n = counts[state]
-        extra = f' <span class="muted">({counts["known"]} known)</span>' if state == "fail" and counts["known"] else ""
-        chips.append(f'<li class="chip {_state_class(state)}">{SYMBOLS[state]} {_e(state)} <b>{n}</b>{extra}</li>')
+        extra = (
+            f' <span class="muted">({counts["known"]} known)</span>'
+            if state == "fail" and counts["known"]
+            else ""
+        )
+        chips.append(
+            f'<li class="chip {_state_class(state)}">{SYMBOLS[state]} {_e(state)} <b>{n}</b>{extra}</li>'
+        )
     return f'<ul class="counts">{"".join(chips)}</ul>'
 
 
@@ -262,29 +305,41 @@ def _changes(changes: Sequence[Change], previous: Run | None) -> str:
     if previous is None:
         return ""
     if not changes:
-        return (f'<p class="muted">No cell changed since run <code>{_e(previous.id)}</code> '
-                f"({_e(previous.started)}).</p>")
+        return (
+            f'<p class="muted">No cell changed since run <code>{_e(previous.id)}</code> '
+            f"({_e(previous.started)}).</p>"
+        )
     items = []
     for c in changes:
         text, _ = CHANGE_BADGES[c.kind]
         name = _e(c.label) if c.kind == "removed" else f'<a href="#c-{_e(c.cell_id)}">{_e(c.label)}</a>'
         states = " → ".join(_e(s) for s in (c.old_state, c.new_state) if s)
-        why = one_line(c.new_reason or c.old_reason)
-        items.append(f'<li><span class="tag chg chg-{c.kind}">{_e(text)}</span>{name}'
-                     f'<span class="muted">{states}</span><span class="why">{_e(why)}</span></li>')
+        if c.kind == "reason":
+            why = f"{one_line(c.old_reason, 80)} → {one_line(c.new_reason, 80)}"
+        elif c.kind in ("newly-green", "removed"):
+            why = f"was: {one_line(c.old_reason)}" if c.old_reason else ""
+        else:
+            why = one_line(c.new_reason)
+        items.append(
+            f'<li><span class="tag chg chg-{c.kind}">{_e(text)}</span>{name}'
+            f'<span class="muted">{states}</span><span class="why" title="{_e(why)}">{_e(why)}</span></li>'
+        )
     opened = " open" if len(changes) <= 20 else ""
-    return (f'<details class="changes"{opened}><summary>{len(changes)} change{"s" if len(changes) != 1 else ""} '
-            f"since run <code>{_e(previous.id)}</code> ({_e(previous.started)})</summary>"
-            f"<ul>{''.join(items)}</ul></details>")
+    return (
+        f'<details class="changes"{opened}><summary>{len(changes)} change{"s" if len(changes) != 1 else ""} '
+        f"since run <code>{_e(previous.id)}</code> ({_e(previous.started)})</summary>"
+        f"<ul>{''.join(items)}</ul></details>"
+    )
 
 
 _LEGEND = (
-    '<div class="legend"><span class="chip s-pass">✓ pass</span><span class="chip s-fail">✗ fail: incompatible</span>'
-    '<span class="chip known">✗ known fail: expected by the matrix</span>'
-    '<span class="chip s-partial">◐ partial: GPU stages could not run here</span>'
-    '<span class="chip s-error">⚠ error: the lab or infrastructure failed</span>'
-    '<span class="chip s-na">– n/a: excluded by the matrix</span>'
-    "<span>Click a cell for its stages, install command and freeze.</span></div>"
+    '<div class="legend"><span><i class="sw s-pass"></i>✓ pass</span>'
+    '<span><i class="sw s-fail"></i>✗ fail: incompatible</span>'
+    '<span><i class="sw known"></i><span class="tag known">known</span> fail the matrix expects</span>'
+    '<span><i class="sw s-partial"></i>◐ partial: GPU stages not run here</span>'
+    '<span><i class="sw s-error"></i>⚠ error: lab or infrastructure</span>'
+    '<span><i class="sw s-na"></i>– n/a: excluded by the matrix</span>'
+    "<span>Click a cell for stages, install command, freeze.</span></div>"
 )
 _TOOLS = (
     '<div class="tools" id="tools" hidden><button type="button" id="expand-all">Expand all</button>'
@@ -308,20 +363,33 @@ def _runs_table(entries: Sequence[IndexEntry]) -> str:
     for entry in entries:
         run = entry.run
         counts = run.counts()
-        chips = "".join(f'<span class="chip {_state_class(s)}">{SYMBOLS[s]} <b>{counts[s]}</b></span> '
-                        for s in CELL_STATES if counts[s])
+        chips = "".join(
+            f'<span class="chip {_state_class(s)}">{SYMBOLS[s]} <b>{counts[s]}</b></span> '
+            for s in CELL_STATES
+            if counts[s]
+        )
         if entry.changes is None:
             changed = '<span class="muted">first run</span>'
         else:
             by_kind = {k: sum(1 for c in entry.changes if c.kind == k) for k in CHANGE_BADGES}
-            changed = " ".join(f'<span class="tag chg chg-{k}">{_e(CHANGE_BADGES[k][0])} {n}</span>'
-                               for k, n in by_kind.items() if n) or '<span class="muted">no change</span>'
+            changed = (
+                " ".join(
+                    f'<span class="tag chg chg-{k}">{_e(CHANGE_BADGES[k][0])} {n}</span>'
+                    for k, n in by_kind.items()
+                    if n
+                )
+                or '<span class="muted">no change</span>'
+            )
         facts = run_summary(run)
-        rows.append(f'<tr><td><a href="{_e(entry.href)}"><code>{_e(run.id)}</code></a></td>'
-                    f"<td>{_e(facts['started'])}</td><td>{_e(facts['matrix'])}</td><td>{_e(facts['host'])}</td>"
-                    f"<td>{chips}</td><td>{changed}</td></tr>")
-    return ('<div class="scroll"><table class="runs"><thead><tr><th>run</th><th>started</th><th>matrix</th>'
-            f"<th>host</th><th>cells</th><th>changes</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+        rows.append(
+            f'<tr><td><a href="{_e(entry.href)}"><code>{_e(run.id)}</code></a></td>'
+            f"<td>{_e(facts['started'])}</td><td>{_e(facts['matrix'])}</td><td>{_e(facts['host'])}</td>"
+            f"<td>{chips}</td><td>{changed}</td></tr>"
+        )
+    return (
+        '<div class="scroll"><table class="runs"><thead><tr><th>run</th><th>started</th><th>matrix</th>'
+        f"<th>host</th><th>cells</th><th>changes</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def render_html(
@@ -340,9 +408,16 @@ def render_html(
     """
     facts = run_summary(run)
     by_cell = {c.cell_id: c for c in changes}
-    fact_items = [("matrix", facts["matrix"]), ("started", facts["started"]), ("finished", facts["finished"]),
-                  ("host", facts["host"]), ("GPUs", facts["gpus"]), ("driver", facts["driver"]),
-                  ("platform", facts["platform"]), ("python", facts["python"])]
+    fact_items = [
+        ("matrix", facts["matrix"]),
+        ("started", facts["started"]),
+        ("finished", facts["finished"]),
+        ("host", facts["host"]),
+        ("GPUs", facts["gpus"]),
+        ("driver", facts["driver"]),
+        ("platform", facts["platform"]),
+        ("python", facts["python"]),
+    ]
     dl = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in fact_items if v)
     tables = layout(run)
     body = [
@@ -356,14 +431,18 @@ def render_html(
         body.append('<p class="muted">This run has no cells yet.</p>')
     if runs:
         body.append(f'<h2 id="runs">All runs</h2>{_runs_table(runs)}')
-    body.append(f'<footer>Rendered from <a href="results.json">results.json</a> (schema <code>{_e(SCHEMA)}</code>)'
-                ' · <a href="compat.md">compat.md</a> · axes: '
-                f'{_e(", ".join(axis_title(a) for a in run.axes))}</footer>')
-    title = f"compatlab · {facts['matrix']} · run {run.id}" if facts["matrix"] else f"compatlab · run {run.id}"
+    body.append(
+        f'<footer>Rendered from <a href="results.json">results.json</a> (schema <code>{_e(SCHEMA)}</code>)'
+        ' · <a href="compat.md">compat.md</a> · axes: '
+        f"{_e(', '.join(axis_title(a) for a in run.axes))}</footer>"
+    )
+    title = (
+        f"compatlab · {facts['matrix']} · run {run.id}" if facts["matrix"] else f"compatlab · run {run.id}"
+    )
     return _page(title, "\n".join(b for b in body if b), nav, brand=facts["matrix"])
 
 
 def render_index(entries: Sequence[IndexEntry], *, nav: Sequence[tuple[str, str]] = ()) -> str:
     """A page listing runs, newest first as given, each linking to its own page."""
-    body = f"<h1>Runs</h1><p class=\"muted\">{len(entries)} run{'s' if len(entries) != 1 else ''}.</p>"
+    body = f'<h1>Runs</h1><p class="muted">{len(entries)} run{"s" if len(entries) != 1 else ""}.</p>'
     return _page("compatlab · runs", body + _runs_table(entries), nav, brand="runs")

@@ -12,7 +12,6 @@ from ..results import CELL_STATES, CellResult
 from ._grid import (
     SYMBOLS,
     Run,
-    axis_title,
     culprit,
     figures,
     fmt_number,
@@ -127,8 +126,10 @@ def render_markdown(run: Run) -> str:
     for table in layout(run):
         lines += ["", f"## {md_text(table.title)}", ""]
         head = [md_text(" · ".join(table.row_axes)) or " "]
-        head += [md_text(" · ".join(f"{a} {v}" for a, v in zip(table.col_axes, col, strict=True)))
-                 for col in table.col_keys]
+        head += [
+            md_text(" · ".join(f"{a} {v}" for a, v in zip(table.col_axes, col, strict=True)))
+            for col in table.col_keys
+        ]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "|".join(" --- " for _ in head) + "|")
         for row in table.row_keys:
@@ -173,12 +174,16 @@ def _perf_lines(old: Run, new: Run) -> list[str]:
             if base is None or base == 0 or abs(value - base) / abs(base) < PERF_CHANGE:
                 continue
             pct = (value - base) / abs(base) * 100
-            lines.append(f"- {md_text(label(cell.axes))}: {md_text(name)} {fmt_number(base)} → "
-                         f"{fmt_number(value)} ({pct:+.0f}%)")
+            lines.append(
+                f"- {md_text(label(cell.axes))}: {md_text(name)} {fmt_number(base)} → "
+                f"{fmt_number(value)} ({pct:+.0f}%)"
+            )
     return lines
 
 
-def compat_md_diff(old_results: Run | Mapping[str, Any] | Path, new_results: Run | Mapping[str, Any] | Path) -> str:
+def compat_md_diff(
+    old_results: Run | Mapping[str, Any] | Path, new_results: Run | Mapping[str, Any] | Path
+) -> str:
     """A Markdown summary of what changed between two runs: newly red first, then newly green, etc.
 
     Each argument is a results.json path, its loaded JSON (``results.load_run``), or a loaded Run.

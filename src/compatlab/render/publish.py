@@ -13,7 +13,7 @@ from .history import diff_runs, figure_series, load_runs, previous_run
 from .html import IndexEntry, render_html, render_index
 from .markdown import compat_md_diff, render_markdown
 
-__all__ = ["publish", "write_run", "write_text_atomic"]
+__all__ = ["main", "publish", "write_run", "write_text_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,14 @@ def write_run(
     """Write index.html, compat.md, results.json (and changes.md when there is an earlier run)."""
     previous = previous_run(history, run)
     changes = diff_runs(previous, run) if previous is not None else []
-    page = render_html(run, changes=changes, previous=previous, series=figure_series(history, run),
-                       nav=nav or [], runs=runs or [])
+    page = render_html(
+        run,
+        changes=changes,
+        previous=previous,
+        series=figure_series(history, run),
+        nav=nav or [],
+        runs=runs or [],
+    )
     written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "results.json"]
     write_text_atomic(written[0], page)
     write_text_atomic(written[1], render_markdown(run))
@@ -83,12 +89,18 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
     """
     history = load_runs(runs_dir)
     if not history:
-        raise ConfigError(str(runs_dir), ["no runs found (expected <run-id>/results.json); "
-                                          "run `nox -s matrix` first"])
+        raise ConfigError(
+            str(runs_dir), ["no runs found (expected <run-id>/results.json); run `nox -s matrix` first"]
+        )
     for run in history:
         src = Path(run.source)
-        write_run(run, src, site_dir / "runs" / _safe(run.id), history,
-                  nav=[("Latest", "../../index.html"), ("All runs", "../index.html")])
+        write_run(
+            run,
+            src,
+            site_dir / "runs" / _safe(run.id),
+            history,
+            nav=[("Latest", "../../index.html"), ("All runs", "../index.html")],
+        )
     # Everything published, newest first: the union of what was there and what we just wrote.
     known = {r.id: r for r in _site_runs(site_dir)}
     everything = sorted(known.values(), key=lambda r: r.sort_key, reverse=True)
@@ -98,16 +110,27 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
         out = []
         for run in everything:
             prev = previous_run(chronological, run)
-            out.append(IndexEntry(run=run, href=f"{prefix}{_safe(run.id)}/index.html",
-                                  changes=diff_runs(prev, run) if prev is not None else None))
+            out.append(
+                IndexEntry(
+                    run=run,
+                    href=f"{prefix}{_safe(run.id)}/index.html",
+                    changes=diff_runs(prev, run) if prev is not None else None,
+                )
+            )
         return out
 
-    write_text_atomic(site_dir / "runs" / "index.html",
-                      render_index(entries(""), nav=[("Latest", "../index.html")]))
+    write_text_atomic(
+        site_dir / "runs" / "index.html", render_index(entries(""), nav=[("Latest", "../index.html")])
+    )
     latest = history[-1]
-    write_run(latest, Path(latest.source), site_dir, history,
-              nav=[(f"Run {latest.id}", f"runs/{_safe(latest.id)}/index.html"), ("All runs", "runs/index.html")],
-              runs=entries("runs/"))
+    write_run(
+        latest,
+        Path(latest.source),
+        site_dir,
+        history,
+        nav=[(f"Run {latest.id}", f"runs/{_safe(latest.id)}/index.html"), ("All runs", "runs/index.html")],
+        runs=entries("runs/"),
+    )
     # gh-pages would otherwise run Jekyll, which hides files starting with "_".
     nojekyll = site_dir / ".nojekyll"
     if not nojekyll.exists():
@@ -119,3 +142,10 @@ def _safe(run_id: str) -> str:
     """A run id as one path component: nothing that climbs out of runs/."""
     cleaned = "".join(ch if ch.isalnum() or ch in "-_.+" else "_" for ch in run_id).lstrip(".")
     return cleaned or "run"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``compatlab publish --site DIR [--runs DIR]``; see ``_cli.publish_main``."""
+    from ._cli import publish_main
+
+    return publish_main(argv)

@@ -1,0 +1,276 @@
+"""End to end: a local index of tiny real wheels, real uv, a real `nox -s matrix` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _wheels import build_wheel, serve, write_simple_index
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _uv_dir() -> str:
+    from uv import find_uv_bin
+
+    return str(Path(find_uv_bin()).parent)
+
+
+@pytest.fixture(scope="module")
+def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """torch builds on their own index (like PyTorch's), everything else on a public-like one."""
+    root = tmp_path_factory.mktemp("indexes")
+    w = root / "wheels"
+    cu13 = {"torch/version.py": "cuda = '13.0'\n"}
+    cu12 = {"torch/version.py": "cuda = '12.8'\n"}
+    torch_wheels = [
+        build_wheel(w, "torch", "2.9.1+cu130", files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"]),
+        build_wheel(w, "torch", "2.10.0+cu130", files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"]),
+        build_wheel(w, "torch", "2.9.1+cu128", files=cu12, requires=["nvidia-cuda-runtime-cu12==12.8.90"]),
+    ]
+    public = [
+        build_wheel(w, "sgl-kernel", "0.3.21"),
+        # The generic build on the public index, as PyPI has it: what an unguarded resolve picks.
+        build_wheel(w, "torch", "2.10.0", files=cu12, requires=["nvidia-cuda-runtime-cu12==12.8.90"]),
+        build_wheel(w, "flashinfer-python", "0.6.4", requires=["torch"]),
+        build_wheel(w, "flashinfer-python", "0.7.4", requires=["torch", "cuda-bindings>=13"]),
+        build_wheel(w, "flashinfer-python", "0.8.0", requires=["torch>=2.10"]),
+        build_wheel(w, "cuda-bindings", "13.0.3"),
+        build_wheel(w, "nvidia-cuda-runtime-cu13", "13.0.96"),
+        build_wheel(w, "nvidia-cuda-runtime-cu12", "12.8.90"),
+    ]
+    write_simple_index(root / "torch", torch_wheels)
+    write_simple_index(root / "public", public)
+    with serve(root) as url:
+        yield url
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def nox(tmp_path: Path, matrix: str, *args: str, run_id: str = "r1", timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "matrix.toml").write_text(textwrap.dedent(matrix))
+    env = {
+        **os.environ,
+        "PATH": f"{_uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"),
+        "COMPATLAB_REPORTS": str(tmp_path / "reports"),
+        "COMPATLAB_VENVS": str(tmp_path / "venvs"),
+        "COMPATLAB_RUN_ID": run_id,
+        "UV_PYTHON_DOWNLOADS": "never",
+        "NO_COLOR": "1",
+        "COMPATLAB_REPORT": "0",
+    }
+    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout, check=False, cwd=ROOT)
+
+
+def cells_by_axes(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    data = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())
+    assert data["schema"] == "compatlab.results/1"
+    return {c["id"]: c for c in data["cells"]}
+
+
+def stage(cell: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in cell["stages"] if s["name"] == name)
+
+
+EXPECTED_ONLY = """
+name = "spine-a"
+[[axes.torch]]
+version = "2.9.1+cu130"
+index = "{url}/torch/simple"
+cuda = "13.0"
+[[axes.torch]]
+version = "2.9.1+cu128"
+index = "{url}/torch/simple"
+cuda = "12.8"
+[[axes.sgl-kernel]]
+version = "0.3.21"
+[[axes.flashinfer]]
+version = "0.6.4"
+[[axes.flashinfer]]
+version = "0.7.4"
+[[axes.cuda]]
+version = "12.8"
+[[axes.cuda]]
+version = "13.0"
+[[rules.expect]]
+torch = "2.9.1+cu128"
+flashinfer = "0.7.4"
+expect = "fail"
+reason = "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"
+[install]
+index-url = "{url}/public/simple"
+[targets.box]
+arch = ["sm_90"]
+min-driver = "570.86"
+"""
+
+
+def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) -> None:
+    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-s", "matrix")
+    assert done.returncode == 0, done.stdout + done.stderr
+    cells = cells_by_axes(tmp_path)
+    assert {cid: c["state"] for cid, c in cells.items()} == {
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8": "n/a",
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0": "pass",
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda12.8": "n/a",
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": "pass",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8": "pass",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda13.0": "n/a",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8": "fail",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": "n/a",
+    }
+    ok = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
+    assert "torch==2.9.1+cu130" in ok["freeze"]
+    assert ok["install"]["argv"][1:3] == ["pip", "install"]
+    assert '"torch" = { index = "index-1" }' in ok["install"]["files"]["pyproject.toml"]
+    assert stage(ok, "pins")["state"] == "pass"
+    mix = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8"]
+    assert mix["expected"] == {"state": "fail", "reason": "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"}
+    assert mix["unexpected"] is False
+    assert mix["reason"] == (
+        "pins: CUDA 13 package cuda-bindings 13.0.3 beside a CUDA 12.8 stack (flashinfer-python 0.7.4 requires "
+        "'cuda-bindings>=13'): it needs a CUDA-13 driver, 580.65.06+; target box (min-driver 570.86) is older"
+    )
+    assert "[compatlab] end   torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8: FAIL (known)" in done.stdout
+    assert "totals: fail 1, n/a 4, pass 3; unexpected 0" in done.stdout
+    # Every cell's result is on disk on its own too, written as the cell finished.
+    assert len(list((tmp_path / "reports" / "runs" / "r1" / "cells").glob("*.json"))) == 8
+
+
+NEWS = """
+name = "spine-b"
+[[axes.torch]]
+version = "2.9.1+cu130"
+index = "{url}/torch/simple"
+cuda = "13.0"
+[[axes.sgl-kernel]]
+version = "0.3.21"
+[[axes.flashinfer]]
+version = "0.8.0"
+[[axes.cuda]]
+version = "13.0"
+[install]
+index-url = "{url}/public/simple"
+# Meant to lift flashinfer's torch floor; it also lifts the cell's own torch pin.
+overrides = ["torch>=2.10"]
+[targets.box]
+arch = ["sm_90"]
+min-driver = "580.65"
+"""
+
+
+def test_a_swapped_pin_is_news(tmp_path: Path, index_url: str) -> None:
+    done = nox(tmp_path, NEWS.format(url=index_url), "-s", "matrix")
+    assert done.returncode == 1, done.stdout + done.stderr
+    cells = cells_by_axes(tmp_path)
+    swapped = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.8.0-cuda13.0"]
+    assert swapped["state"] == "fail" and swapped["unexpected"] is True
+    assert swapped["reason"] == (
+        "pins: torch 2.9.1+cu130 was replaced by 2.10.0; flashinfer-python 0.8.0 requires 'torch>=2.10'; "
+        "install.overrides has 'torch>=2.10' (and 1 more)"
+    )
+    pins = stage(swapped, "pins")["details"]
+    assert pins["failures"][1:] == ["torch 2.10.0 is a CUDA 12.8 build; this cell is CUDA 13.0"]
+    assert pins["warnings"] == [
+        "CUDA 12 package nvidia-cuda-runtime-cu12 12.8.90 beside a CUDA 13.0 stack (torch 2.10.0 requires "
+        "'nvidia-cuda-runtime-cu12==12.8.90'): two CUDA runtimes may be loaded into one process",
+    ]
+
+
+def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: str) -> None:
+    matrix = EXPECTED_ONLY.format(url=index_url).replace(
+        f'version = "2.9.1+cu128"\nindex = "{index_url}/torch/simple"',
+        f'version = "2.9.1+cu128"\nindex = "http://127.0.0.1:{closed_port()}/simple"',
+    )
+    done = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu128 and cuda12")
+    assert done.returncode == 1, done.stdout + done.stderr
+    cells = cells_by_axes(tmp_path)
+    assert len(cells) == 2
+    down = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"]
+    assert down["state"] == "error" and down["attempts"] == 2
+    assert down["reason"].startswith("install: index or network failure: ")
+    assert stage(down, "pins") == {"name": "pins", "state": "skip", "reason": "blocked: install errored",
+                                   "details": {}, "seconds": 0.0, "required": True}
+
+
+def test_interrupt_keeps_finished_cells(tmp_path: Path, index_url: str) -> None:
+    # A server that accepts connections and never answers: the second cell's install hangs.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    matrix = EXPECTED_ONLY.format(url=index_url).replace(
+        'version = "2.9.1+cu128"\nindex = "' + index_url + '/torch/simple"',
+        f'version = "2.9.1+cu128"\nindex = "http://127.0.0.1:{port}/simple"',
+    )
+    (tmp_path / "matrix.toml").write_text(matrix)
+    env = {
+        **os.environ,
+        "PATH": f"{_uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"), "COMPATLAB_REPORTS": str(tmp_path / "reports"),
+        "COMPATLAB_VENVS": str(tmp_path / "venvs"), "COMPATLAB_RUN_ID": "int", "UV_PYTHON_DOWNLOADS": "never",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    cells_dir = tmp_path / "reports" / "runs" / "int" / "cells"
+    hang_venv = tmp_path / "venvs" / "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
+    try:
+        deadline = time.monotonic() + 300
+        while not hang_venv.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert hang_venv.exists(), "the hanging cell never started"
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        silent.close()
+    assert proc.returncode != 0
+    finished = sorted(p.stem for p in cells_dir.glob("*.json"))
+    assert "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0" in finished
+    data = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())
+    assert "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0" in {c["id"] for c in data["cells"]}
+
+
+DOC = "One matrix cell: its own uv venv, the pins, then every stage; fails only on unexpected verdicts."
+
+
+def test_nox_lists_cells_and_rejects_a_bad_matrix(tmp_path: Path, index_url: str) -> None:
+    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l", "--json")
+    assert done.returncode == 0, done.stderr
+    names = [s["session"] for s in json.loads(done.stdout) if s["name"] == "matrix"]
+    assert names[0] == "matrix(torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8)"
+    assert len(names) == 8
+    picked = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l", "-k", "cu128 and cuda12")
+    assert [ln for ln in picked.stdout.splitlines() if ln.startswith("* ")] == [
+        "* matrix(torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8) "
+        "[torch-2.9.1+cu128,sgl-kernel-0.3.21,flashinfer-0.6.4,cuda-12.8] -> " + DOC,
+        "* matrix(torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8) "
+        "[torch-2.9.1+cu128,sgl-kernel-0.3.21,flashinfer-0.7.4,cuda-12.8] -> " + DOC,
+    ]
+    tagged = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l", "-t", "flashinfer-0.7.4")
+    assert sum(ln.startswith("* matrix(") for ln in tagged.stdout.splitlines()) == 4
+    assert "flashinfer0.6.4" not in "".join(ln for ln in tagged.stdout.splitlines() if ln.startswith("* "))
+    bad = nox(tmp_path, EXPECTED_ONLY.format(url=index_url).replace("[install]", "[instal]"), "-l")
+    assert bad.returncode == 2
+    assert bad.stderr == f"error: {tmp_path / 'matrix.toml'}: instal: unknown key; perhaps you meant 'install'?\n"
