@@ -31,6 +31,16 @@ except ConfigError as exc:
     print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
     sys.exit(exc.exit_code)
 CELLS: list[Cell] = expand(MATRIX)
+SHARD = os.environ.get("COMPATLAB_SHARD", "")
+if SHARD:
+    from compatlab.errors import UsageError
+    from compatlab.shard import parse_shard, shard_cells
+
+    try:
+        CELLS = shard_cells(CELLS, *parse_shard(SHARD, where="COMPATLAB_SHARD"))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
 
 REPORTS = Path(os.environ.get("COMPATLAB_REPORTS", ROOT / "reports"))
 # Every cell session of one `nox` invocation writes into the same run.
@@ -95,6 +105,25 @@ def cells(session: nox.Session) -> None:
     """Print the matrix's cells (`-- --json` for a CI matrix strategy)."""
     session.run(sys.executable, "-m", "compatlab", "cells", "--matrix", str(MATRIX.path), *session.posargs,
                 env=_lab_env(), external=True)
+
+
+@nox.session(name="ci_matrix", python=False)
+def ci_matrix(session: nox.Session) -> None:
+    """Print the JSON a CI matrix strategy consumes (`-- --shards N` for one job per shard)."""
+    session.run(sys.executable, "-m", "compatlab", "ci-matrix", "--matrix", str(MATRIX.path), *session.posargs,
+                env=_lab_env(), external=True, silent=False)
+
+
+@nox.session(python=False)
+def merge(session: nox.Session) -> None:
+    """Merge shard runs into one run and render it: `nox -s merge -- reports/shards/*/runs/*`."""
+    if not session.posargs:
+        session.error("give the shard run folders: nox -s merge -- DIR [DIR ...]")
+    out = REPORTS / "runs" / RUN_ID
+    session.run(_lab_python(session), "-m", "compatlab", "merge", *session.posargs, "--matrix", str(MATRIX.path),
+                "--out", str(out), "--latest", str(LATEST), env=_lab_env(), external=True, success_codes=[0, 1])
+    session.run(_lab_python(session), "-m", "compatlab", "summary", str(out / "results.json"), "--github-summary",
+                env=_lab_env(), external=True, success_codes=[0, 1])
 
 
 @nox.session(python=False)

@@ -86,12 +86,12 @@ def expand(matrix: Matrix) -> list[Cell]:
     for rule in matrix.rules:
         if rule.kind != "include":
             continue
-        values = []
+        chosen: list[AxisValue] = []
         for axis in matrix.axes:
             value = axis.find(rule.match[axis.name][0])
             assert value is not None  # validated in parse_matrix
-            values.append(value)
-        vt = tuple(values)
+            chosen.append(value)
+        vt = tuple(chosen)
         cid = cell_id(vt)
         assignment = {v.axis: v.version for v in vt}
         expect, why = _expectation(matrix, assignment)

@@ -38,6 +38,10 @@ def _cmd_cells(args: argparse.Namespace) -> int:
 
     matrix = load_matrix(_matrix_path(args))
     cells = expand(matrix)
+    if args.shard:
+        from .shard import parse_shard, shard_cells
+
+        cells = shard_cells(cells, *parse_shard(args.shard))
     if args.json:
         print(json.dumps([{"id": c.id, "axes": c.axes, "na": c.na, "expect": c.expect} for c in cells], indent=2))
         return 0
@@ -80,7 +84,8 @@ def summary_table(data: dict[str, object]) -> tuple[str, int]:
     """A plain-text table of a run and the number of unexpected verdicts."""
     cells = data.get("cells", [])
     assert isinstance(cells, list)
-    planned = data.get("run", {}).get("planned", [])  # type: ignore[union-attr]
+    run_meta = data.get("run", {})
+    planned = run_meta.get("planned", []) if isinstance(run_meta, dict) else []
     seen = {c["id"] for c in cells}
     rows = [("cell", "state", "seconds", "reason")]
     unexpected = 0
@@ -115,6 +120,43 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 1 if unexpected else 0
 
 
+def _cmd_ci_matrix(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .shard import ci_matrix
+
+    if args.shards is not None and args.shards < 1:
+        raise UsageError(f"--shards: expected a positive number, got {args.shards}")
+    print(json.dumps(ci_matrix(load_matrix(_matrix_path(args)), shards=args.shards), separators=(",", ":")))
+    return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .shard import merge_runs
+
+    dirs = [Path(d) for d in args.shard_dirs]
+    for d in dirs:
+        if not (d / "cells").is_dir():
+            raise UsageError(f"{d}: not a run folder (no cells/ inside); pass reports/runs/<run-id> of each shard")
+    out = Path(args.out)
+    data = merge_runs(load_matrix(_matrix_path(args)), dirs, out, run_id=args.run_id or out.name)
+    if args.latest:
+        from .results import write_json_atomic
+
+        write_json_atomic(Path(args.latest) / "results.json", data)
+    missing = sum(1 for c in data["cells"] if c["reason"].startswith("missing:"))
+    print(f"merged {len(dirs)} shard(s) into {out / 'results.json'}: {len(data['cells'])} cells, {missing} missing")
+    return 1 if missing else 0
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from .shard import prune_runs
+
+    for path in prune_runs(Path(args.runs), args.keep):
+        print(f"removed {path}")
+    return 0
+
+
 def _delegate(module: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         import importlib
@@ -138,7 +180,26 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("cells", help="list the cells of a matrix")
     s.add_argument("--matrix")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--shard", help="only shard i of n, e.g. 2/4 (deterministic, balanced)")
     s.set_defaults(func=_cmd_cells)
+
+    s = sub.add_parser("ci-matrix", help="JSON for a CI matrix strategy (fromJson): per cell, or per shard")
+    s.add_argument("--matrix")
+    s.add_argument("--shards", type=int, help="one job per shard instead of one per cell")
+    s.set_defaults(func=_cmd_ci_matrix)
+
+    s = sub.add_parser("merge", help="combine shard runs into one run; missing cells show as errors")
+    s.add_argument("shard_dirs", nargs="+", help="reports/runs/<run-id> folders of the shards")
+    s.add_argument("--matrix")
+    s.add_argument("--out", required=True, help="the merged run folder")
+    s.add_argument("--run-id")
+    s.add_argument("--latest", help="also write the merged results.json here")
+    s.set_defaults(func=_cmd_merge)
+
+    s = sub.add_parser("prune", help="keep only the newest N runs")
+    s.add_argument("--runs", default="reports/runs")
+    s.add_argument("--keep", type=int, required=True)
+    s.set_defaults(func=_cmd_prune)
 
     s = sub.add_parser("cell", help="run one cell")
     s.add_argument("cell")
@@ -165,19 +226,34 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_DELEGATED = {"static": ".static", "report": ".render", "publish": ".render.publish"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in _DELEGATED:
+        # These commands own their whole command line (argparse.REMAINDER will not take '--site' first).
+        import importlib
+
+        mod = importlib.import_module(_DELEGATED[args_list[0]], __package__)
+        code: int = mod.main(args_list[1:])
+        return code
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        code: int = args.func(args)
-        return code
+        result: int = args.func(args)
+        return result
     except LabError as exc:
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # `compatlab cells | head`: the reader left; that is not an error of ours.
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("error: interrupted; finished cells are kept under reports/runs/", file=sys.stderr)
         return 130

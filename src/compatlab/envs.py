@@ -196,8 +196,8 @@ def parse_freeze(lines: Iterable[str]) -> dict[str, str]:
     from packaging.utils import canonicalize_name
 
     out: dict[str, str] = {}
-    for line in lines:
-        line = line.strip()
+    for raw in lines:
+        line = raw.strip()
         if "==" in line and not line.startswith("#"):
             name, _, version = line.partition("==")
             out[canonicalize_name(name)] = version.strip()

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .errors import ConfigError
@@ -355,16 +354,15 @@ def _parse_axes(ck: _Checker, data: Mapping[str, Any]) -> list[Axis]:
         if not _AXIS_NAME.match(name) or name in RULE_META_KEYS:
             ck.error(where, "an axis name is lower-case letters, digits and '-', not 'reason' or 'expect'")
             continue
-        if isinstance(raw, (str, dict)):
-            raw = [raw]
-        if not isinstance(raw, list):
-            ck.error(where, f"expected an array of values, got {_show(raw)}")
+        items = [raw] if isinstance(raw, (str, dict)) else raw
+        if not isinstance(items, list):
+            ck.error(where, f"expected an array of values, got {_show(items)}")
             continue
-        if not raw:
+        if not items:
             ck.error(where, "has no values; give at least one")
             continue
-        values = []
-        for i, item in enumerate(raw):
+        values: list[AxisValue] = []
+        for i, item in enumerate(items):
             value = _parse_value(ck, name, item, f"{where}[{i}]")
             if value is None:
                 continue

@@ -140,13 +140,13 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
     fails: list[str] = []
     warns: list[str] = []
     details: dict[str, object] = {}
-    pins = []
+    pins: list[dict[str, object]] = []
     overrides = [Requirement(o) for o in ctx.matrix.install.overrides]
     for value in ctx.cell.packages:
         assert value.package is not None
         cname = canonicalize_name(value.package)
         got = dists.get(cname)
-        entry = {"package": value.package, "declared": value.version, "installed": got.version if got else None}
+        entry: dict[str, object] = {"package": value.package, "declared": value.version, "installed": got.version if got else None}
         pins.append(entry)
         if got is None:
             fails.append(f"{value.package} {value.version} is not installed")
@@ -196,7 +196,8 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
             asked = _who_asked(dists, dist.name) or ["no installed package names it"]
             if len(asked) > 2:
                 asked = [*asked[:2], f"{len(asked) - 2} more"]
-            msg = f"CUDA {major} package {dist.display} {dist.version} beside a CUDA {cell_cuda} stack ({'; '.join(asked)})"
+            msg = (f"CUDA {major} package {dist.display} {dist.version} beside a CUDA {cell_cuda} stack "
+                   f"({'; '.join(asked)})")
             needed = MIN_DRIVER.get(major) if major > cell_major else None
             if needed:
                 msg += f": it needs a CUDA-{major} driver, {needed}+"

@@ -21,6 +21,7 @@ from . import envs
 from .cells import Cell, expand
 from .errors import UsageError
 from .matrix import Matrix
+from .proc import run
 from .results import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
 from .stages import CellContext, Stage
 
@@ -71,7 +72,7 @@ def _install(matrix: Matrix, cell: Cell, venv: Path, spec_dir: Path) -> tuple[St
     python = envs.venv_python(venv)
     plan = envs.install_plan(matrix, cell, python=python, spec_dir=spec_dir)
     envs.write_plan_files(plan, spec_dir)
-    done = envs.run(plan.argv, timeout=matrix.install.timeout, env=envs.uv_env())
+    done = run(plan.argv, timeout=matrix.install.timeout, env=envs.uv_env())
     record = plan.to_json()
     details: dict[str, Any] = {"argv": plan.argv, "stdout": done.stdout[-4000:], "stderr": done.stderr[-8000:],
                                "uv_seconds": round(done.seconds, 3)}
@@ -127,7 +128,7 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
             s0 = time.monotonic()
             try:
                 sr = stage.run(ctx)
-            except Exception as exc:  # noqa: BLE001 - a lab bug in one stage must not lose the cell
+            except Exception as exc:
                 log.exception("stage %s crashed", stage.name)
                 sr = StageResult(name=stage.name, state="error", reason=f"lab error in stage {stage.name}: {exc!r}")
             if not sr.seconds:
@@ -173,7 +174,6 @@ def host_facts() -> dict[str, Any]:
     }
     smi = shutil.which("nvidia-smi")
     if smi:
-        from .proc import run
 
         done = run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"], timeout=30)
         if done.ok:
@@ -182,8 +182,6 @@ def host_facts() -> dict[str, Any]:
             facts["driver"] = rows[0][1] if rows and len(rows[0]) > 1 else None
     uv = shutil.which("uv")
     if uv:
-        from .proc import run
-
         done = run([uv, "--version"], timeout=30)
         facts["uv"] = done.stdout.strip()
     return facts

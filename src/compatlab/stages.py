@@ -44,7 +44,8 @@ class Stage:
 
 def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for processes in a cell: the venv first on PATH, no inherited library paths."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME")}
+    dropped = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONNOUSERSITE"] = "1"

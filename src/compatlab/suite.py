@@ -138,8 +138,9 @@ def run_suite(ctx: CellContext, name: str, *, timeout: float = 1800.0, required:
         data = json.loads(out_file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         sig = done.signal_name
+        tail = envs.last_line(done.stderr or done.stdout)
         reason = (f"the {name} suite's interpreter died by {sig}" if sig
-                  else f"the {name} suite wrote no result (exit {done.returncode}): {envs.last_line(done.stderr or done.stdout)}")
+                  else f"the {name} suite wrote no result (exit {done.returncode}): {tail}")
         return StageResult(name=name, state="error" if not sig else "fail", reason=reason,
                            details={"argv": argv, "log": str(work / "pytest.log")}, seconds=seconds,
                            required=required)

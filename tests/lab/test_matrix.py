@@ -85,7 +85,9 @@ def test_good_matrix_expands(tmp_path: Path) -> None:
     assert live.na is None
     assert (live.expect, live.expect_reason) == ("fail", "known ABI break")
     fi = live.value("flashinfer")
-    assert fi is not None and fi.package == "flashinfer-python" and fi.requires == ("apache-tvm-ffi<0.2",)
+    assert fi is not None
+    assert fi.package == "flashinfer-python"
+    assert fi.requires == ("apache-tvm-ffi<0.2",)
     assert matrix.archs == ("sm_120",)
 
 

@@ -8,75 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from _wheels import build_wheel, serve, write_simple_index
+from _labutil import closed_port, nox, uv_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _uv_dir() -> str:
-    from uv import find_uv_bin
-
-    return str(Path(find_uv_bin()).parent)
-
-
-@pytest.fixture(scope="module")
-def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """torch builds on their own index (like PyTorch's), everything else on a public-like one."""
-    root = tmp_path_factory.mktemp("indexes")
-    w = root / "wheels"
-    cu13 = {"torch/version.py": "cuda = '13.0'\n"}
-    cu12 = {"torch/version.py": "cuda = '12.8'\n"}
-    torch_wheels = [
-        build_wheel(w, "torch", "2.9.1+cu130", files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"]),
-        build_wheel(w, "torch", "2.10.0+cu130", files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"]),
-        build_wheel(w, "torch", "2.9.1+cu128", files=cu12, requires=["nvidia-cuda-runtime-cu12==12.8.90"]),
-    ]
-    public = [
-        build_wheel(w, "sgl-kernel", "0.3.21"),
-        # The generic build on the public index, as PyPI has it: what an unguarded resolve picks.
-        build_wheel(w, "torch", "2.10.0", files=cu12, requires=["nvidia-cuda-runtime-cu12==12.8.90"]),
-        build_wheel(w, "flashinfer-python", "0.6.4", requires=["torch"]),
-        build_wheel(w, "flashinfer-python", "0.7.4", requires=["torch", "cuda-bindings>=13"]),
-        build_wheel(w, "flashinfer-python", "0.8.0", requires=["torch>=2.10"]),
-        build_wheel(w, "cuda-bindings", "13.0.3"),
-        build_wheel(w, "nvidia-cuda-runtime-cu13", "13.0.96"),
-        build_wheel(w, "nvidia-cuda-runtime-cu12", "12.8.90"),
-    ]
-    write_simple_index(root / "torch", torch_wheels)
-    write_simple_index(root / "public", public)
-    with serve(root) as url:
-        yield url
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def nox(tmp_path: Path, matrix: str, *args: str, run_id: str = "r1", timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "matrix.toml").write_text(textwrap.dedent(matrix))
-    env = {
-        **os.environ,
-        "PATH": f"{_uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"),
-        "COMPATLAB_REPORTS": str(tmp_path / "reports"),
-        "COMPATLAB_VENVS": str(tmp_path / "venvs"),
-        "COMPATLAB_RUN_ID": run_id,
-        "UV_PYTHON_DOWNLOADS": "never",
-        "NO_COLOR": "1",
-        "COMPATLAB_REPORT": "0",
-    }
-    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
-                          capture_output=True, text=True, env=env, timeout=timeout, check=False, cwd=ROOT)
 
 
 def cells_by_axes(tmp_path: Path) -> dict[str, dict[str, Any]]:
@@ -150,6 +88,10 @@ def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) 
     )
     assert "[compatlab] end   torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8: FAIL (known)" in done.stdout
     assert "totals: fail 1, n/a 4, pass 3; unexpected 0" in done.stdout
+    # The summary session renders the grid from the results.
+    html = (tmp_path / "reports" / "latest" / "index.html").read_text()
+    assert "cuda-bindings 13.0.3 beside a CUDA 12.8 stack" in html
+    assert "| torch |" in (tmp_path / "reports" / "latest" / "compat.md").read_text()
     # Every cell's result is on disk on its own too, written as the cell finished.
     assert len(list((tmp_path / "reports" / "runs" / "r1" / "cells").glob("*.json"))) == 8
 
@@ -181,7 +123,8 @@ def test_a_swapped_pin_is_news(tmp_path: Path, index_url: str) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     cells = cells_by_axes(tmp_path)
     swapped = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.8.0-cuda13.0"]
-    assert swapped["state"] == "fail" and swapped["unexpected"] is True
+    assert swapped["state"] == "fail"
+    assert swapped["unexpected"] is True
     assert swapped["reason"] == (
         "pins: torch 2.9.1+cu130 was replaced by 2.10.0; flashinfer-python 0.8.0 requires 'torch>=2.10'; "
         "install.overrides has 'torch>=2.10' (and 1 more)"
@@ -204,7 +147,8 @@ def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: 
     cells = cells_by_axes(tmp_path)
     assert len(cells) == 2
     down = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"]
-    assert down["state"] == "error" and down["attempts"] == 2
+    assert down["state"] == "error"
+    assert down["attempts"] == 2
     assert down["reason"].startswith("install: index or network failure: ")
     assert stage(down, "pins") == {"name": "pins", "state": "skip", "reason": "blocked: install errored",
                                    "details": {}, "seconds": 0.0, "required": True}
@@ -223,7 +167,7 @@ def test_interrupt_keeps_finished_cells(tmp_path: Path, index_url: str) -> None:
     (tmp_path / "matrix.toml").write_text(matrix)
     env = {
         **os.environ,
-        "PATH": f"{_uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"), "COMPATLAB_REPORTS": str(tmp_path / "reports"),
         "COMPATLAB_VENVS": str(tmp_path / "venvs"), "COMPATLAB_RUN_ID": "int", "UV_PYTHON_DOWNLOADS": "never",
     }

@@ -57,7 +57,9 @@ def _report_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, help="output folder (default: the folder of the results file)")
     p.add_argument(
-        "--history", type=Path, help="folder of earlier runs, <run-id>/results.json (default: ../runs if present)"
+        "--history",
+        type=Path,
+        help="folder of earlier runs, <run-id>/results.json (default: ../runs if present)",
     )
     p.add_argument("--no-history", action="store_true", help="do not compare with earlier runs")
     p.add_argument(
@@ -70,14 +72,17 @@ def _report_parser() -> argparse.ArgumentParser:
 
 def _publish_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="compatlab publish", description="Write every run and the latest grid into a static-hosting folder."
+        prog="compatlab publish",
+        description="Write every run and the latest grid into a static-hosting folder.",
     )
     p.add_argument("--site", type=Path, required=True, help="site folder, e.g. a gh-pages checkout")
     p.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help=f"runs folder (default: {DEFAULT_RUNS})")
     return p
 
 
-def _guarded(parser: argparse.ArgumentParser, argv: list[str], body: Callable[[argparse.Namespace], None]) -> int:
+def _guarded(
+    parser: argparse.ArgumentParser, argv: list[str], body: Callable[[argparse.Namespace], None]
+) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse has printed usage or help

@@ -26,7 +26,7 @@ DEFAULT_REPORT: Mapping[str, tuple[str, ...]] = {
     "tables": ("cuda",),
 }
 # Stage-detail keys that hold logs: shown as text blocks rather than inside the JSON.
-LOG_KEYS = ("log", "logs", "log_path", "log_paths", "stdout", "stderr", "output", "traceback")
+LOG_KEYS = ("log", "logs", "log_path", "log_paths", "log_tail", "stdout", "stderr", "output", "traceback")
 REASON_LIMIT = 160
 
 Key = tuple[str, ...]
@@ -305,6 +305,15 @@ def figures(cell: CellResult) -> dict[str, float]:
                 if number is not None:
                     out[str(name)] = number
     return out
+
+
+def headline(figs: Mapping[str, float], limit: int = 4) -> dict[str, float]:
+    """The few figures a grid cell has room for: bus bandwidth, speedups, then throughputs, then the rest."""
+
+    def rank(name: str) -> int:
+        return 0 if "busbw" in name else 1 if "speedup" in name else 2 if "tok_s" in name else 3
+
+    return dict(sorted(figs.items(), key=lambda item: rank(item[0]))[:limit])
 
 
 def fmt_number(value: float) -> str:

@@ -24,6 +24,7 @@ from ._grid import (
     culprit,
     figures,
     fmt_number,
+    headline,
     install_command,
     is_known,
     label,
@@ -93,15 +94,33 @@ def sparkline(values: Sequence[float], name: str, *, width: int = 54, height: in
 
 
 def _figs(cell: CellResult, series: Mapping[str, Sequence[float]]) -> str:
+    """The headline figures with their sparklines; the panel lists them all."""
     figs = figures(cell)
     if not figs:
         return ""
     items = "".join(
         f'<span title="{_e(name)}">{_e(name)} <b>{_e(fmt_number(v))}</b>'
         f"{sparkline(series.get(name, ()), name)}</span>"
+        for name, v in headline(figs).items()
+    )
+    more = len(figs) - len(headline(figs))
+    extra = f'<span class="muted">+{more} more</span>' if more > 0 else ""
+    return f'<div class="figs">{items}{extra}</div>'
+
+
+def _figs_table(cell: CellResult, series: Mapping[str, Sequence[float]]) -> str:
+    figs = figures(cell)
+    if not figs:
+        return ""
+    rows = "".join(
+        f'<tr><td>{_e(name)}</td><td class="secs">{_e(fmt_number(v))}</td>'
+        f"<td>{sparkline(series.get(name, ()), name, width=90)}</td></tr>"
         for name, v in figs.items()
     )
-    return f'<div class="figs">{items}</div>'
+    return (
+        '<h4>Perf figures</h4><table class="stages"><thead><tr><th>figure</th><th>value</th>'
+        f"<th>recent runs</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
 
 
 def _value(value: Any) -> str:
@@ -142,7 +161,7 @@ def _stage_details(stage: StageResult) -> str:
     )
 
 
-def _panel(cell: CellResult, change: Change | None) -> str:
+def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequence[float]]) -> str:
     parts = [f'<p><b>{_e(label(cell.axes))}</b></p><p class="muted">cell <code>{_e(cell.id)}</code></p>']
     if cell.expected:
         what = f"expected {cell.expected.get('state', '?')}"
@@ -168,6 +187,7 @@ def _panel(cell: CellResult, change: Change | None) -> str:
             f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table>"
         )
         parts += [_stage_details(s) for s in cell.stages]
+    parts.append(_figs_table(cell, series))
     cmd = install_command(cell)
     if cmd or cell.install:
         parts.append("<h4>Install</h4>")
@@ -233,7 +253,7 @@ def _cell(cell: CellResult | None, change: Change | None, series: Mapping[str, S
         full = reason(cell)
         why = f'<div class="why" title="{_e(full)}">{where}{_e(text)}</div>' if where or text else ""
     summary = head + why + _figs(cell, series)
-    return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell, change)}</details></td>"
+    return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell, change, series)}</details></td>"
 
 
 # --- the grid ----------------------------------------------------------------------------------------

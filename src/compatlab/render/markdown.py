@@ -15,6 +15,7 @@ from ._grid import (
     culprit,
     figures,
     fmt_number,
+    headline,
     is_known,
     label,
     layout,
@@ -84,7 +85,9 @@ def counts_line(run: Run) -> str:
 
 def _figures_text(cell: CellResult) -> str:
     figs = figures(cell)
-    return ", ".join(f"{name} {fmt_number(v)}" for name, v in figs.items())
+    shown = headline(figs)
+    more = f", +{len(figs) - len(shown)} more" if len(figs) > len(shown) else ""
+    return ", ".join(f"{name} {fmt_number(v)}" for name, v in shown.items()) + more
 
 
 def md_cell(cell: CellResult | None) -> str:
