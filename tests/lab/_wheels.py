@@ -36,7 +36,7 @@ def build_wheel(
     content: dict[str, bytes] = {f"{module}/__init__.py": f"__version__ = {version!r}\n".encode()}
     for fname, data in (files or {}).items():
         content[fname] = data.encode() if isinstance(data, str) else data
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     content[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
     content[f"{info}/WHEEL"] = (
@@ -76,7 +76,7 @@ def write_simple_index(root: Path, wheels: Sequence[Path]) -> Path:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
