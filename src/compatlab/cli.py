@@ -74,7 +74,12 @@ def _cmd_cell(args: argparse.Namespace) -> int:
     latest = Path(args.latest) if args.latest else None
     aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
     print(f"[compatlab] start {cell.id}", flush=True)
-    result = run_cell(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs))
+    if args.gpu8:
+        from .runner import GPU8_STAGES, run_more_stages
+
+        result = run_more_stages(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs), stages=GPU8_STAGES)
+    else:
+        result = run_cell(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs))
     aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
     print(_fmt_line(result), flush=True)
     return 1 if result.unexpected else 0
@@ -208,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--run-id")
     s.add_argument("--latest", help="folder whose results.json mirrors the run")
     s.add_argument("--venvs", default=".compatlab/venvs", help="where cell venvs live")
+    s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
     s.set_defaults(func=_cmd_cell)
 
     s = sub.add_parser("summary", help="print a run's table; exit 1 when a verdict is unexpected")

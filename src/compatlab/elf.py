@@ -199,7 +199,7 @@ def _read(elf: Any, fh: Any, sha256: str) -> ElfInfo:
             fat_ranges.append((section["sh_offset"], section["sh_size"]))
 
     if dynsym is not None and dynsym["sh_size"]:
-        _read_dynsym(elf, fh, dynsym, versym, index, info)
+        _read_dynsym(elf, fh, dynsym, versym=versym, index=index, info=info)
     if fat_ranges:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             try:
@@ -215,7 +215,7 @@ def _section_bytes(fh: Any, section: Any) -> bytes:
     return data
 
 
-def _read_dynsym(elf: Any, fh: Any, dynsym: Any, versym: Any, index: dict[int, tuple[str, str]],
+def _read_dynsym(elf: Any, fh: Any, dynsym: Any, *, versym: Any, index: dict[int, tuple[str, str]],
                  info: ElfInfo) -> None:
     little = elf.little_endian
     end = "<" if little else ">"

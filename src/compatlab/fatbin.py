@@ -104,7 +104,7 @@ def runs_on(code: GpuCode, device: int) -> bool:
 def _entries(buf: mmap.mmap | bytes, start: int, end: int) -> Iterable[list[GpuCode]]:
     """Containers between *start* and *end* of *buf*, each a list of its entries."""
     pos = buf.find(_MAGIC_BYTES, start, end)
-    while 0 <= pos and pos + _CONTAINER.size <= end:
+    while pos >= 0 and pos + _CONTAINER.size <= end:
         magic, _version, hsize, fsize = _CONTAINER.unpack_from(buf, pos)
         if magic != FATBIN_MAGIC or hsize < _CONTAINER.size:
             pos = buf.find(_MAGIC_BYTES, pos + 4, end)

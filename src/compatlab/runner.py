@@ -42,7 +42,10 @@ def _lazy(module: str, func: str) -> Callable[[CellContext], StageResult]:
 # Cheap stages first; each later stage still runs after an earlier red when its needs are met.
 STAGES: tuple[Stage, ...] = (
     Stage(name="pins", run=_lazy(".pins", "run_pins_stage")),
+    Stage(name="static", run=_lazy(".static", "run_static_stage")),
 )
+# The 8-GPU stages of `nox -s gpu8_perf`, added to a cell's result after `nox -s matrix`.
+GPU8_STAGES: tuple[Stage, ...] = ()
 
 
 def now_iso() -> str:
@@ -120,34 +123,76 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
                           site_packages=envs.site_packages(venv), work_dir=work, freeze=result.freeze,
                           previous=result.stages)
         for stage in stages:
-            missing = [n for n in stage.needs if (ctx.stage(n) is None or ctx.stage(n).state not in ("pass", "warn"))]  # type: ignore[union-attr]
-            if missing:
-                result.stages.append(StageResult(name=stage.name, state="skip",
-                                                 reason="blocked: " + ", ".join(missing) + " did not pass"))
-                continue
-            s0 = time.monotonic()
-            try:
-                sr = stage.run(ctx)
-            except Exception as exc:
-                log.exception("stage %s crashed", stage.name)
-                sr = StageResult(name=stage.name, state="error", reason=f"lab error in stage {stage.name}: {exc!r}")
-            if not sr.seconds:
-                sr.seconds = time.monotonic() - s0
-            result.stages.append(sr)
+            result.stages.append(_run_stage(stage, ctx))
     else:
         result.stages.extend(_blocked(s, install) for s in stages)
-    result.state = cell_state(result.stages)
-    first_bad = next((s for s in result.stages if s.state == result.state or
-                      (result.state in ("fail", "error") and s.state in ("fail", "error"))), None)
-    if result.state == "partial":
-        first_bad = next((s for s in result.stages if s.state == "skip" and s.required), None)
-    if first_bad is not None and result.state != "pass":
-        result.reason = f"{first_bad.name}: {first_bad.reason}"
-    result.unexpected = is_unexpected(result)
+    _conclude(result)
     result.finished = now_iso()
     result.seconds = round(time.monotonic() - t0, 3)
     write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
     return result
+
+
+def _conclude(result: CellResult) -> None:
+    result.state = cell_state(result.stages)
+    result.reason = ""
+    if result.state == "partial":
+        bad = next((s for s in result.stages if s.state == "skip" and s.required), None)
+    elif result.state in ("fail", "error"):
+        bad = next((s for s in result.stages if s.state == result.state), None)
+    else:
+        bad = None
+    if bad is not None:
+        result.reason = f"{bad.name}: {bad.reason}"
+    result.unexpected = is_unexpected(result)
+
+
+def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
+                    stages: tuple[Stage, ...]) -> CellResult:
+    """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
+
+    Without an earlier result or venv the cell is run whole first, so the stages always have a stack.
+    """
+    path = run_dir / "cells" / f"{cell.id}.json"
+    venv = venv_root / cell.id
+    if not path.exists() or not envs.venv_python(venv).exists():
+        return run_cell(matrix, cell, run_dir=run_dir, venv_root=venv_root, stages=STAGES + stages)
+    result = CellResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+    if result.state == "n/a":
+        return result
+    t0 = time.monotonic()
+    names = {s.name for s in stages}
+    result.stages = [s for s in result.stages if s.name not in names]
+    install = next((s for s in result.stages if s.name == "install"), None)
+    if install is None or install.state != "pass":
+        result.stages.extend(StageResult(name=s.name, state="skip", reason="blocked: install did not pass")
+                             for s in stages)
+    else:
+        ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
+                          site_packages=envs.site_packages(venv), work_dir=run_dir / "cells" / cell.id,
+                          freeze=result.freeze, previous=result.stages)
+        for stage in stages:
+            result.stages.append(_run_stage(stage, ctx))
+    _conclude(result)
+    result.finished = now_iso()
+    result.seconds = round(result.seconds + time.monotonic() - t0, 3)
+    write_json_atomic(path, result.to_json())
+    return result
+
+
+def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
+    missing = [n for n in stage.needs if (st := ctx.stage(n)) is None or st.state not in ("pass", "warn")]
+    if missing:
+        return StageResult(name=stage.name, state="skip", reason="blocked: " + ", ".join(missing) + " did not pass")
+    s0 = time.monotonic()
+    try:
+        sr = stage.run(ctx)
+    except Exception as exc:  # a lab bug in one stage must not lose the cell: logged, the cell goes on
+        log.exception("stage %s crashed", stage.name)
+        sr = StageResult(name=stage.name, state="error", reason=f"lab error in stage {stage.name}: {exc!r}")
+    if not sr.seconds:
+        sr.seconds = round(time.monotonic() - s0, 3)
+    return sr
 
 
 def is_unexpected(result: CellResult) -> bool:

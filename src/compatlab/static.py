@@ -138,6 +138,7 @@ def _read_dists(sp: Path) -> tuple[list[_Dist], dict[str, tuple[str, int]]]:
     """Installed distributions and the RECORD hash (hex, size) of every file, by normalised path."""
     dists: list[_Dist] = []
     hashes: dict[str, tuple[str, int]] = {}
+    base = str(sp)  # os.path, not pathlib: torch's RECORD alone has ~15k lines
     for info in sorted(sp.glob("*.dist-info")):
         try:
             meta = HeaderParser().parsestr(
@@ -164,7 +165,7 @@ def _read_dists(sp: Path) -> tuple[list[_Dist], dict[str, tuple[str, int]]]:
             files.append(rel)
             hexd = record_sha256(digest)
             if hexd and size.isdigit():
-                hashes[os.path.normpath(sp / rel)] = (hexd, int(size))
+                hashes[os.path.normpath(os.path.join(base, rel))] = (hexd, int(size))
         dists.append(_Dist(
             name=str(meta.get("Name", info.name.split("-")[0])), version=str(meta.get("Version", "?")),
             dist_info=info, requires=[str(r) for r in meta.get_all("Requires-Dist") or []],
@@ -193,8 +194,10 @@ def _walk_modules(sp: Path, packages: Sequence[str] | None) -> list[Path]:
         for root, dirs, files in os.walk(top):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for name in sorted(files):
+                if not _is_shared_object(name):
+                    continue
                 path = Path(root) / name
-                if _is_shared_object(name) and not path.is_symlink() and is_elf(path):
+                if not path.is_symlink() and is_elf(path):
                     found.append(path)
     return found
 
@@ -233,8 +236,7 @@ def _elf_ident(path: str) -> tuple[int, int] | None:
         return None
     if len(head) < 20 or head[:4] != b"\x7fELF":
         return None
-    order = "little" if head[5] == 1 else "big"
-    return head[4], int.from_bytes(head[18:20], order)
+    return head[4], int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
 # --- one module's load set ----------------------------------------------------------------------------
@@ -262,7 +264,7 @@ class _Checker:
         self.owner: dict[str, _Dist] = {}
         for d in self.dists:
             for rel in d.files:
-                self.owner[os.path.normpath(sp / rel)] = d
+                self.owner[os.path.normpath(os.path.join(str(sp), rel))] = d
         self._files_by_name: dict[str, list[str]] | None = None
         self._near_miss: dict[tuple[str, tuple[str, ...]], list[tuple[str, _Lib]]] = {}
         self._joined: dict[str, str] = {}
@@ -447,7 +449,7 @@ class _Checker:
             who = f"{dist.name} {dist.version} ships it at {where}" if dist else f"{where} exists"
             return f"{who}, but nothing on {self.rel(needer)}'s search path points there", details
         m = _CUDA_MAJOR_LIB.match(name)
-        stem = name.split(".so")[0] + ".so."
+        stem = name.split(".so", maxsplit=1)[0] + ".so."
         others = sorted(self.rel(p) for n, ps in self.files_by_name().items() if n.startswith(stem)
                         and re.fullmatch(r"\d+", n[len(stem):]) for p in ps)
         details["other_versions"] = others
@@ -593,10 +595,12 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
         for v in versions:
             if v not in lib.info.version_defs:
                 explained.add((file, v))
-                users = sorted({u.name for u in module.info.undefined if u.version == v and u.library == file})
+                users = sorted({u.name for u in module.info.undefined
+                                if u.version == v and u.library == file})
+                offers = _offers(v, lib.info.version_defs)
                 findings.append(Finding(
                     severity="fail", module=rel, kind="version",
-                    message=f"{rel} needs {v} from {file}; {ck.rel(lib.path)} {_offers(v, lib.info.version_defs)}",
+                    message=f"{rel} needs {v} from {file}; {ck.rel(lib.path)} {offers}",
                     details={"library": file, "version": v, "provider": ck.rel(lib.path),
                              "symbols": [demangle(s) for s in users]}))
 
@@ -685,7 +689,8 @@ def _arch_findings(ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequen
             elif cov.uncovered:
                 out.append(Finding(
                     severity="note", module=rel, kind="arch", details=details,
-                    message=f"{rel}: {cov.uncovered} of {cov.containers} fatbins have no code for sm_{cov.device}"))
+                    message=(f"{rel}: {cov.uncovered} of {cov.containers} fatbins have no code "
+                             f"for sm_{cov.device}")))
     return out
 
 
@@ -715,30 +720,30 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
                         details={"dist": dist.name, "version": dist.version, "links": links}))
                     break
         for tag in dist.tags:
-            interp, abi, plat = (tag.split("-") + ["", "", ""])[:3]
+            interp, abi, plat = [*tag.split("-"), "", "", ""][:3]
             if plat.startswith("linux_"):
                 out.append(Finding(
                     severity="warn", module=dist.name, kind="metadata",
-                    message=(f"{who}: WHEEL says Tag: {tag}; an index only takes manylinux/musllinux wheels, so "
-                             "the file name and WHEEL disagree (renamed without rewriting WHEEL?)"),
+                    message=(f"{who}: WHEEL says Tag: {tag}; an index only takes manylinux/musllinux "
+                             "wheels, so the file name and WHEEL disagree (renamed without rewriting WHEEL?)"),
                     details={"dist": dist.name, "tag": tag}))
             m2 = re.fullmatch(r"cp(\d)(\d+)", interp)
             if m2 and py is not None:
                 built = (int(m2.group(1)), int(m2.group(2)))
-                if (abi == "abi3" and built > py) or (abi != "abi3" and abi != "none" and built != py):
+                if (abi == "abi3" and built > py) or (abi not in {"abi3", "none"} and built != py):
                     out.append(Finding(
                         severity="warn", module=dist.name, kind="metadata",
                         message=f"{who}: WHEEL says Tag: {tag}, which Python {py[0]}.{py[1]} cannot use",
                         details={"dist": dist.name, "tag": tag}))
     if py is not None:
         for m in modules:
-            tag = re.search(r"\.cpython-(\d)(\d+)-", m.name)
-            if tag and (int(tag.group(1)), int(tag.group(2))) != py:
+            built_for = re.search(r"\.cpython-(\d)(\d+)-", m.name)
+            if built_for and (int(built_for.group(1)), int(built_for.group(2))) != py:
                 rel = ck.rel(os.path.normpath(m))
                 out.append(Finding(
                     severity="note", module=rel, kind="metadata",
-                    message=(f"{rel}: built for CPython {tag.group(1)}.{tag.group(2)}; this environment's Python "
-                             f"is {py[0]}.{py[1]}, so `import` never loads it")))
+                    message=(f"{rel}: built for CPython {built_for.group(1)}.{built_for.group(2)}; this environment's "
+                             f"Python is {py[0]}.{py[1]}, so `import` never loads it")))
     return out
 
 
@@ -759,7 +764,7 @@ def _python_version(sp: Path) -> tuple[int, int] | None:
 
 
 def _package_rank(rel: str) -> int:
-    top = rel.split("/")[0]
+    top = rel.split("/", maxsplit=1)[0]
     return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
 
 
@@ -843,8 +848,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _format(report: StaticReport, verbose: bool) -> Iterator[str]:
     counts = report.counts()
-    yield (f"static: {report.site_packages}: {report.state} ({counts['fail']} failures, {counts['warn']} warnings, "
-           f"{counts['note']} notes; {report.modules} modules in {report.seconds:.1f} s, "
+    yield (f"static: {report.site_packages}: {report.state} ({counts['fail']} failures, "
+           f"{counts['warn']} warnings, {counts['note']} notes; {report.modules} modules in "
+           f"{report.seconds:.1f} s, "
            f"cache {report.cache_hits} hits/{report.cache_misses} misses)")
     shown: dict[tuple[str, str, str], int] = {}
     for f in report.findings:
@@ -869,7 +875,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="check only this top-level package (repeatable); default: all with .so files")
     parser.add_argument("--not-needed", action="append", default=[], metavar="GLOB",
                         help="modules that need not run on the targets, e.g. 'sgl_kernel/sm100/*'")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="default: $COMPATLAB_CACHE or ~/.cache/compatlab")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="default: $COMPATLAB_CACHE or ~/.cache/compatlab")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="list notes and every finding")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
