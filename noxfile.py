@@ -87,6 +87,20 @@ def matrix(session: nox.Session, cell: str) -> None:
     session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
 
 
+@nox.session(name="gpu8_perf", python=False)
+@nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()])
+                          for c in CELLS if c.na is None])
+def gpu8_perf(session: nox.Session, cell: str) -> None:
+    """The 8-GPU stages for a cell of this run: NCCL init/correctness/bandwidth, then EAGLE-3 vs baseline.
+
+    Reuses the cell's venv from `nox -s matrix` of the same COMPATLAB_RUN_ID (else runs the cell first).
+    """
+    session.notify("matrix_summary")
+    args = ["cell", cell, "--gpu8", "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
+            "--latest", str(LATEST), "--venvs", str(VENVS)]
+    session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
+
+
 @nox.session(name="matrix_summary", python=False)
 def matrix_summary(session: nox.Session) -> None:
     """Summary table of this run, then the report. Runs after the cells when `nox -s matrix` queues it."""
