@@ -542,6 +542,14 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml") -> Matrix:
     thresholds = ck.table(data, "", "thresholds")
     report = _parse_report(ck, data, axes)
     perf = ck.table(data, "", "perf")
+    if perf or "perf" in thresholds:
+        # The perf suite owns its section's schema; its problems join this file's report.
+        from .perf import parse_perf
+
+        try:
+            parse_perf(perf, thresholds, path, base_dir=Path(path).parent)
+        except ConfigError as exc:
+            ck.problems.extend(exc.problems)
     # A value's cuda must name a column that exists, or every cell it is in would be n/a.
     try:
         cuda_axis = next(a for a in axes if a.name == "cuda")

@@ -15,6 +15,7 @@ and the cell's ``perf`` StageResult with flat ``details.figures``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import http.client
@@ -49,6 +50,8 @@ __all__ = [
     "PERF_SCHEMA",
     "PerfConfig",
     "PerfReport",
+    "ServerFailure",
+    "ServerProcess",
     "ServerSpec",
     "Thresholds",
     "load_prompts",
@@ -133,7 +136,8 @@ def _number(ck: _Checker, table: Mapping[str, Any], where: str, name: str, *, in
     value = table[name]
     key = f"{where}.{name}"
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or (value <= minimum if strict else value < minimum):
+    below = value <= minimum if strict else value < minimum
+    if isinstance(value, bool) or not isinstance(value, kinds) or below:
         if integer:
             what = "a positive integer" if strict and minimum == 0 else f"an integer >= {minimum:g}"
         else:
@@ -161,7 +165,8 @@ def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
         ck.error(f"{where}.argv", 'missing; give the command as a list, e.g. ["python", "-m", '
                                   '"sglang.launch_server", "--port", "{port}"]')
     elif not isinstance(raw["argv"], list):
-        ck.error(f"{where}.argv", f"expected an array of strings (never a shell string), got {_show(raw['argv'])}")
+        ck.error(f"{where}.argv",
+                 f"expected an array of strings (never a shell string), got {_show(raw['argv'])}")
     elif not raw["argv"]:
         ck.error(f"{where}.argv", "must not be empty")
     else:
@@ -179,7 +184,8 @@ def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
         else:
             port = p
     if argv and port is None and not any("{port}" in a for a in argv):
-        ck.error(f"{where}.argv", "has no '{port}' and no port is set; add \"--port\", \"{port}\" or set port")
+        ck.error(f"{where}.argv",
+                 "has no '{port}' and no port is set; add \"--port\", \"{port}\" or set port")
     env: dict[str, str] = {}
     for key, value in ck.table(raw, where, "env").items():
         if not _VAR_NAME.fullmatch(key):
@@ -193,7 +199,8 @@ def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
     stop = _number(ck, raw, where, "stop-timeout")
     health = raw.get("health", "/health_generate")
     if health not in HEALTH_PATHS:
-        ck.error(f"{where}.health", f"expected one of {', '.join(map(repr, HEALTH_PATHS))}, got {_show(health)}")
+        known = ", ".join(map(repr, HEALTH_PATHS))
+        ck.error(f"{where}.health", f"expected one of {known}, got {_show(health)}")
     if not argv:
         return None
     return ServerSpec(name=name, argv=tuple(argv), port=port, env=env,
@@ -240,7 +247,8 @@ def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str
         if name not in SERVERS:
             close = difflib.get_close_matches(name, SERVERS, n=1, cutoff=0.5)
             hint = f"; perhaps you meant {close[0]!r}?" if close else ""
-            ck.error(f"perf.servers.{name}", f"unknown server; the suite compares {' and '.join(SERVERS)}{hint}")
+            ck.error(f"perf.servers.{name}",
+                     f"unknown server; the suite compares {' and '.join(SERVERS)}{hint}")
             continue
         spec = _parse_server(ck, name, raw)
         if spec is not None:
@@ -254,7 +262,8 @@ def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str
     levels: list[int] = []
     raw_levels = perf.get("concurrency", [1, 16])
     if not isinstance(raw_levels, list) or not raw_levels:
-        ck.error("perf.concurrency", f"expected a non-empty array of positive integers, got {_show(raw_levels)}")
+        ck.error("perf.concurrency",
+                 f"expected a non-empty array of positive integers, got {_show(raw_levels)}")
     else:
         for i, c in enumerate(raw_levels):
             if isinstance(c, bool) or not isinstance(c, int) or c < 1:
@@ -271,11 +280,11 @@ def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str
     request_timeout = _number(ck, perf, "perf", "request-timeout")
     stall_timeout = _number(ck, perf, "perf", "stall-timeout")
     prompts = None
-    name = ck.string(perf, "perf", "prompts")
-    if name is not None:
-        prompts = (base_dir or Path(path).parent) / name
+    prompts_name = ck.string(perf, "perf", "prompts")
+    if prompts_name is not None:
+        prompts = (base_dir or Path(path).parent) / prompts_name
         if not prompts.is_file():
-            ck.error("perf.prompts", f"{name!r}: no such file (relative to the matrix file)")
+            ck.error("perf.prompts", f"{prompts_name!r}: no such file (relative to the matrix file)")
     raw_thresholds = ck.table(thresholds, "thresholds", "perf")
     ck.keys(raw_thresholds, "thresholds.perf", _THRESHOLD_KEYS)
     min_speedup = _per_level(ck, raw_thresholds, "min-speedup", levels)
@@ -353,8 +362,12 @@ def load_prompts(path: Path | None = None) -> list[str]:
 # -- one server's life -------------------------------------------------------------------------------
 
 
-class _Failure(LabError):
-    """A server failed; *state* is how the stage reports it (fail: it died; error: it hung or timed out)."""
+class ServerFailure(LabError):
+    """A server failed; *state* is how the stage reports it (fail: it died; error: it hung or timed out).
+
+    Exiting is a fail because the stack could not serve; a timeout or stall is an error because the lab
+    cannot tell a broken stack from a slow or busy box.
+    """
 
     def __init__(self, state: str, message: str, tail: str = "") -> None:
         super().__init__(message)
@@ -377,8 +390,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class _Server:
-    """A server process in its own process group, its output in a log file; a context manager."""
+class ServerProcess:
+    """A server in its own process group, its output in a log file; a context manager that always stops it.
+
+    ``argv`` may hold ``{port}``; ``spec.port`` None picks a free loopback port.
+    """
 
     def __init__(self, spec: ServerSpec, argv: list[str], env: dict[str, str], log_path: Path) -> None:
         self.spec = spec
@@ -390,7 +406,7 @@ class _Server:
         self._log: IO[bytes] | None = None
         self.returncode: int | None = None
 
-    def __enter__(self) -> _Server:
+    def __enter__(self) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
         log.info("$ %s", shlex.join(self.argv))
@@ -399,7 +415,7 @@ class _Server:
                                          stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         except OSError as exc:
             self._log.close()
-            raise _Failure("fail", f"{self.spec.name} server could not start: {exc}") from None
+            raise ServerFailure("fail", f"{self.spec.name} server could not start: {exc}") from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -417,14 +433,15 @@ class _Server:
             return ""
         return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
-    def died(self, when: str) -> _Failure | None:
+    def died(self, when: str) -> ServerFailure | None:
         """A failure if the process has exited."""
         assert self.proc is not None
         code = self.proc.poll()
         if code is None:
             return None
         self.returncode = code
-        return _Failure("fail", f"{self.spec.name} server exited with {_describe_exit(code)} {when}", self.tail())
+        how = _describe_exit(code)
+        return ServerFailure("fail", f"{self.spec.name} server exited with {how} {when}", self.tail())
 
     def wait_ready(self) -> dict[str, Any]:
         """Poll health, then the model info, until ``startup-timeout``; return the model info."""
@@ -436,7 +453,7 @@ class _Server:
                 raise failure
             left = deadline - time.monotonic()
             if left <= 0:
-                raise _Failure("error", f"{self.spec.name} server did not become healthy within "
+                raise ServerFailure("error", f"{self.spec.name} server did not become healthy within "
                                         f"{self.spec.startup_timeout:g} s ({self.spec.health} on port "
                                         f"{self.port})", self.tail())
             try:
@@ -466,10 +483,8 @@ class _Server:
 
     def _signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def stop(self) -> None:
         """SIGTERM the group, wait ``stop-timeout``, then SIGKILL whatever of the group is left."""
@@ -518,11 +533,11 @@ def _level_record(level: LevelResult, server_accept: float | None) -> dict[str, 
     }
 
 
-def _life(config: PerfConfig, name: str, trial: int, argv: list[str], env: dict[str, str],
+def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: dict[str, str],
           prompts: list[str], order: list[int], out_dir: Path, record: dict[str, Any]) -> None:
-    """Start, check, warm up, measure and stop one server; fills *record*, raises _Failure."""
+    """Start, check, warm up, measure and stop one server; fills *record*, raises ServerFailure."""
     spec = config.servers[name]
-    server = _Server(spec, argv, env, out_dir / "logs" / f"{name}-trial{trial + 1}.log")
+    server = ServerProcess(spec, argv, env, out_dir / "logs" / f"{name}-trial{trial + 1}.log")
     record.update(server=name, trial=trial + 1, log=str(server.log_path), port=server.port, levels={})
     try:
         with server:
@@ -547,7 +562,7 @@ def _life(config: PerfConfig, name: str, trial: int, argv: list[str], env: dict[
                 record["levels"][str(c)] = _level_record(level, server.server_accept_length())
                 log.info("%s trial %d c%d: %.1f tok/s, ttft %.1f ms", name, trial + 1, c, level.tok_s,
                          level.ttft * 1000)
-    except _Failure as failure:
+    except ServerFailure as failure:
         if not failure.tail:
             failure.tail = server.tail()
         raise
@@ -556,16 +571,17 @@ def _life(config: PerfConfig, name: str, trial: int, argv: list[str], env: dict[
         record["log_tail"] = server.tail()
 
 
-def _check_level(server: _Server, level: LevelResult, when: str) -> None:
+def _check_level(server: ServerProcess, level: LevelResult, when: str) -> None:
     if not level.errors:
         return
     first = level.errors[0]
     done = sum(1 for r in level.requests if r.ok)
     time.sleep(0.2)  # a dying server may need a moment to be reaped
-    died = server.died(f"{when} after {done} requests ({first.error})")
+    died = server.died(f"{when} ({first.error}; {done} of {len(level.requests)} requests finished)")
     if died:
         raise died
-    raise _Failure("error", f"{server.spec.name} server failed a request {when}: {first.error}", server.tail())
+    message = f"{server.spec.name} server failed a request {when}: {first.error}"
+    raise ServerFailure("error", message, server.tail())
 
 
 # -- verdicts ----------------------------------------------------------------------------------------
@@ -641,8 +657,8 @@ def _explain(c: int, check: dict[str, Any], figures: Mapping[str, float], max_sp
     name, floor, value, verdict = check["check"], check["floor"], check["value"], check["verdict"]
     if verdict == "inconclusive":
         lo, hi = check["range"]
-        return (f"inconclusive at concurrency {c}: the trials spread more than max-spread {max_spread:.0%} and "
-                f"their range ({lo:.2f}-{hi:.2f}) straddles {name} {floor:g}; rerun on a quiet box")
+        return (f"inconclusive at concurrency {c}: the trials spread more than max-spread {max_spread:.0%} "
+                f"and their range ({lo:.2f}-{hi:.2f}) straddles {name} {floor:g}; rerun on a quiet box")
     if name == "min-speedup":
         how = "slower than" if value < 1 else "not enough faster than"
         return (f"EAGLE-3 is {how} the baseline at concurrency {c}: {e:.1f} vs {b:.1f} tok/s "
@@ -720,7 +736,7 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
             raise ProgramNotFound(f"perf.servers.{name}.argv[0]: program {argv[0]!r} not found on PATH")
     prompts = load_prompts(config.prompts)
     order = list(range(len(prompts)))
-    random.Random(config.seed).shuffle(order)
+    random.Random(config.seed).shuffle(order)  # noqa: S311 - a fixed prompt order, not a secret
     lives: list[dict[str, Any]] = []
     report = PerfReport(state="error", verdict="error", reason="", out_dir=out_dir)
     try:
@@ -731,8 +747,9 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
                 argv, extra = resolved[name]
                 record: dict[str, Any] = {}
                 lives.append(record)
-                _life(config, name, trial, argv, {**base_env, **extra}, prompts, order, out_dir, record)
-    except _Failure as failure:
+                _life(config, name, trial, argv=argv, env={**base_env, **extra}, prompts=prompts, order=order,
+                      out_dir=out_dir, record=record)
+    except ServerFailure as failure:
         report.state, report.verdict, report.reason = failure.state, failure.state, str(failure)
         report.log_tail = failure.tail
     else:
@@ -746,10 +763,17 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
         report.accept_length_field = " and ".join(sorted(fields)) if fields else None
     report.trials = lives
     report.seconds = time.monotonic() - start
-    write_json_atomic(out_dir / "perf.json", report.to_json())
+    write_json_atomic(out_dir / "perf.json", {**report.to_json(), "config": _config_json(config)})
     if report.figures:
         write_json_atomic(out_dir / "benchmark.json", benchmark_json(config, lives))
     return report
+
+
+def _config_json(config: PerfConfig) -> dict[str, Any]:
+    data = dataclasses.asdict(config)
+    data["prompts"] = str(config.prompts) if config.prompts else "compatlab/data/prompts.json"
+    data["requests"] = {str(c): config.requests_at(c) for c in config.concurrency}
+    return data
 
 
 def _overall(verdicts: Mapping[str, Any]) -> str:
@@ -830,7 +854,8 @@ def benchmark_json(config: PerfConfig, lives: list[dict[str, Any]]) -> dict[str,
                     "group": f"perf c{c} {suffix}", "name": f"perf_{suffix}[{name}-c{c}]",
                     "fullname": f"compatlab.perf::perf_{suffix}[{name}-c{c}]",
                     "params": {"server": name, "concurrency": c}, "param": f"{name}-c{c}",
-                    "extra_info": {"unit": what, "protocol": config.protocol, "output_len": config.output_len},
+                    "extra_info": {"unit": what, "protocol": config.protocol,
+                                   "output_len": config.output_len},
                     "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": config.trials,
                                 "max_time": 0, "min_time": 0, "warmup": config.warmup > 0},
                     "stats": _stats(data),
@@ -873,7 +898,8 @@ def run_perf_stage(ctx: CellContext) -> StageResult:
         return StageResult(name="perf", state="skip", reason=f"skipped: {'; '.join(exc.problems)}",
                            seconds=time.monotonic() - start)
     except ProgramNotFound as exc:
-        return StageResult(name="perf", state="skip", reason=f"skipped: {exc}", seconds=time.monotonic() - start)
+        return StageResult(name="perf", state="skip", reason=f"skipped: {exc}",
+                           seconds=time.monotonic() - start)
     return report.stage_result()
 
 
@@ -881,13 +907,19 @@ EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m compatlab.perf --matrix FILE --out DIR``: exit 0 pass, 1 fail, 2 bad input, 3 error,
-    4 inconclusive (rerun)."""
+    """``python -m compatlab.perf --matrix FILE --out DIR [--venv DIR]``.
+
+    Exit status: 0 pass, 1 fail, 2 bad input (matrix, missing ${VAR}), 3 error (a server hung or a
+    program is missing), 4 inconclusive (rerun on a quieter box).
+    """
     from .matrix import load_matrix
 
     parser = argparse.ArgumentParser(prog="python -m compatlab.perf", description=__doc__.split("\n")[0])
     parser.add_argument("--matrix", default=os.environ.get("COMPATLAB_MATRIX", "matrix.toml"))
-    parser.add_argument("--out", required=True, type=Path, help="directory for perf.json, benchmark.json, logs")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="directory for perf.json, benchmark.json and the server logs")
+    parser.add_argument("--venv", type=Path, default=None,
+                        help="serve from this virtual environment (first on PATH, as in a cell)")
     parser.add_argument("--debug", action="store_true", help="tracebacks and debug logging")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="%(message)s",
@@ -896,8 +928,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         matrix = load_matrix(args.matrix)
         config = parse_perf(matrix.perf, matrix.thresholds, matrix.path)
         if config is None:
-            raise ConfigError(matrix.path, ["perf: missing; add [perf.servers.baseline] and [perf.servers.eagle3]"])
-        report = run_perf(config, args.out)
+            raise ConfigError(matrix.path,
+                              ["perf: missing; add [perf.servers.baseline] and [perf.servers.eagle3]"])
+        env = cell_env(args.venv) if args.venv else None
+        report = run_perf(config, args.out, env=env)
     except LabError as exc:
         if args.debug:
             raise
@@ -908,8 +942,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f = report.figures
         if v:
             accept = f.get(f"accept_length_c{c}")
-            print(f"c{c}: baseline {f[f'baseline_tok_s_c{c}']:.1f} tok/s, eagle3 {f[f'eagle3_tok_s_c{c}']:.1f} "
-                  f"tok/s, speedup {f[f'speedup_c{c}']:.2f}"
+            print(f"c{c}: baseline {f[f'baseline_tok_s_c{c}']:.1f} tok/s, "
+                  f"eagle3 {f[f'eagle3_tok_s_c{c}']:.1f} tok/s, speedup {f[f'speedup_c{c}']:.2f}"
                   + (f", accept length {accept:.2f}" if accept else "") + f": {v['verdict']}")
     print(f"perf: {report.verdict}: {report.reason}")
     if report.log_tail:

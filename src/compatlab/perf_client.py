@@ -13,6 +13,7 @@ many events per wake-up; ``benchmarks/bench_perf_client.py`` shows it is not the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -147,7 +148,7 @@ class _Body:
             return []
         *lines, rest = self.line.split(b"\n")
         self.line = bytearray(rest)
-        return [line[5:].strip() for line in lines if line.startswith(b"data:")]
+        return [bytes(line[5:]).strip() for line in lines if line.startswith(b"data:")]
 
 
 def _request_bytes(target: Target, prompt: str, output_len: int, seed: int) -> bytes:
@@ -239,10 +240,8 @@ async def _one(target: Target, index: int, prompt: str, *, output_len: int, seed
     finally:
         if writer is not None:
             writer.close()
-            try:
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()
-            except OSError:
-                pass
     if usage is not None:
         tokens = usage
     itl = (last - first) / (tokens - first_tokens) if tokens > first_tokens else 0.0

@@ -45,7 +45,9 @@ STAGES: tuple[Stage, ...] = (
     Stage(name="static", run=_lazy(".static", "run_static_stage")),
 )
 # The 8-GPU stages of `nox -s gpu8_perf`, added to a cell's result after `nox -s matrix`.
-GPU8_STAGES: tuple[Stage, ...] = ()
+GPU8_STAGES: tuple[Stage, ...] = (
+    Stage(name="perf", run=_lazy(".perf", "run_perf_stage"), needs=("install",)),
+)
 
 
 def now_iso() -> str:

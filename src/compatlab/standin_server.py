@@ -42,7 +42,7 @@ class _State:
         self.tokens = 0
         self.verify = 0
         self.started = time.monotonic()
-        self.rng = random.Random(args.seed)
+        self.rng = random.Random(args.seed)  # noqa: S311 - simulated noise, not a secret
 
     def next_request(self) -> int:
         with self.lock:
@@ -71,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "compatlab-standin/1"
     state: _State  # set on the subclass made in main()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class names it 'format'
         if self.state.args.verbose:
             _log(format % args)
 
@@ -202,7 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not stream:
             if openai:
                 self._json(200, {"id": rid, "object": "text_completion", "model": args.model,
-                                 "choices": [{"index": 0, "text": "".join(pieces), "finish_reason": "length"}],
+                                 "choices": [{"index": 0, "text": "".join(pieces),
+                                              "finish_reason": "length"}],
                                  "usage": self._usage(prompt_tokens, done)})
             else:
                 self._json(200, {"text": "".join(pieces), "meta_info": meta})
@@ -214,7 +215,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
-    def _meta(self, rid: str, prompt_tokens: int, done: int, verify: int, *, finished: bool) -> dict[str, Any]:
+    def _meta(self, rid: str, prompt_tokens: int, done: int, verify: int, *,
+              finished: bool) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "id": rid,
             "finish_reason": {"type": "length", "length": done} if finished else None,
@@ -228,7 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _usage(prompt_tokens: int, done: int) -> dict[str, int]:
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done}
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": done,
+                "total_tokens": prompt_tokens + done}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -272,7 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.seed = _seed(args)
     rate = args.tok_s
     if args.jitter > 0 and rate > 0:
-        rate *= random.Random(args.seed).uniform(1 - args.jitter, 1 + args.jitter)
+        noise = random.Random(args.seed)  # noqa: S311 - simulated noise, not a secret
+        rate *= noise.uniform(1 - args.jitter, 1 + args.jitter)
     _log(f"starting: model={args.model} rate={rate:.1f} tok/s accept-length={args.accept_length}")
     if args.spawn_child:
         code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"

@@ -826,11 +826,33 @@ def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed
                   cache=cache)
 
 
+def _declared_tops(site_packages: Path, dists: Sequence[str]) -> list[str]:
+    """Top-level names that the cell's declared distributions install (their own files and bundled libs)."""
+    from packaging.utils import canonicalize_name
+
+    wanted = {canonicalize_name(d) for d in dists}
+    tops: dict[str, None] = {}
+    for info in sorted(site_packages.glob("*.dist-info")):
+        name = info.name[: -len(".dist-info")].rsplit("-", 1)[0]
+        if canonicalize_name(name) not in wanted or not (info / "RECORD").is_file():
+            continue
+        for line in (info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines():
+            first = line.split(",", 1)[0].split("/", 1)[0]
+            if first and not first.endswith((".dist-info", ".data")) and first != "..":
+                tops[first.split(".")[0]] = None
+    return list(tops)
+
+
 def run_static_stage(ctx: CellContext) -> StageResult:
-    """The matrix's ``static`` stage for one cell: every target's archs, with its not-needed globs."""
+    """The matrix's ``static`` stage for one cell: every target's archs, with its not-needed globs.
+
+    The modules checked are those of the cell's declared packages (torch, sgl-kernel, flashinfer …) and
+    the libraries their wheels bundle; other packages' libraries are still read as providers.
+    """
     targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
+    declared = [v.package for v in ctx.cell.packages if v.package]
     try:
-        report = _check(ctx.site_packages, targets=targets, packages=None)
+        report = _check(ctx.site_packages, targets=targets, packages=_declared_tops(ctx.site_packages, declared))
     except LabError as exc:
         return StageResult(name="static", state="error", reason=str(exc))
     details = report.to_json()
