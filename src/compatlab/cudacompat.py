@@ -12,8 +12,8 @@ import re
 
 __all__ = [
     "FAMILY_MIN_DRIVER",
-    "Arch",
     "TOOLKIT_DRIVER",
+    "Arch",
     "ArchCoverage",
     "DriverCheck",
     "arch_covers",

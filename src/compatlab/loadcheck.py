@@ -87,7 +87,8 @@ sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps({"ok": True, "step": step
 class LoadFailure:
     """Why one module did not load, classified from what the loader and Python said."""
 
-    kind: str  # undefined-symbol | symbol-version | missing-library | no-driver | import-error | signal | timeout | exit
+    # undefined-symbol | symbol-version | missing-library | no-driver | import-error | signal | timeout | exit
+    kind: str
     message: str  # the one line that matters, as Python or the loader said it
     symbol: str | None = None
     demangled: str | None = None
@@ -354,17 +355,21 @@ def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
     if text:
         names = [n.strip() for n in text.splitlines() if n.strip()]
     else:
-        names = []
+        packages: list[str] = []
+        modules: list[str] = []
         for f in dist.files or ():
             parts = f.parts
             if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith((".dist-info", ".data")):
                 continue
-            if len(parts) > 1 and parts[-1] == "__init__.py":
-                names.append(parts[0])
+            if len(parts) == 2 and parts[-1] == "__init__.py":
+                packages.append(parts[0])
             elif len(parts) == 1 and parts[0].endswith(".py"):
-                names.append(parts[0][:-3])
+                modules.append(parts[0][:-3])
             elif len(parts) == 1 and (base := _module_basename(parts[0])):
-                names.append(base)
+                modules.append(base)
+        # Loose top-level modules beside a package are usually build helpers (flashinfer ships
+        # build_backend.py): the packages are what users import.
+        names = packages or modules
     seen: dict[str, None] = {}
     for n in names:
         if "/" not in n and n.isidentifier():

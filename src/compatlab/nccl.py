@@ -327,7 +327,7 @@ class _Worker:
                     self.ev.emit("step", label=f"{op} {dtype} × {count}")
                     try:
                         res = self.check(op, dtype, count)
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - any failure of a collective is a result
                         res = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).strip()[:500]}"}
                         self.ev.emit("check", op=op, dtype=dtype, count=count, **res)
                         # An unsupported dtype raises on every rank alike and the group lives on;
@@ -419,7 +419,7 @@ def _worker_main(argv: Sequence[str]) -> int:
             ev.emit("phase", phase=phase)
             getattr(w, phase)()
         ev.emit("done")
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the parent must learn of every way a rank ends
         ev.emit("error", phase=phase, type=type(exc).__name__, message=str(exc).strip()[:2000],
                 traceback=traceback.format_exc()[-4000:])
         return 1
@@ -723,7 +723,8 @@ def _topo(backend: str) -> str | None:
         done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"nvidia-smi topo -m failed: {exc}"
-    return done.stdout.strip() or done.stderr.strip() or None
+    text = done.stdout.strip() or done.stderr.strip()
+    return re.sub(r"\x1b\[[0-9;]*m", "", text) or None  # nvidia-smi underlines its header
 
 
 def _kill(ranks: Iterable[_Rank]) -> None:
@@ -820,6 +821,9 @@ def run_nccl(
     if hook is not None:
         child_env[HOOK_ENV] = str(hook)
         notes.append(f"test hook active: {hook}")
+    if world_size == 1 and sizes:
+        notes.append("one rank: busbw is 0 by definition (broadcast's is algbw), and in-place all_reduce "
+                     "and broadcast move no data, so these figures time launches, not links")
     report = NcclReport(state="pass", reason="", world_size=world_size, backend=backend,
                         env=_recorded_env(child_env), topo=_topo(backend), notes=notes)
 
@@ -925,6 +929,10 @@ def _watch(ranks: list[_Rank], timeouts: NcclTimeouts, report: NcclReport) -> No
         time.sleep(_POLL)
 
 
+def _sig(x: float, digits: int = 5) -> float:
+    return float(f"{x:.{digits}g}")
+
+
 def _collect(ranks: list[_Rank], report: NcclReport, *, ops: list[str], dtypes: list[str],
              counts: list[int], sizes: Sequence[int]) -> None:
     n = report.world_size
@@ -974,10 +982,10 @@ def _collect(ranks: list[_Rank], report: NcclReport, *, ops: list[str], dtypes: 
             times = [max(t for t, _ in v) for _, v in sorted(done.items())]
             med = statistics.median(times)
             table[size] = {
-                "bytes": nbytes, "time_us": round(med * 1e6, 2),
-                "algbw_gbps": round(algbw_gbps(nbytes, med), 3),
-                "busbw_gbps": round(busbw_gbps(op, nbytes, med, n), 3),
-                "busbw_gbps_sweeps": [round(busbw_gbps(op, nbytes, t, n), 3) for t in times],
+                "bytes": nbytes, "time_us": _sig(med * 1e6),
+                "algbw_gbps": _sig(algbw_gbps(nbytes, med)),
+                "busbw_gbps": _sig(busbw_gbps(op, nbytes, med, n)),
+                "busbw_gbps_sweeps": [_sig(busbw_gbps(op, nbytes, t, n)) for t in times],
             }
         if table:
             report.sweep[op] = table
@@ -1196,6 +1204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-size", type=_size, default=GIB)
     p.add_argument("--step", type=int, choices=(2, 4), default=2)
     p.add_argument("--no-bandwidth", action="store_true")
+    p.add_argument("--check-counts", type=lambda t: tuple(int(x) for x in t.split(",")), default=CHECK_COUNTS,
+                   help="elements per rank for the correctness checks, comma-separated")
     p.add_argument("--sweeps", type=int, default=3)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
@@ -1229,6 +1239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sizes=() if args.no_bandwidth else default_sizes(args.min_size, args.max_size, args.step),
             thresholds=NcclThresholds(min_busbw_gbps=args.min_busbw_gbps, source="--min-busbw-gbps"),
             work_dir=work, sweeps=args.sweeps, iters=args.iters, warmup=args.warmup,
+            check_counts=args.check_counts,
         )
     except (LabError, RuntimeError, ValueError) as exc:
         if args.debug:

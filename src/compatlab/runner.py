@@ -43,9 +43,12 @@ def _lazy(module: str, func: str) -> Callable[[CellContext], StageResult]:
 STAGES: tuple[Stage, ...] = (
     Stage(name="pins", run=_lazy(".pins", "run_pins_stage")),
     Stage(name="static", run=_lazy(".static", "run_static_stage")),
+    Stage(name="import", run=_lazy(".runtime", "run_import_stage")),
+    Stage(name="cuda", run=_lazy(".runtime", "run_cuda_stage")),
 )
 # The 8-GPU stages of `nox -s gpu8_perf`, added to a cell's result after `nox -s matrix`.
 GPU8_STAGES: tuple[Stage, ...] = (
+    Stage(name="nccl", run=_lazy(".nccl", "run_nccl_stage"), needs=("install",)),
     Stage(name="perf", run=_lazy(".perf", "run_perf_stage"), needs=("install",)),
 )
 

@@ -14,7 +14,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .errors import LabError, UsageError
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def run_import_stage(ctx: CellContext) -> StageResult:
-    """Load every extension module of the cell's packages, each in its own process (tests/compat/test_import.py).
+    """Load every extension module of the cell's packages, each in its own process (compat/test_import.py).
 
     Fails when a module cannot load for a reason of the stack (undefined symbol, missing library, crash,
     hang, Python ImportError); on a machine without a driver a stand-in libcuda.so.1 is used and said so.
@@ -52,13 +52,18 @@ STAGES = {"import": run_import_stage, "cuda": run_cuda_stage}
 # Distribution -> axis name, where the axis is not called after its distribution.
 _AXIS_OF = {"flashinfer-python": "flashinfer"}
 _INSPECT = r"""
-import importlib.metadata as md, json, sys, sysconfig
+import importlib.metadata as md, json, re, sys, sysconfig
 out = {"purelib": sysconfig.get_paths()["purelib"], "packages": {}, "python": sys.executable}
 for d in sys.argv[1:]:
     try:
         out["packages"][d] = md.version(d)
     except md.PackageNotFoundError:
         out["packages"][d] = None
+try:  # torch/version.py says which CUDA it was built for, without importing torch
+    text = open(md.distribution("torch").locate_file("torch/version.py"), encoding="utf-8").read()
+    out["torch_cuda"] = re.search(r"^cuda\b[^=]*=\s*['\"]([0-9.]+)['\"]", text, re.M).group(1)
+except Exception:
+    out["torch_cuda"] = None
 print(json.dumps(out))
 """
 
@@ -77,6 +82,7 @@ def context_for_venv(
     target_archs: Sequence[str] = (),
     min_driver: str | None = None,
     python: Path | None = None,
+    thresholds: Mapping[str, float] | None = None,
 ) -> CellContext:
     """A CellContext for an existing venv, with the installed versions of *packages* as the cell's axes."""
     from .cells import Cell, cell_id
@@ -94,15 +100,16 @@ def context_for_venv(
     if missing:
         raise UsageError(f"not installed in {venv}: {', '.join(missing)}")
     values = [AxisValue(axis=_AXIS_OF.get(d, d), version=v, package=d) for d, v in info["packages"].items()]
-    cuda = cuda or _cuda_from_torch(info["packages"].get("torch") or "")
+    cuda = cuda or info.get("torch_cuda") or _cuda_from_torch(info["packages"].get("torch") or "")
     if cuda:
         values.append(AxisValue(axis="cuda", version=cuda))
-    targets = ()
+    targets: tuple[Target, ...] = ()
     if target_archs or min_driver:
         targets = (Target(name="this-box", arch=tuple(target_archs), min_driver=min_driver),)
     matrix = Matrix(
         path="<command line>", name="adhoc", axes=tuple(Axis(name=v.axis, values=(v,)) for v in values),
-        rules=(), install=Install(), targets=targets, thresholds={}, report=Report(), perf={},
+        rules=(), install=Install(), targets=targets, thresholds=dict(thresholds or {}), report=Report(),
+        perf={},
     )
     cell = Cell(id=cell_id(tuple(values)), values=tuple(values))
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -122,24 +129,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cuda", default=None, help="the cell's CUDA version (default: from torch's +cuXY)")
     parser.add_argument("--arch", action="append", default=[], help="target SM arch, e.g. sm_90 (repeatable)")
     parser.add_argument("--min-driver", default=None, help="the target's minimum driver, e.g. 580.65")
+    parser.add_argument("--threshold", action="append", default=[], metavar="KEY=SECONDS",
+                        help="e.g. import-timeout=120, cuda-op-timeout=180, jit-timeout=900 (repeatable)")
     parser.add_argument("--out", type=Path, required=True, help="folder for results.json and the logs")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
     try:
+        thresholds = _thresholds(args.threshold)
         packages = args.package or _installed_defaults(args.venv, args.python)
         ctx = context_for_venv(args.venv.absolute(), packages=packages, work_dir=args.out.absolute() / "work",
                                cuda=args.cuda, target_archs=args.arch, min_driver=args.min_driver,
-                               python=args.python)
+                               python=args.python, thresholds=thresholds)
         started = time.monotonic()
         for name in args.stage or ["import", "cuda"]:
             result = STAGES[name](ctx)
             ctx.previous.append(result)
-            print(f"{name}: {result.state} ({result.seconds:.1f} s){' — ' + result.reason if result.reason else ''}")
-        cell = CellResult(id=ctx.cell.id, axes=ctx.cell.axes, state=cell_state(ctx.previous),
-                          stages=list(ctx.previous), seconds=time.monotonic() - started,
-                          reason=next((s.reason for s in ctx.previous if s.state in ("fail", "error")), ""))
-        write_json_atomic(args.out / "results.json", cell.to_json())
+            why = f" — {result.reason}" if result.reason else ""
+            print(f"{name}: {result.state} ({result.seconds:.1f} s){why}", flush=True)
+            # Written after every stage, so a run cut short still leaves what it found.
+            cell = CellResult(id=ctx.cell.id, axes=ctx.cell.axes, state=cell_state(ctx.previous),
+                              stages=list(ctx.previous), seconds=time.monotonic() - started,
+                              reason=next((s.reason for s in ctx.previous if s.state in ("fail", "error")), ""))
+            write_json_atomic(args.out / "results.json", cell.to_json())
         print(f"cell {cell.id}: {cell.state}")
     except LabError as exc:
         if args.debug:
@@ -147,6 +159,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0
+
+
+def _thresholds(items: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            raise UsageError(f"--threshold {item!r}: expected KEY=SECONDS, e.g. jit-timeout=600")
+    return out
 
 
 def _installed_defaults(venv: Path, python: Path | None) -> list[str]:

@@ -46,6 +46,11 @@ def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for processes in a cell: the venv first on PATH, no inherited library paths."""
     dropped = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME")
     env = {k: v for k, v in os.environ.items() if k not in dropped}
+    # The cell must not see stray toolkits, but a container may find the driver only this way.
+    driver_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+                   if d and (Path(d) / "libcuda.so.1").exists()]
+    if driver_dirs:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(driver_dirs)
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONNOUSERSITE"] = "1"
