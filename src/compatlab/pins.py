@@ -146,7 +146,8 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         assert value.package is not None
         cname = canonicalize_name(value.package)
         got = dists.get(cname)
-        entry: dict[str, object] = {"package": value.package, "declared": value.version, "installed": got.version if got else None}
+        entry: dict[str, object] = {"package": value.package, "declared": value.version,
+                                    "installed": got.version if got else None}
         pins.append(entry)
         if got is None:
             fails.append(f"{value.package} {value.version} is not installed")

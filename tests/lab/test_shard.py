@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from _labutil import ROOT, nox
+from test_spine import EXPECTED_ONLY
+
 from compatlab.cells import expand
 from compatlab.errors import UsageError
 from compatlab.matrix import load_matrix, parse_matrix
 from compatlab.shard import ci_matrix, parse_shard, shard_cells
-
-from test_spine import EXPECTED_ONLY
 
 
 def big_matrix() -> Any:
