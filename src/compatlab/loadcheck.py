@@ -117,6 +117,8 @@ _DRIVER_TEXT = (
     "cudaerrornodevice",
     "cuda_error_not_initialized",
     "nvidia driver on your system is too old",
+    "compatible with the cuda driver",
+    "no cuda gpus are available",
 )
 _DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
 
@@ -176,6 +178,12 @@ def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadF
     if any(t in message.lower() for t in _DRIVER_TEXT):
         return LoadFailure(kind="no-driver", message=message, step=step, raw=raw)
     text = f"{exc_type}: {message}" if exc_type else message
+    if exc_type == "ModuleNotFoundError" and (m := re.search(r"No module named '([^']+)'", message)):
+        wanted = m.group(1).split(".")[0]
+        target = step.removeprefix("import ").removeprefix("load ").split("/")[0].split(".")[0]
+        if wanted != target and not step.endswith(f"/{wanted}"):
+            # Another distribution's module: the package needs something it does not declare.
+            return LoadFailure(kind="missing-dependency", message=text, library=wanted, step=step, raw=raw)
     return LoadFailure(kind="import-error", message=text, step=step, raw=raw)
 
 
@@ -194,6 +202,8 @@ def describe(target: str, failure: LoadFailure) -> str:
         return f"{where}: missing shared library {failure.library}"
     if failure.kind == "no-driver":
         return f"{where}: no NVIDIA driver ({failure.library or failure.message})"
+    if failure.kind == "missing-dependency":
+        return f"{where} imports {failure.library}, which is not installed: an undeclared dependency"
     if failure.kind == "signal":
         return f"{where}: crashed with {failure.signal} while loading"
     if failure.kind == "timeout":
@@ -353,7 +363,10 @@ class LoadTarget:
 def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
     text = dist.read_text("top_level.txt")
     if text:
-        names = [n.strip() for n in text.splitlines() if n.strip()]
+        listed = [n.strip() for n in text.splitlines() if n.strip()]
+        dirs = {f.parts[0] for f in dist.files or () if len(f.parts) == 2 and f.parts[1] == "__init__.py"}
+        # As below: the packages are what users import, loose modules beside them are build helpers.
+        names = [n for n in listed if n in dirs] or listed
     else:
         packages: list[str] = []
         modules: list[str] = []

@@ -12,13 +12,14 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .cudacompat import FAMILY_MIN_DRIVER
 from .results import StageResult
 from .stages import CellContext
 
 __all__ = ["Dist", "cuda_major_of", "read_dists", "run_pins_stage"]
 
 # Oldest driver that runs each CUDA major (CUDA's release notes, "minimum required driver").
-MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+MIN_DRIVER = FAMILY_MIN_DRIVER
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

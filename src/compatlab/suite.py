@@ -100,6 +100,11 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
                            seconds=seconds)
     if skipped and not passed:
         return StageResult(name=name, state="skip", reason=why(skipped[0]), details=details, seconds=seconds)
+    warnings = details.get("warnings") or []
+    if warnings:
+        more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
+        return StageResult(name=name, state="warn", reason=str(warnings[0]) + more, details=details,
+                           seconds=seconds)
     return StageResult(name=name, state="pass", reason="", details=details, seconds=seconds)
 
 

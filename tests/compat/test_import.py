@@ -130,18 +130,22 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     ignored: list[dict[str, Any]] = []
     unjudged: list[dict[str, Any]] = []
     needs_gpu: list[dict[str, Any]] = []
+    undeclared: list[dict[str, Any]] = []
     for entry in entries:
         failure = entry.get("failure")
         if failure is None:
             continue
-        if failure["kind"] in loadcheck.STACK_KINDS:
+        if failure["kind"] == "missing-dependency":
+            undeclared.append(entry)
+        elif failure["kind"] in loadcheck.STACK_KINDS:
             (ignored if _ignored(entry["module"], targets) else broken).append(entry)
         elif failure.get("library"):  # the loader found no libcuda.so.1: nothing could be judged
             unjudged.append(entry)
         else:  # linked fine; its initialisation wants a GPU (the stand-in said CUDA_ERROR_NO_DEVICE)
             needs_gpu.append(entry)
     stage.note(modules=entries, loaded=sum(e["ok"] for e in entries), total=len(entries),
-               ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu])
+               ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu],
+               warnings=[e["reason"] for e in undeclared])
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         stage.fail(broken[0]["reason"] + more, failures=[e["reason"] for e in broken])

@@ -75,7 +75,7 @@ def test_stand_in_answers(stand_in: Path) -> None:
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["100", "100", "0", "0", "0", "0", "0", "100", "0", "CUDA_ERROR_NO_DEVICE", "100"]
+    assert done.stdout.split() == ["100", "100", "0", "0", "13020", "0", "0", "100", "0", "CUDA_ERROR_NO_DEVICE", "100"]
 
 
 def test_driver_symbols_are_collected_from_modules(tmp_path: Path) -> None:

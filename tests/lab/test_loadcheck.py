@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -144,3 +145,23 @@ def test_dynamic_symbols(tmp_path: Path) -> None:
     assert "cuTensorMapEncodeTiled" in syms.undefined
     assert loadcheck.dynamic_symbols(tmp_path / "syms_so.c") is None  # not ELF
     assert loadcheck.is_extension_module(tmp_path / "syms_so.c") is None
+
+
+def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None:
+    """sgl-kernel's deep_gemm imports setuptools, which nothing declares: a packaging warning, not an ABI break."""
+    pkg = tmp_path / "deep_gemm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import setuptools_that_is_not_there\n")
+    failure, _ = loadcheck.load_module(sys.executable, path=None, name="deep_gemm", timeout=60,
+                                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert failure is not None
+    assert failure.kind == "missing-dependency"
+    assert loadcheck.describe("deep_gemm", failure) == (
+        "deep_gemm imports setuptools_that_is_not_there, which is not installed: an undeclared dependency"
+    )
+    # A module missing from the package itself stays a broken import.
+    (pkg / "__init__.py").write_text("from deep_gemm import _gone\n")
+    failure, _ = loadcheck.load_module(sys.executable, path=None, name="deep_gemm", timeout=60,
+                                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert failure is not None
+    assert failure.kind == "import-error"
