@@ -63,7 +63,11 @@ try:
     for mod in pre:
         step = "import " + mod
         importlib.import_module(mod)
-    if target:
+    if target and name in sys.modules:
+        # Loaded already by a prerequisite (torch._C by `import torch`): it linked and initialised, and
+        # running its init a second time is something no package does.
+        step = "load " + target
+    elif target:
         step = "load " + target
         spec = importlib.util.spec_from_file_location(name, target)
         if spec is None or spec.loader is None:

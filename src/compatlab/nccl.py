@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -200,8 +201,11 @@ def run_nccl(
 
     work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
-    rendezvous = work_dir / "rendezvous"
-    for stale in [rendezvous, *work_dir.glob("rank*.events.jsonl"), *work_dir.glob("rank*.stack"),
+    # torch reads the file:// init_method as a URL and mangles '+' (cell ids have local tags like
+    # +cu130): the rendezvous file lives in a fresh folder with a plain name.
+    rdzv_dir = Path(tempfile.mkdtemp(prefix="compatlab-rdzv-"))
+    rendezvous = rdzv_dir / "rendezvous"
+    for stale in [*work_dir.glob("rank*.events.jsonl"), *work_dir.glob("rank*.stack"),
                   *work_dir.glob("rank*.log")]:
         stale.unlink(missing_ok=True)
     phases = ["init", "correctness"] + (["bandwidth"] if sizes else [])
@@ -230,6 +234,7 @@ def run_nccl(
                                stack=work_dir / f"rank{r}.stack", log=logfile, since=time.monotonic()))
     except OSError as exc:
         _kill(ranks)
+        shutil.rmtree(rdzv_dir, ignore_errors=True)
         report.state, report.reason = "error", f"cannot start rank {len(ranks)} with {python}: {exc}"
         report.seconds = time.monotonic() - start
         return report
@@ -238,7 +243,7 @@ def run_nccl(
         _watch(ranks, timeouts, report)
     finally:
         _kill(ranks)
-    rendezvous.unlink(missing_ok=True)
+    shutil.rmtree(rdzv_dir, ignore_errors=True)
     for rank in ranks:
         rank.read(time.monotonic())
     report.ranks = [r.status() for r in ranks]

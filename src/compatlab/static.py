@@ -11,6 +11,7 @@ For every ELF shared object of the packages of interest in a site-packages direc
 Usage: ``python -m compatlab.static --site-packages DIR [--target sm_90 ...] [--json]``.
 """
 
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,25 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from email.parser import HeaderParser
-from functools import cache
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .elf import ElfCache, ElfInfo, NotElf, UndefinedSymbol, demangle, is_elf, record_sha256
+# Importable from here before the resolution moved out (tests use _ld_cache); explicit re-exports for mypy.
+from ._ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GLOBS  # noqa: PLC0414
+from ._ldso import _ld_cache as _ld_cache  # noqa: PLC0414
+from ._ldso import _Lib, _LoadSet, _provided, _Resolver
+from ._site_packages import (
+    _declared_tops,
+    _Dist,
+    _is_extension,
+    _is_shared_object,
+    _python_version,
+    _read_dists,
+    _walk_modules,
+)
+from ._symbols import _function_name, _last_identifier, _offers
+from .elf import ElfCache, UndefinedSymbol, demangle
 from .errors import LabError, UsageError
 from .fatbin import coverage, parse_arch
 from .results import StageResult
@@ -49,13 +62,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PACKAGES = ("sgl_kernel", "flashinfer", "torch")
 # Installed with the NVIDIA driver, never with a wheel: missing on a machine without a GPU is expected.
 DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
-# What `import torch` has loaded before an extension of torch is loaded: these libraries' closures.
-# libcaffe2_nvrtc.so stands for torch's explicit preload of nvrtc (torch/__init__.py, _load_global_deps).
-TORCH_PRELOAD_GLOBS = ("libtorch*.so", "libc10*.so", "libcaffe2_nvrtc.so")
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
 _CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
-_DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
-                 "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib")
 _KIND_ORDER = {"library": 0, "version": 1, "symbol": 2, "arch": 3}
 _SEVERITIES = ("fail", "warn", "note")
 
@@ -121,146 +129,12 @@ class StaticReport:
         }
 
 
-# --- the site-packages index -------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(kw_only=True, slots=True)
-class _Dist:
-    name: str
-    version: str
-    dist_info: Path
-    requires: list[str]
-    tags: list[str]
-    files: list[str]  # RECORD paths, relative to site-packages
-
-
-def _read_dists(sp: Path) -> tuple[list[_Dist], dict[str, tuple[str, int]]]:
-    """Installed distributions and the RECORD hash (hex, size) of every file, by normalised path."""
-    dists: list[_Dist] = []
-    hashes: dict[str, tuple[str, int]] = {}
-    base = str(sp)  # os.path, not pathlib: torch's RECORD alone has ~15k lines
-    for info in sorted(sp.glob("*.dist-info")):
-        try:
-            meta = HeaderParser().parsestr(
-                (info / "METADATA").read_text(encoding="utf-8", errors="replace"), headersonly=True)
-        except OSError:
-            continue
-        tags: list[str] = []
-        try:
-            wheel = HeaderParser().parsestr((info / "WHEEL").read_text(encoding="utf-8", errors="replace"))
-            tags = [str(t) for t in wheel.get_all("Tag") or []]
-        except OSError:
-            pass
-        files: list[str] = []
-        try:
-            lines = (info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            lines = []
-        for line in lines:
-            # RECORD is CSV, but file names with commas are rare enough that rsplit is exact for .so files.
-            parts = line.rsplit(",", 2)
-            if len(parts) != 3:
-                continue
-            rel, digest, size = parts
-            files.append(rel)
-            hexd = record_sha256(digest)
-            if hexd and size.isdigit():
-                hashes[os.path.normpath(os.path.join(base, rel))] = (hexd, int(size))
-        dists.append(_Dist(
-            name=str(meta.get("Name", info.name.split("-")[0])), version=str(meta.get("Version", "?")),
-            dist_info=info, requires=[str(r) for r in meta.get_all("Requires-Dist") or []],
-            tags=tags, files=files,
-        ))
-    return dists, hashes
-
-
-def _is_shared_object(name: str) -> bool:
-    return name.endswith(".so") or ".so." in name
-
-
-def _walk_modules(sp: Path, packages: Sequence[str] | None) -> list[Path]:
-    """Every ELF shared object of the chosen top-level packages (all packages with .so files if None)."""
-    found: list[Path] = []
-    for top in sorted(sp.iterdir()):
-        if top.name.endswith((".dist-info", ".egg-info")) or top.name == "__pycache__":
-            continue
-        top_name = top.name.split(".")[0] if top.is_file() else top.name
-        if packages is not None and top_name not in packages:
-            continue
-        if top.is_file():
-            if _is_shared_object(top.name) and not top.is_symlink() and is_elf(top):
-                found.append(top)
-            continue
-        for root, dirs, files in os.walk(top):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(files):
-                if not _is_shared_object(name):
-                    continue
-                path = Path(root) / name
-                if not path.is_symlink() and is_elf(path):
-                    found.append(path)
-    return found
-
-
-@cache
-def _ld_cache() -> dict[str, tuple[str, ...]]:
-    """The system's ld.so cache (``ldconfig -p``): library name -> paths, in the cache's order."""
-    from .proc import run
-
-    out: dict[str, list[str]] = {}
-    for prog in ("/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"):
-        if os.sep in prog and not os.path.exists(prog):
-            continue
-        try:
-            done = run([prog, "-p"], timeout=30)
-        except OSError:
-            continue
-        if done.ok:
-            for line in done.stdout.splitlines():
-                m = re.match(r"^\s+(\S+) \(([^)]*)\) => (\S+)$", line)
-                if m:
-                    out.setdefault(m.group(1), []).append(m.group(3))
-            break
-    else:
-        log.info("no ldconfig; falling back to the standard library directories")
-    return {k: tuple(v) for k, v in out.items()}
-
-
-@cache
-def _elf_ident(path: str) -> tuple[int, int] | None:
-    """(ELF class byte, e_machine) of a file, to skip libraries of another architecture as ld.so does."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(20)
-    except OSError:
-        return None
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        return None
-    return head[4], int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
-
-
-# --- one module's load set ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(slots=True)
-class _Lib:
-    path: str  # as ld.so would name it (not symlink-resolved), normalised
-    info: ElfInfo
-
-
-@dataclasses.dataclass(kw_only=True, slots=True)
-class _LoadSet:
-    libs: list[_Lib]  # the module's closure, module first
-    missing: list[tuple[str, str]]  # (library name, path of the object that needs it)
-    by_soname: dict[str, _Lib]
-    uses_torch: bool
-
-
-class _Checker:
+class _Checker(_Resolver):
     def __init__(self, sp: Path, cache: ElfCache) -> None:
-        self.sp = sp
-        self.cache = cache
-        self.dists, self.hashes = _read_dists(sp)
+        self.dists, hashes = _read_dists(sp)
+        super().__init__(sp, cache, hashes)
         self.owner: dict[str, _Dist] = {}
         for d in self.dists:
             for rel in d.files:
@@ -268,37 +142,7 @@ class _Checker:
         self._files_by_name: dict[str, list[str]] | None = None
         self._near_miss: dict[tuple[str, tuple[str, ...]], list[tuple[str, _Lib]]] = {}
         self._joined: dict[str, str] = {}
-        self.python = self._interpreter()
-        self.base = self._closure_of([self.python] if self.python else [], {}) if self.python else []
-        self.base_loaded = self._loaded_map(self.base)
-        torch_roots: list[str] = []
-        torch_lib = sp / "torch" / "lib"
-        if torch_lib.is_dir():
-            for pattern in TORCH_PRELOAD_GLOBS:
-                torch_roots.extend(os.path.normpath(p) for p in sorted(torch_lib.glob(pattern)) if is_elf(p))
-        self.torch_files = set(torch_roots)
-        self.torch_set = [lib for lib in self._closure_of(torch_roots, self.base_loaded)
-                          if lib not in self.base] if torch_roots else []
-        self.torch_loaded = {**self.base_loaded, **self._loaded_map(self.torch_set)}
         self.torch_dist = next((d for d in self.dists if d.name.lower() == "torch"), None)
-
-    # Reading ---------------------------------------------------------------------------------------
-
-    def info(self, path: str) -> ElfInfo | None:
-        known = self.hashes.get(path)
-        digest = None
-        if known is not None:
-            try:
-                # A file changed after install no longer matches its RECORD hash: hash it instead.
-                if os.stat(path).st_size == known[1]:
-                    digest = known[0]
-            except OSError:
-                return None
-        try:
-            return self.cache.load(Path(path), digest)
-        except (NotElf, OSError) as exc:
-            log.info("cannot read %s: %s", path, exc)
-            return None
 
     def rel(self, path: str) -> str:
         try:
@@ -308,115 +152,6 @@ class _Checker:
 
     def dist_of(self, path: str) -> _Dist | None:
         return self.owner.get(os.path.normpath(path))
-
-    def _interpreter(self) -> _Lib | None:
-        # <venv>/lib/pythonX.Y/site-packages -> <venv>/bin/python; ld.so takes the executable's $ORIGIN
-        # from its real path, so the symlink of a venv is resolved.
-        for name in ("python3", "python"):
-            exe = self.sp.parent.parent.parent / "bin" / name
-            if exe.exists():
-                real = os.path.realpath(exe)
-                info = self.info(real)
-                if info is not None:
-                    return _Lib(real, info)
-        log.info("no interpreter found for %s; Python API symbols are assumed present", self.sp)
-        return None
-
-    # Resolution ------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _loaded_map(libs: Iterable[_Lib]) -> dict[str, _Lib]:
-        out: dict[str, _Lib] = {}
-        for lib in libs:
-            out.setdefault(os.path.basename(lib.path), lib)
-            if lib.info.soname:
-                out.setdefault(lib.info.soname, lib)
-        return out
-
-    def _expand(self, entry: str, origin: str) -> str | None:
-        text = entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
-        text = text.replace("${PLATFORM}", "x86_64").replace("$PLATFORM", "x86_64")
-        text = text.replace("${LIB}", "lib64").replace("$LIB", "lib64")
-        if "$" in text:
-            return None
-        return os.path.normpath(text)
-
-    def _search(self, name: str, chain: Sequence[_Lib], ident: tuple[int, int] | None) -> str | None:
-        requester = chain[-1]
-        dirs: list[str] = []
-        # DT_RPATH of the requester and of the objects that loaded it, unless the requester has RUNPATH.
-        if not requester.info.runpath:
-            for obj in reversed(chain):
-                if not obj.info.runpath:
-                    dirs.extend(filter(None, (self._expand(e, os.path.dirname(obj.path))
-                                              for e in obj.info.rpath)))
-        dirs.extend(filter(None, (self._expand(e, os.path.dirname(requester.path))
-                                  for e in requester.info.runpath)))
-        candidates = [os.path.join(d, name) for d in dirs]
-        candidates.extend(_ld_cache().get(name, ()))
-        candidates.extend(os.path.join(d, name) for d in _DEFAULT_DIRS)
-        for cand in candidates:
-            if os.path.isfile(cand) and (ident is None or _elf_ident(cand) == ident):
-                return os.path.normpath(cand)
-        return None
-
-    def _closure_of(self, roots: Sequence[_Lib | str], loaded: dict[str, _Lib],
-                    missing: list[tuple[str, str]] | None = None) -> list[_Lib]:
-        """Breadth-first load order of *roots* and what they need; *loaded* is consulted first."""
-        order: list[_Lib] = []
-        seen: dict[str, _Lib] = {}
-        queue: list[tuple[_Lib, tuple[_Lib, ...]]] = []
-        for root in roots:
-            lib = root if isinstance(root, _Lib) else self._lib(root)
-            if lib is not None and lib.path not in seen:
-                seen[lib.path] = lib
-                order.append(lib)
-                queue.append((lib, (lib,)))
-        while queue:
-            lib, chain = queue.pop(0)
-            ident = _elf_ident(lib.path)
-            for name in lib.info.needed:
-                hit = loaded.get(name)
-                if hit is not None:
-                    continue
-                local = next((x for x in order if x.info.soname == name
-                              or os.path.basename(x.path) == name), None)
-                if local is not None:
-                    continue
-                path = self._search(name, chain, ident)
-                dep = self._lib(path) if path else None
-                if dep is None:
-                    if missing is not None and (name, lib.path) not in missing:
-                        missing.append((name, lib.path))
-                    continue
-                if dep.path not in seen:
-                    seen[dep.path] = dep
-                    order.append(dep)
-                    queue.append((dep, (*chain, dep)))
-        return order
-
-    def _lib(self, path: str) -> _Lib | None:
-        info = self.info(os.path.normpath(path))
-        return _Lib(os.path.normpath(path), info) if info is not None else None
-
-    def load_set(self, module: _Lib) -> _LoadSet:
-        """The module's closure as `import` would see it: torch's libraries already loaded if it uses them."""
-        missing: list[tuple[str, str]] = []
-        libs = self._closure_of([module], self.torch_loaded, missing)
-        torch_sonames = {n for n, lib in self.torch_loaded.items() if lib.path in self.torch_files}
-        uses_torch = module.path in self.torch_files or any(
-            n in torch_sonames for lib in libs for n in lib.info.needed)
-        if not uses_torch and self.torch_set:
-            # Not an extension of torch: torch's libraries are not there to satisfy its needs.
-            missing = []
-            libs = self._closure_of([module], self.base_loaded, missing)
-        providers = [*libs, *self.base, *(self.torch_set if uses_torch else [])]
-        by_soname: dict[str, _Lib] = {}
-        for lib in providers:
-            by_soname.setdefault(os.path.basename(lib.path), lib)
-            if lib.info.soname:
-                by_soname.setdefault(lib.info.soname, lib)
-        return _LoadSet(libs=providers, missing=missing, by_soname=by_soname, uses_torch=uses_torch)
 
     # Findings --------------------------------------------------------------------------------------
 
@@ -500,67 +235,6 @@ class _Checker:
         return out
 
 
-def _function_name(pretty: str) -> str | None:
-    """``c10::cuda::f`` of ``void c10::cuda::f<int>(int, bool) const``; None for a non-function."""
-    close = pretty.rfind(")")
-    if close < 0:
-        return None
-    depth = 0
-    start = -1
-    for i in range(close, -1, -1):
-        if pretty[i] == ")":
-            depth += 1
-        elif pretty[i] == "(":
-            depth -= 1
-            if depth == 0:
-                start = i
-                break
-    if start <= 0:
-        return None
-    name = pretty[:start]
-    depth = 0
-    cut = 0
-    for i, ch in enumerate(name):
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        elif ch == " " and depth == 0 and not name[:i].endswith("operator"):
-            cut = i + 1
-    return name[cut:]
-
-
-def _last_identifier(qualified: str) -> str:
-    depth = 0
-    base = []
-    for ch in qualified:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif depth == 0:
-            base.append(ch)
-    last = "".join(base).rsplit("::", 1)[-1]
-    return last if re.fullmatch(r"[A-Za-z_]\w*", last) else ""
-
-
-def _version_key(v: str) -> tuple[str, tuple[int, ...]]:
-    m = re.match(r"^(.*?)(\d+(?:\.\d+)*)$", v)
-    if not m:
-        return v, ()
-    return m.group(1), tuple(int(x) for x in m.group(2).split("."))
-
-
-def _offers(wanted: str, defs: Sequence[str]) -> str:
-    prefix = _version_key(wanted)[0]
-    same = sorted((d for d in defs if _version_key(d)[0] == prefix), key=_version_key)
-    if len(same) > 3:
-        return f"offers up to {same[-1]}"
-    if same or defs:
-        return "offers only " + ", ".join(same or sorted(defs))
-    return "defines no symbol versions"
-
-
 def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
     """Findings about one module, and the paths of the libraries its loading loads."""
     findings: list[Finding] = []
@@ -620,12 +294,6 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
     return findings, {lib.path for lib in ls.libs}
 
 
-def _provided(sym: UndefinedSymbol, libs: Sequence[_Lib]) -> bool:
-    for lib in libs:
-        versions = lib.info.defined.get(sym.name)
-        if versions is not None and (not sym.version or sym.version in versions):
-            return True
-    return False
 
 
 def _symbol_finding(ck: _Checker, rel: str, mod_name: str, sym: UndefinedSymbol, ls: _LoadSet) -> Finding:
@@ -747,20 +415,6 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
     return out
 
 
-def _is_extension(path: Path, py: tuple[int, int] | None) -> bool:
-    """Whether `import` can load *path* as a module in an environment of Python *py*."""
-    m = re.search(r"\.cpython-(\d)(\d+)[^.]*\.so$", path.name)
-    if m:
-        return py is None or (int(m.group(1)), int(m.group(2))) == py
-    if path.name.endswith(".abi3.so"):
-        return True
-    # A bare "name.so" is importable too (triton/_C/libtriton.so), except in the library dirs of wheels.
-    return path.suffix == ".so" and path.parent.name not in ("lib", "lib64")
-
-
-def _python_version(sp: Path) -> tuple[int, int] | None:
-    m = re.fullmatch(r"python(\d)\.(\d+)", sp.parent.name)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _package_rank(rel: str) -> int:
@@ -826,21 +480,6 @@ def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed
                   cache=cache)
 
 
-def _declared_tops(site_packages: Path, dists: Sequence[str]) -> list[str]:
-    """Top-level names that the cell's declared distributions install (their own files and bundled libs)."""
-    from packaging.utils import canonicalize_name
-
-    wanted = {canonicalize_name(d) for d in dists}
-    tops: dict[str, None] = {}
-    for info in sorted(site_packages.glob("*.dist-info")):
-        name = info.name[: -len(".dist-info")].rsplit("-", 1)[0]
-        if canonicalize_name(name) not in wanted or not (info / "RECORD").is_file():
-            continue
-        for line in (info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines():
-            first = line.split(",", 1)[0].split("/", 1)[0]
-            if first and not first.endswith((".dist-info", ".data")) and first != "..":
-                tops[first.split(".")[0]] = None
-    return list(tops)
 
 
 def run_static_stage(ctx: CellContext) -> StageResult:

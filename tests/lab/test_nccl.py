@@ -333,3 +333,10 @@ def test_cli_prints_the_table_and_writes_json(torch_python: Path, tmp_path: Path
     data = json.loads(out.read_text())
     assert data["state"] == "pass"
     assert data["sweep"]["all_reduce"]["65536"]["busbw_gbps"] > 0
+
+
+def test_a_plus_in_the_work_dir_does_not_break_the_rendezvous(tmp_path: Path, torch_python: Path) -> None:
+    """Cell ids carry local tags (torch2.9.1+cu130): torch reads file:// URLs and mangles '+'."""
+    report = run_nccl(torch_python, world_size=2, backend="gloo", env={}, timeouts=NcclTimeouts(init=60, correctness=60),
+                      sizes=[], thresholds=None, work_dir=tmp_path / "torch2.9.1+cu130-cell" / "nccl")
+    assert (report.state, report.world_size) == ("pass", 2), report.reason

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,19 +250,22 @@ def test_arch_coverage(gpu_site: Path, cache: ElfCache) -> None:
         "gpu/_k.abi3.so: no kernel image for sm_120 (has sm_90; PTX none) (not needed here)"]
 
 
-MATRIX = {
-    "axes": {"torch": ["2.10.0"], "sgl-kernel": ["0.3.21"], "flashinfer": ["0.6.4"], "cuda": ["12.8"]},
-    "targets": {
-        "h200": {"arch": ["sm_90"]},
-        "rtx": {"arch": ["sm_120"], "not-needed": ["gpu/*"]},
-    },
-}
+def _matrix(kernel_package: str) -> dict[str, Any]:
+    """A cell whose sgl-kernel axis is the fake distribution: the stage checks declared packages only."""
+    return {
+        "axes": {"torch": ["2.10.0"], "sgl-kernel": [{"version": "0.3.21", "package": kernel_package}],
+                 "flashinfer": ["0.6.4"], "cuda": ["12.8"]},
+        "targets": {
+            "h200": {"arch": ["sm_90"]},
+            "rtx": {"arch": ["sm_120"], "not-needed": ["gpu/*"]},
+        },
+    }
 
 
 @pytest.mark.slow
 def test_stage_uses_every_target(gpu_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
-    matrix = parse_matrix(MATRIX)
+    matrix = parse_matrix(_matrix("gpu"))
     ctx = CellContext(matrix=matrix, cell=expand(matrix)[0], venv=gpu_site.parents[2],
                       python=gpu_site.parents[2] / "bin" / "python", site_packages=gpu_site,
                       work_dir=tmp_path)
@@ -278,7 +282,10 @@ def test_stage_reports_the_first_failure_and_counts_the_rest(tmp_path: Path,
     monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
     sp = _torch_and_kern(tmp_path, "2.10.0", CHECK_UNSIGNED)
     _cc(sp / "kern" / "_more.abi3.so", CONSUMER, f"-L{tmp_path / 'build'}", "-lc10")
-    matrix = parse_matrix(MATRIX)
+    # A package the cell does not declare is not judged, however broken.
+    _cc(sp / "other" / "_x.abi3.so", CONSUMER, f"-L{tmp_path / 'build'}", "-lc10")
+    _dist(sp, "other", "0.1", ["other/_x.abi3.so"])
+    matrix = parse_matrix(_matrix("kern"))
     ctx = CellContext(matrix=matrix, cell=expand(matrix)[0], venv=sp.parents[2],
                       python=sp.parents[2] / "bin" / "python", site_packages=sp, work_dir=tmp_path)
     result = run_static_stage(ctx)
