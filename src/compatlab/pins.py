@@ -80,26 +80,41 @@ def _same_pin(declared: str, installed: str) -> bool:
     return d.public == i.public
 
 
-def cuda_major_of(name: str, version: str) -> int | None:
-    """The CUDA major a CUDA runtime package belongs to, or None for unrelated packages."""
+# Packages whose version number is the CUDA version they belong to (cuFFT, cuRAND, cuSOLVER, cuSPARSE,
+# cuDNN, NCCL … number themselves: cuFFT 12.0 ships with CUDA 13.0).
+_TRACKS_CUDA = frozenset({
+    "cuda-bindings", "cuda-python", "cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc",
+    "nvidia-cuda-cupti", "nvidia-cuda-nvcc", "nvidia-cublas", "nvidia-nvjitlink", "nvidia-nvtx",
+})
+
+
+def cuda_major_of(name: str, version: str, files: Iterable[str] = ()) -> int | None:
+    """The CUDA major a CUDA runtime package belongs to, or None for unrelated packages.
+
+    Told by, in order: a ``-cu12``/``-cu13`` (``-cuda12x``) suffix, files under ``nvidia/cu13/`` (the
+    CUDA 13 wheel layout), and the version, for packages whose version is CUDA's own.
+    """
     m = re.search(r"-cu(\d{2})$", name) or re.search(r"-cuda(\d{2})x?$", name)
     if m:
         return int(m.group(1))
-    if name in ("cuda-bindings", "cuda-python", "cuda-toolkit") or (
-        name.startswith("nvidia-") and name.split("-")[1] in ("cuda", "cublas", "cufft", "curand", "cusolver",
-                                                            "cusparse", "nvjitlink", "nvrtc", "cudnn", "nccl",
-                                                            "nvtx", "cufile", "cusparselt", "nvshmem")
-        and not name.endswith(("-cu11",))
-    ):
+    if name.startswith("nvidia-"):
+        for path in files:
+            if m := re.match(r"nvidia/cu(\d{2})/", path):
+                return int(m.group(1))
+    if name in _TRACKS_CUDA:
         try:
             major = Version(version).release[0]
         except InvalidVersion:
             return None
-        # nvidia-cudnn/nccl/cusparselt/nvshmem carry their own version numbers, not CUDA's.
-        if name.split("-")[1] in ("cudnn", "nccl", "cusparselt", "nvshmem"):
-            return None
         return major if major in (11, 12, 13, 14) else None
     return None
+
+
+def _record_paths(dist: Dist) -> list[str]:
+    record = dist.path / "RECORD"
+    if not dist.name.startswith("nvidia-") or not record.is_file():
+        return []
+    return [line.split(",", 1)[0] for line in record.read_text(encoding="utf-8", errors="replace").splitlines()]
 
 
 def _family(name: str) -> str:
@@ -181,7 +196,7 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         fails.append(f"torch {dists['torch'].version} is a CUDA {tcuda} build; this cell is CUDA {cell_cuda}")
     by_major: dict[int, list[Dist]] = {}
     for dist in dists.values():
-        major = cuda_major_of(dist.name, dist.version)
+        major = cuda_major_of(dist.name, dist.version, _record_paths(dist))
         if major is not None:
             by_major.setdefault(major, []).append(dist)
     details["cuda_packages"] = {str(k): sorted(f"{d.display}=={d.version}" for d in v) for k, v in by_major.items()}
