@@ -19,7 +19,7 @@ from typing import Any
 
 from . import envs
 from .cells import Cell, expand
-from .errors import UsageError
+from .errors import LabError, UsageError
 from .matrix import Matrix
 from .proc import run
 from .results import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
@@ -109,7 +109,21 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
         return result
     work = run_dir / "cells" / cell.id
     work.mkdir(parents=True, exist_ok=True)
-    venv = venv_root / cell.id
+    try:
+        _run_stages(matrix, cell, result, work=work, venv=venv_root / cell.id, stages=stages)
+    except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
+        log.exception("cell %s: lab error", cell.id)
+        why = str(exc) if isinstance(exc, LabError) else repr(exc)
+        result.stages.append(StageResult(name="lab", state="error", reason=f"lab error: {why}"))
+    _conclude(result)
+    result.finished = now_iso()
+    result.seconds = round(time.monotonic() - t0, 3)
+    write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
+    return result
+
+
+def _run_stages(matrix: Matrix, cell: Cell, result: CellResult, *, work: Path, venv: Path,
+                stages: tuple[Stage, ...]) -> None:
     attempts = 0
     while True:
         attempts += 1
@@ -131,11 +145,6 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
             result.stages.append(_run_stage(stage, ctx))
     else:
         result.stages.extend(_blocked(s, install) for s in stages)
-    _conclude(result)
-    result.finished = now_iso()
-    result.seconds = round(time.monotonic() - t0, 3)
-    write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
-    return result
 
 
 def _conclude(result: CellResult) -> None:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,31 @@ def test_nox_lists_cells_and_rejects_a_bad_matrix(tmp_path: Path, index_url: str
     bad = nox(tmp_path, EXPECTED_ONLY.format(url=index_url).replace("[install]", "[instal]"), "-l")
     assert bad.returncode == 2
     assert bad.stderr == f"error: {tmp_path / 'matrix.toml'}: instal: unknown key; perhaps you meant 'install'?\n"
+
+
+def test_a_lab_failure_is_an_error_cell_with_its_result_written(tmp_path: Path) -> None:
+    """No uv on PATH: the lab cannot answer; the cell says so as `error`, and its JSON is still written."""
+    (tmp_path / "matrix.toml").write_text(textwrap.dedent("""
+        [[axes.torch]]
+        version = "2.9.1"
+        [[axes.sgl-kernel]]
+        version = "0.3.21"
+        [[axes.flashinfer]]
+        version = "0.6.4"
+        [[axes.cuda]]
+        version = "12.8"
+        """))
+    cell = "torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "cell", cell, "--matrix", str(tmp_path / "matrix.toml"),
+         "--run-dir", str(tmp_path / "run"), "--venvs", str(tmp_path / "venvs")],
+        capture_output=True, text=True, check=False, timeout=120, cwd=ROOT,
+        env={"PATH": "/nonexistent", "PYTHONPATH": str(ROOT / "src"), "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 1, done.stderr
+    result = json.loads((tmp_path / "run" / "cells" / f"{cell}.json").read_text())
+    assert result["state"] == "error"
+    assert result["unexpected"] is True
+    assert result["reason"] == (
+        "lab: lab error: program 'uv' not found on PATH; install it (e.g. python -m pip install uv)"
+    )
