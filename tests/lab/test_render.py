@@ -684,3 +684,15 @@ def test_chromium_screenshot(tmp_path: Path) -> None:
     keep = os.environ.get("COMPATLAB_SCREENSHOT")
     if keep:
         shutil.copyfile(png, keep)
+
+
+def test_green_and_amber_cells_show_their_warnings(tmp_path: Path) -> None:
+    mix = "CUDA 13 package cuda-bindings 13.5.0 beside a CUDA 12.8 stack (flashinfer-python 0.6.4 requires 'cuda-bindings')"
+    stages = [stage("install"), stage("pins", "warn", mix), stage("static", "warn", "no Requires-Dist on torch"),
+              stage("import"), stage("cuda", "skip", "no NVIDIA driver on this machine (no libcuda.so.1)")]
+    data = results([cell("2.9.1", "0.6.4", "12.8", "partial", stages,
+                         reason="cuda: no NVIDIA driver on this machine (no libcuda.so.1)")])
+    render_run(write(tmp_path / "results.json", data), tmp_path / "out", history_dir=None)
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert ('warning · <b>pins</b>: CUDA 13 package cuda-bindings 13.5.0 beside a CUDA 12.8 stack '
+            "(flashinfer-python 0.6.4 requires &#x27;cuda-bindings&#x27;) (+1 more)</div>") in page

@@ -69,6 +69,8 @@ td.cell .line{display:flex;align-items:center;gap:5px;flex-wrap:wrap}
 td.cell .why{display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;overflow:hidden;
 overflow-wrap:anywhere;font-size:12px;margin-top:2px}
 td.cell .why b{font-weight:600}
+td.cell .warns{display:-webkit-box;-webkit-line-clamp:2;-webkit-box-orient:vertical;overflow:hidden;
+overflow-wrap:anywhere;font-size:11px;margin-top:3px;color:var(--muted)}
 td.cell summary{cursor:pointer;list-style:none}td.cell summary::-webkit-details-marker{display:none}
 td.cell summary::marker{content:""}
 td.cell summary:focus-visible{outline:2px solid #0969da;outline-offset:2px}

@@ -252,6 +252,13 @@ def _cell(cell: CellResult | None, change: Change | None, series: Mapping[str, S
         where = f"<b>{_e(stage.name)}</b>{': ' if text else ''}" if stage is not None else ""
         full = reason(cell)
         why = f'<div class="why" title="{_e(full)}">{where}{_e(text)}</div>' if where or text else ""
+    # Green and amber cells can still carry warnings (a second CUDA major, an undeclared dependency).
+    warned = [s for s in cell.stages if s.state == "warn"]
+    if warned and cell.state in ("pass", "partial"):
+        more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
+        first = warned[0]
+        why += (f'<div class="warns" title="{_e(first.reason)}">warning · <b>{_e(first.name)}</b>: '
+                f"{_e(one_line(first.reason))}{_e(more)}</div>")
     summary = head + why + _figs(cell, series)
     return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell, change, series)}</details></td>"
 
