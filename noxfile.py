@@ -44,7 +44,8 @@ if SHARD:
 
 REPORTS = Path(os.environ.get("COMPATLAB_REPORTS", ROOT / "reports"))
 # Every cell session of one `nox` invocation writes into the same run.
-if "COMPATLAB_RUN_ID" not in os.environ:
+USER_RUN_ID = os.environ.get("COMPATLAB_RUN_ID", "")
+if not USER_RUN_ID:
     from compatlab.runner import new_run_id
 
     os.environ["COMPATLAB_RUN_ID"] = new_run_id()
@@ -88,17 +89,42 @@ def matrix(session: nox.Session, cell: str) -> None:
 
 
 @nox.session(name="gpu8_perf", python=False)
-@nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()])
-                          for c in CELLS if c.na is None])
-def gpu8_perf(session: nox.Session, cell: str) -> None:
-    """The 8-GPU stages for a cell of this run: NCCL init/correctness/bandwidth, then EAGLE-3 vs baseline.
+def gpu8_perf(session: nox.Session) -> None:
+    """The 8-GPU stages (NCCL, then EAGLE-3 vs baseline) for the live cells of the latest run.
 
-    Reuses the cell's venv from `nox -s matrix` of the same COMPATLAB_RUN_ID (else runs the cell first).
+    One session, not one per cell, so that `nox -s matrix -k/-t …` never pulls it in. It adds the stages
+    to the run of COMPATLAB_RUN_ID, else to reports/latest's run of this matrix (reusing its venvs), and
+    takes cell ids or parts of them as posargs: `nox -s gpu8_perf -- cuda13.0`.
     """
-    session.notify("matrix_summary")
-    args = ["cell", cell, "--gpu8", "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
-            "--latest", str(LATEST), "--venvs", str(VENVS)]
-    session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
+    import json
+
+    run_id, run_dir = RUN_ID, RUN_DIR
+    latest = LATEST / "results.json"
+    if not USER_RUN_ID and latest.exists():
+        previous = json.loads(latest.read_text())["run"]
+        if previous.get("matrix") == str(MATRIX.path):
+            run_id, run_dir = previous["id"], REPORTS / "runs" / previous["id"]
+    wanted = session.posargs
+    chosen = [c for c in CELLS if c.na is None and (not wanted or any(w in c.id for w in wanted))]
+    if not chosen:
+        session.skip("no live cell matches " + " ".join(wanted))
+    session.log(f"run {run_id}: {len(chosen)} cell(s)")
+    news = []
+    for cell in chosen:
+        args = ["cell", cell.id, "--gpu8", "--matrix", str(MATRIX.path), "--run-dir", str(run_dir), "--run-id",
+                run_id, "--latest", str(LATEST), "--venvs", str(VENVS)]
+        session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True,
+                    success_codes=[0, 1])
+        if json.loads((run_dir / "cells" / f"{cell.id}.json").read_text()).get("unexpected"):
+            news.append(cell.id)
+    results = str(run_dir / "results.json")
+    session.run(_lab_python(session), "-m", "compatlab", "summary", results, env=_lab_env(), external=True,
+                success_codes=[0, 1])
+    if os.environ.get("COMPATLAB_REPORT", "1") != "0":
+        session.run(_lab_python(session), "-m", "compatlab", "report", results, "--out", str(LATEST),
+                    "--history", str(REPORTS / "runs"), env=_lab_env(), external=True)
+    if news:
+        session.error(f"unexpected verdicts in {len(news)} cell(s): " + ", ".join(news))
 
 
 @nox.session(name="matrix_summary", python=False)

@@ -49,17 +49,19 @@ def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | Non
     """Add pytest to the cell's venv; an error result if that fails or changes the stack."""
     from .proc import run
 
-    # A venv that already sees pytest (e.g. one made with --system-site-packages on a GPU box) needs nothing.
-    if run([str(ctx.python), "-c", "import pytest"], timeout=120, env=cell_env(ctx.venv)).ok:
-        return None
     before = envs.parse_freeze(ctx.freeze)
-    done = envs.uv_install_tools(ctx.python, ["pytest"], timeout=timeout)
-    if not done.ok:
-        return StageResult(
-            name="suite-setup", state="error",
-            reason="could not add pytest to the cell's venv: " + envs.last_line(done.stderr),
-            details={"argv": done.argv, "stderr": done.stderr[-4000:]}, seconds=done.seconds,
-        )
+    # A venv that already sees pytest (an earlier suite added it, or a GPU box's system packages) needs
+    # nothing installed; the stack is compared all the same, every time.
+    if not run([str(ctx.python), "-c", "import pytest"], timeout=120, env=cell_env(ctx.venv)).ok:
+        done = envs.uv_install_tools(ctx.python, ["pytest"], timeout=timeout)
+        if not done.ok:
+            return StageResult(
+                name="suite-setup", state="error",
+                reason="could not add pytest to the cell's venv: " + envs.last_line(done.stderr),
+                details={"argv": done.argv, "stderr": done.stderr[-4000:]}, seconds=done.seconds,
+            )
+    if not before:  # no freeze of the stack to compare with (a venv the lab did not install)
+        return None
     after = envs.parse_freeze(envs.freeze(ctx.python).stdout.splitlines())
     changed = sorted(
         f"{name} {before[name]} -> {after.get(name, 'removed')}"

@@ -33,11 +33,13 @@ def nox(tmp_path: Path, matrix: str, *args: str, run_id: str = "r1", timeout: fl
         "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"),
         "COMPATLAB_REPORTS": str(reports or tmp_path / "reports"),
         "COMPATLAB_VENVS": str(tmp_path / "venvs"),
-        "COMPATLAB_RUN_ID": run_id,
+        "COMPATLAB_RUN_ID": run_id,  # "" leaves the choice to the noxfile
         "UV_PYTHON_DOWNLOADS": "never",
         "NO_COLOR": "1",
         **(extra_env or {}),
     }
+    if not run_id:
+        del env["COMPATLAB_RUN_ID"]
     return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
                           capture_output=True, text=True, env=env, timeout=timeout, check=False, cwd=ROOT)
 

@@ -34,6 +34,8 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         build_wheel(w, "flashinfer-python", "0.7.4", requires=["torch", "cuda-bindings>=13"]),
         build_wheel(w, "flashinfer-python", "0.8.0", requires=["torch>=2.10"]),
         build_wheel(w, "cuda-bindings", "13.0.3"),
+        # Older than any pytest accepts: adding pytest to a cell that has it would change the stack.
+        build_wheel(w, "pluggy", "0.13.1"),
         build_wheel(w, "nvidia-cuda-runtime-cu13", "13.0.96"),
         build_wheel(w, "nvidia-cuda-runtime-cu12", "12.8.90"),
     ]

@@ -219,9 +219,8 @@ def test_nox_lists_cells_and_rejects_a_bad_matrix(tmp_path: Path, index_url: str
         "* matrix(torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8) "
         "[torch-2.9.1+cu128,sgl-kernel-0.3.21,flashinfer-0.7.4,cuda-12.8] -> " + DOC,
     ]
-    # The GPU stages are offered (not run by default) for the cells that run, not for n/a ones.
-    plain = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l")
-    assert sum(ln.startswith("- gpu8_perf(") for ln in plain.stdout.splitlines()) == 4
+    # -k and -t replace -s in nox: only the cell sessions may match them, never gpu8_perf or the summary.
+    assert [ln.split("(")[0] for ln in picked.stdout.splitlines() if ln.startswith("* ")] == ["* matrix"] * 2
     tagged = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l", "-t", "flashinfer-0.7.4")
     assert sum(ln.startswith("* matrix(") for ln in tagged.stdout.splitlines()) == 4
     assert "flashinfer0.6.4" not in "".join(ln for ln in tagged.stdout.splitlines() if ln.startswith("* "))
@@ -256,3 +255,17 @@ def test_a_lab_failure_is_an_error_cell_with_its_result_written(tmp_path: Path) 
     assert result["reason"] == (
         "lab: lab error: program 'uv' not found on PATH; install it (e.g. python -m pip install uv)"
     )
+
+
+def test_adding_pytest_must_not_change_the_stack(tmp_path: Path, index_url: str) -> None:
+    matrix = EXPECTED_ONLY.format(url=index_url).replace(
+        '[[axes.flashinfer]]\nversion = "0.6.4"', '[[axes.flashinfer]]\nversion = "0.6.4"\nrequires = ["pluggy==0.13.1"]')
+    done = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13")
+    cells = cells_by_axes(tmp_path)
+    old = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert old["state"] == "error"
+    assert "pluggy==0.13.1" in old["freeze"]
+    for name in ("import", "cuda"):
+        assert stage(old, name)["state"] == "error"
+        assert stage(old, name)["reason"].startswith("adding pytest changed the stack under test: pluggy 0.13.1 -> ")
