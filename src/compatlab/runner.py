@@ -158,7 +158,19 @@ def _conclude(result: CellResult) -> None:
         bad = None
     if bad is not None:
         result.reason = f"{bad.name}: {bad.reason}"
+    result.reason += _disagreement(result.stages)
     result.unexpected = is_unexpected(result)
+
+
+def _disagreement(stages: list[StageResult]) -> str:
+    """The static stage predicts what the import stage proves; when they differ, the reason says so."""
+    by_name = {s.name: s for s in stages}
+    static, imported = by_name.get("static"), by_name.get("import")
+    if static is None or imported is None or {static.state, imported.state} != {"fail", "pass"}:
+        return ""
+    if static.state == "fail":
+        return " [import disagrees: every module loaded]"
+    return " [static disagrees: it predicted no load failure]"
 
 
 def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,

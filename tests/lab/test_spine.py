@@ -269,3 +269,23 @@ def test_adding_pytest_must_not_change_the_stack(tmp_path: Path, index_url: str)
     for name in ("import", "cuda"):
         assert stage(old, name)["state"] == "error"
         assert stage(old, name)["reason"].startswith("adding pytest changed the stack under test: pluggy 0.13.1 -> ")
+
+
+def test_static_and_import_disagreeing_is_said_in_the_reason() -> None:
+    from compatlab.results import CellResult, StageResult
+    from compatlab.runner import _conclude
+
+    def cell(static: str, imported: str, why: str) -> CellResult:
+        result = CellResult(id="c", axes={}, state="n/a", stages=[
+            StageResult(name="install", state="pass"),
+            StageResult(name="static", state=static, reason=why if static == "fail" else ""),
+            StageResult(name="import", state=imported, reason=why if imported == "fail" else ""),
+        ])
+        _conclude(result)
+        return result
+
+    assert cell("fail", "pass", "x.so needs f(int)").reason == "static: x.so needs f(int) [import disagrees: every module loaded]"
+    assert cell("pass", "fail", "x.so: crashed with SIGSEGV while loading").reason == (
+        "import: x.so: crashed with SIGSEGV while loading [static disagrees: it predicted no load failure]"
+    )
+    assert cell("fail", "fail", "x.so needs f(int)").reason == "static: x.so needs f(int)"
