@@ -125,15 +125,14 @@ def record_sha256(value: str) -> str | None:
 
 
 def demangle(name: str) -> str:
-    """Demangle a C++ symbol with libstdc++'s __cxa_demangle (via cxxfilt); other names unchanged."""
-    if not name.startswith("_Z"):
-        return name
-    import cxxfilt
+    """Demangle a C++ symbol with libstdc++'s __cxa_demangle; other names unchanged.
 
-    try:
-        return str(cxxfilt.demangle(name, external_only=False))
-    except cxxfilt.InvalidName:
-        return name
+    The same demangler as the import stage's (loadcheck runs inside cells, with the stdlib only), so the
+    static and import reasons name a symbol identically.
+    """
+    from .loadcheck import demangle as cxa_demangle
+
+    return cxa_demangle(name) or name
 
 
 def _iter_dynamic(elf: Any) -> Iterator[tuple[str, Any]]:

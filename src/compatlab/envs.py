@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .cells import Cell
 from .matrix import Matrix
@@ -133,10 +134,6 @@ class InstallPlan:
                 "overrides": self.overrides}
 
 
-def _toml_str(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) -> InstallPlan:
     """The uv command (argv) and the requirement file that install every pin of *cell* at once.
 
@@ -158,16 +155,17 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         for link in value.find_links:
             if link not in find_links:
                 find_links.append(link)
-    lines = ["[project]", 'name = "compatlab-cell"', 'version = "0"',
-             "dependencies = [" + ", ".join(_toml_str(r) for r in requirements) + "]", ""]
-    for url, name in indexes.items():
-        lines += ["[[tool.uv.index]]", f"name = {_toml_str(name)}", f"url = {_toml_str(url)}",
-                  "explicit = true", ""]
+    import tomli_w
+
+    spec: dict[str, Any] = {"project": {"name": "compatlab-cell", "version": "0", "dependencies": requirements}}
+    uv_cfg: dict[str, Any] = {}
+    if indexes:
+        uv_cfg["index"] = [{"name": name, "url": url, "explicit": True} for url, name in indexes.items()]
     if sources:
-        lines.append("[tool.uv.sources]")
-        lines += [f"{_toml_str(pkg)} = {{ index = {_toml_str(idx)} }}" for pkg, idx in sources.items()]
-        lines.append("")
-    files = {"pyproject.toml": "\n".join(lines)}
+        uv_cfg["sources"] = {pkg: {"index": idx} for pkg, idx in sources.items()}
+    if uv_cfg:
+        spec["tool"] = {"uv": uv_cfg}
+    files = {"pyproject.toml": tomli_w.dumps(spec)}
     uv = which("uv")
     argv = [uv, "pip", "install", "--python", str(python), "-r", str(spec_dir / "pyproject.toml")]
     overrides = list(matrix.install.overrides)

@@ -229,6 +229,14 @@ def _cxa_demangle() -> Any:
     return func
 
 
+@functools.cache
+def _free() -> Any:
+    free = ctypes.CDLL(None).free
+    free.argtypes = [ctypes.c_void_p]
+    free.restype = None
+    return free
+
+
 def demangle(symbol: str) -> str | None:
     """Demangle an Itanium C++ name with libstdc++'s __cxa_demangle (c++filt as fallback); None if not C++."""
     if not symbol.startswith("_Z"):
@@ -241,7 +249,7 @@ def demangle(symbol: str) -> str | None:
             try:
                 return ctypes.string_at(ptr).decode("utf-8", "replace")
             finally:
-                ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
+                _free()(ptr)
         return None
     cxxfilt = shutil.which("c++filt")
     if cxxfilt is None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,12 @@ def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) 
     ok = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
     assert "torch==2.9.1+cu130" in ok["freeze"]
     assert ok["install"]["argv"][1:3] == ["pip", "install"]
-    assert '"torch" = { index = "index-1" }' in ok["install"]["files"]["pyproject.toml"]
+    spec = tomllib.loads(ok["install"]["files"]["pyproject.toml"])
+    assert spec["tool"]["uv"] == {
+        "index": [{"name": "index-1", "url": f"{index_url}/torch/simple", "explicit": True}],
+        "sources": {"torch": {"index": "index-1"}},
+    }
+    assert spec["project"]["dependencies"] == ["torch==2.9.1+cu130", "sgl-kernel==0.3.21", "flashinfer-python==0.6.4"]
     assert stage(ok, "pins")["state"] == "pass"
     mix = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8"]
     assert mix["expected"] == {"state": "fail", "reason": "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"}
