@@ -154,7 +154,7 @@ def _same_version(a: str, b: str) -> bool:
     if a == b:
         return True
     try:
-        return Version(a) == Version(b) and (Version(a).local == Version(b).local)
+        return Version(a) == Version(b)  # PEP 440 equality, the local tag included
     except InvalidVersion:
         return False
 

@@ -121,19 +121,19 @@ def _family(name: str) -> str:
     return re.sub(r"-cu\d{2}$", "", name)
 
 
-def torch_cuda(site_packages: Path, dists: dict[str, Dist]) -> str | None:
-    """CUDA version torch was built for: torch/version.py, else the local tag (cu130 -> 13.0)."""
-    version_py = site_packages / "torch" / "version.py"
-    if version_py.is_file():
-        m = re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]([\d.]+)['\"]", version_py.read_text(), re.MULTILINE)
-        if m:
-            return m.group(1)
-    torch = dists.get("torch")
-    if torch:
-        m = re.search(r"\+cu(\d+)(\d)$", torch.version)
-        if m:
-            return f"{m.group(1)}.{m.group(2)}"
+def cuda_of_torch(version_py: str | None, torch_version: str | None) -> str | None:
+    """CUDA version torch was built for: its torch/version.py text, else its local tag (cu130 -> 13.0)."""
+    if version_py and (m := re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]([\d.]+)['\"]", version_py, re.MULTILINE)):
+        return m.group(1)
+    if torch_version and (m := re.search(r"\+cu(\d+)(\d)$", torch_version)):
+        return f"{int(m.group(1))}.{m.group(2)}"
     return None
+
+
+def torch_cuda(site_packages: Path, dists: dict[str, Dist]) -> str | None:
+    version_py = site_packages / "torch" / "version.py"
+    torch = dists.get("torch")
+    return cuda_of_torch(version_py.read_text() if version_py.is_file() else None, torch.version if torch else None)
 
 
 def _who_asked(dists: dict[str, Dist], name: str) -> list[str]:

@@ -142,6 +142,12 @@ def load_run(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(str(path), ["no such file; run `nox -s matrix` first"]) from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), ["is a directory; give the run's results.json"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text: {exc.reason} at byte {exc.start}"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(str(path), [f"not valid JSON: {exc}"]) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .errors import LabError, UsageError
+from .matrix import DEFAULT_PACKAGES
+from .pins import cuda_of_torch
 from .results import CellResult, StageResult, cell_state, write_json_atomic
 from .stages import CellContext
 
@@ -50,9 +51,9 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
 STAGES = {"import": run_import_stage, "cuda": run_cuda_stage}
 
 # Distribution -> axis name, where the axis is not called after its distribution.
-_AXIS_OF = {"flashinfer-python": "flashinfer"}
+_AXIS_OF = {dist: axis for axis, dist in DEFAULT_PACKAGES.items()}
 _INSPECT = r"""
-import importlib.metadata as md, json, re, sys, sysconfig
+import importlib.metadata as md, json, sys, sysconfig
 out = {"purelib": sysconfig.get_paths()["purelib"], "packages": {}, "python": sys.executable}
 for d in sys.argv[1:]:
     try:
@@ -60,17 +61,11 @@ for d in sys.argv[1:]:
     except md.PackageNotFoundError:
         out["packages"][d] = None
 try:  # torch/version.py says which CUDA it was built for, without importing torch
-    text = open(md.distribution("torch").locate_file("torch/version.py"), encoding="utf-8").read()
-    out["torch_cuda"] = re.search(r"^cuda\b[^=]*=\s*['\"]([0-9.]+)['\"]", text, re.M).group(1)
+    out["torch_version_py"] = open(md.distribution("torch").locate_file("torch/version.py"), encoding="utf-8").read()
 except Exception:
-    out["torch_cuda"] = None
+    out["torch_version_py"] = None
 print(json.dumps(out))
 """
-
-
-def _cuda_from_torch(version: str) -> str | None:
-    m = re.search(r"\+cu(\d+)(\d)$", version)
-    return f"{int(m.group(1))}.{m.group(2)}" if m else None
 
 
 def context_for_venv(
@@ -100,7 +95,7 @@ def context_for_venv(
     if missing:
         raise UsageError(f"not installed in {venv}: {', '.join(missing)}")
     values = [AxisValue(axis=_AXIS_OF.get(d, d), version=v, package=d) for d, v in info["packages"].items()]
-    cuda = cuda or info.get("torch_cuda") or _cuda_from_torch(info["packages"].get("torch") or "")
+    cuda = cuda or cuda_of_torch(info.get("torch_version_py"), info["packages"].get("torch"))
     if cuda:
         values.append(AxisValue(axis="cuda", version=cuda))
     targets: tuple[Target, ...] = ()

@@ -149,15 +149,7 @@ def run_from_json(data: Mapping[str, Any], source: str) -> Run:
 
 def load(path: Path) -> Run:
     """Read and check one results.json; a bad file raises ConfigError naming it."""
-    try:
-        data = load_run(path)
-    except IsADirectoryError:
-        raise ConfigError(str(path), ["is a directory; give the run's results.json"]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), [f"not UTF-8 text: {exc.reason} at byte {exc.start}"]) from None
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
-    return run_from_json(data, str(path))
+    return run_from_json(load_run(path), str(path))
 
 
 # --- layout -----------------------------------------------------------------------------------------
