@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import LabError, UsageError
@@ -72,7 +72,9 @@ def _cmd_cell(args: argparse.Namespace) -> int:
     cell = find_cell(matrix, args.cell)
     run_dir = Path(args.run_dir)
     latest = Path(args.latest) if args.latest else None
-    aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
+    if not (run_dir / "results.json").exists():
+        # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
+        aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
     print(f"[compatlab] start {cell.id}", flush=True)
     if args.gpu8:
         from .runner import GPU8_STAGES, run_more_stages
@@ -162,17 +164,6 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _delegate(module: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        import importlib
-
-        mod = importlib.import_module(module, __package__)
-        code: int = mod.main(list(args.rest))
-        return code
-
-    return run
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="compatlab", description="torch × sgl-kernel × flashinfer × CUDA lab")
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -221,14 +212,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--github-summary", action="store_true", help="also append to $GITHUB_STEP_SUMMARY")
     s.set_defaults(func=_cmd_summary)
 
-    for name, module, text in (
-        ("static", ".static", "static checks of any site-packages (see `compatlab static --help`)"),
-        ("report", ".render", "render a results.json as HTML, Markdown and JSON"),
-        ("publish", ".render.publish", "write the grid and a run index for static hosting"),
+    # Listed for --help only: main() hands these commands their whole command line before parsing.
+    for name, text in (
+        ("static", "static checks of any site-packages (see `compatlab static --help`)"),
+        ("report", "render a results.json as HTML, Markdown and JSON"),
+        ("publish", "write the grid and a run index for static hosting"),
     ):
-        s = sub.add_parser(name, help=text, add_help=False)
-        s.add_argument("rest", nargs=argparse.REMAINDER)
-        s.set_defaults(func=_delegate(module))
+        sub.add_parser(name, help=text, add_help=False)
     return p
 
 
@@ -237,6 +227,9 @@ _DELEGATED = {"static": ".static", "report": ".render", "publish": ".render.publ
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["--debug"] and args_list[1:2] and args_list[1] in _DELEGATED:
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+        args_list = args_list[1:]
     if args_list and args_list[0] in _DELEGATED:
         # These commands own their whole command line (argparse.REMAINDER will not take '--site' first).
         import importlib

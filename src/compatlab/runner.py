@@ -267,7 +267,8 @@ def aggregate_run(matrix: Matrix, run_dir: Path, *, run_id: str, latest: Path | 
         meta = {"id": run_id, "started": now_iso(), "host": host_facts(), "matrix": matrix.path,
                 "matrix_name": matrix.name}
         write_json_atomic(meta_path, meta)
-    order = {c.id: i for i, c in enumerate(expand(matrix))}
+    planned = [c.id for c in expand(matrix)]
+    order = {cid: i for i, cid in enumerate(planned)}
     cells = []
     for path in sorted((run_dir / "cells").glob("*.json")):
         try:
@@ -280,7 +281,7 @@ def aggregate_run(matrix: Matrix, run_dir: Path, *, run_id: str, latest: Path | 
     meta["report"] = {"rows": list(matrix.report.rows), "columns": list(matrix.report.columns),
                       "tables": list(matrix.report.tables)}
     meta["axes"] = {a.name: [v.version for v in a.values] for a in matrix.axes}
-    meta["planned"] = [c.id for c in expand(matrix)]
+    meta["planned"] = planned
     data = {"schema": SCHEMA, "run": meta, "cells": cells}
     write_json_atomic(run_dir / "results.json", data)
     if latest is not None:
