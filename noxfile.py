@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from compatlab.cells import Cell, expand  # noqa: E402
+from compatlab.config.matrix import load_matrix  # noqa: E402
 from compatlab.errors import ConfigError  # noqa: E402
-from compatlab.matrix import load_matrix  # noqa: E402
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
@@ -184,9 +184,9 @@ def publish(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The lab's own tests (tests/lab), offline where possible; `-- -k name` passes through to pytest."""
+    """The lab's own tests (tests/), offline where possible; `-- -k name` passes through to pytest."""
     session.install("-e", ".[test]")
-    session.run("pytest", *(session.posargs or ["tests/lab"]), env={"UV_PYTHON_DOWNLOADS": "never"})
+    session.run("pytest", *(session.posargs or ["tests"]), env={"UV_PYTHON_DOWNLOADS": "never"})
 
 
 @nox.session

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from compatlab.perf import ServerProcess, ServerSpec
-from compatlab.perf_client import Target, run_level
+from compatlab.stages.perf.client import Target, run_level
+from compatlab.stages.perf.stage import ServerProcess, ServerSpec
 
 CONCURRENCY = 8
 REQUESTS = 32
@@ -32,11 +32,11 @@ FLOOR = 10_000  # streamed tokens per second of client CPU
 
 
 def _start(log: Path) -> ServerProcess:
-    argv = [sys.executable, "-m", "compatlab.standin_server", "--port", "{port}", "--tok-s", "0",
+    argv = [sys.executable, "-m", "fixtures.standin_server", "--port", "{port}", "--tok-s", "0",
             "--ttft-ms", "0"]
     env = dict(os.environ)
-    src = Path(__file__).resolve().parents[1] / "src"
-    env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root / "tests"), env.get("PYTHONPATH", "")])
     spec = ServerSpec(name="standin", argv=tuple(argv), startup_timeout=30, stop_timeout=5)
     server = ServerProcess(spec, argv, env, log)
     server.__enter__()

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from compatlab.elf import ElfCache, read_elf
-from compatlab.static import check_site_packages
+from compatlab.stages.static.elf import ElfCache, read_elf
+from compatlab.stages.static.stage import check_site_packages
 
 ARCHS = ("sm_90", "sm_120")
 DEFAULT_VENVS = ("/work/venvs/t291", "/work/venvs/t2100", "/work/venvs/t2110")

@@ -7,7 +7,7 @@ import itertools
 import re
 from collections.abc import Mapping
 
-from .matrix import AxisValue, Matrix, _cuda_compatible
+from compatlab.config.matrix import AxisValue, Matrix, _cuda_compatible
 
 __all__ = ["Cell", "expand"]
 

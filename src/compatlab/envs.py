@@ -11,9 +11,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cells import Cell
-from .matrix import Matrix
-from .proc import Completed, run, which
+from compatlab.cells import Cell
+from compatlab.config.matrix import Matrix
+from compatlab.proc import Completed, run, which
 
 __all__ = [
     "InstallPlan",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 import logging
 import os
@@ -13,44 +12,20 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import envs
-from .cells import Cell, expand
-from .errors import LabError, UsageError
-from .matrix import Matrix
-from .proc import run
-from .results import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
-from .stages import CellContext, Stage
+from compatlab import envs
+from compatlab.cells import Cell, expand
+from compatlab.config.matrix import Matrix
+from compatlab.errors import LabError, UsageError
+from compatlab.proc import run
+from compatlab.runs.model import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
+from compatlab.stages import GPU8, PIPELINE, CellContext, Stage
 
-__all__ = ["STAGES", "aggregate_run", "find_cell", "new_run_id", "run_cell"]
+__all__ = ["GPU8", "PIPELINE", "aggregate_run", "find_cell", "new_run_id", "run_cell"]
 
 log = logging.getLogger(__name__)
-
-
-def _lazy(module: str, func: str) -> Callable[[CellContext], StageResult]:
-    def call(ctx: CellContext) -> StageResult:
-        fn: Callable[[CellContext], StageResult] = getattr(importlib.import_module(module, __package__), func)
-        return fn(ctx)
-
-    call.__name__ = func
-    return call
-
-
-# Cheap stages first; each later stage still runs after an earlier red when its needs are met.
-STAGES: tuple[Stage, ...] = (
-    Stage(name="pins", run=_lazy(".pins", "run_pins_stage")),
-    Stage(name="static", run=_lazy(".static", "run_static_stage")),
-    Stage(name="import", run=_lazy(".runtime", "run_import_stage")),
-    Stage(name="cuda", run=_lazy(".runtime", "run_cuda_stage")),
-)
-# The 8-GPU stages of `nox -s gpu8_perf`, added to a cell's result after `nox -s matrix`.
-GPU8_STAGES: tuple[Stage, ...] = (
-    Stage(name="nccl", run=_lazy(".nccl", "run_nccl_stage"), needs=("install",)),
-    Stage(name="perf", run=_lazy(".perf", "run_perf_stage"), needs=("install",)),
-)
 
 
 def now_iso() -> str:
@@ -97,7 +72,7 @@ def _blocked(stage: Stage, install: StageResult) -> StageResult:
 
 
 def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
-             stages: tuple[Stage, ...] = STAGES) -> CellResult:
+             stages: tuple[Stage, ...] = PIPELINE) -> CellResult:
     """Run every stage of *cell* and write ``run_dir/cells/<id>.json``; never raises for a red cell."""
     started, t0 = now_iso(), time.monotonic()
     expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect and cell.na is None else None
@@ -182,7 +157,7 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Pat
     path = run_dir / "cells" / f"{cell.id}.json"
     venv = venv_root / cell.id
     if not path.exists() or not envs.venv_python(venv).exists():
-        return run_cell(matrix, cell, run_dir=run_dir, venv_root=venv_root, stages=STAGES + stages)
+        return run_cell(matrix, cell, run_dir=run_dir, venv_root=venv_root, stages=PIPELINE + stages)
     result = CellResult.from_json(json.loads(path.read_text(encoding="utf-8")))
     if result.state == "n/a":
         return result

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cells import Cell, expand
-from .errors import UsageError
-from .matrix import Matrix
-from .results import CellResult, write_json_atomic
+from compatlab.cells import Cell, expand
+from compatlab.config.matrix import Matrix
+from compatlab.errors import UsageError
+from compatlab.runs.model import CellResult, write_json_atomic
 
 __all__ = ["ci_matrix", "merge_runs", "parse_shard", "prune_runs", "shard_cells"]
 
@@ -47,7 +47,7 @@ def ci_matrix(matrix: Matrix, *, shards: int | None) -> dict[str, Any]:
 
 def merge_runs(matrix: Matrix, shard_dirs: Sequence[Path], out_dir: Path, *, run_id: str) -> dict[str, Any]:
     """Combine shard run folders into one run; a planned cell no shard produced is an error, never green."""
-    from .runner import aggregate_run, now_iso
+    from compatlab.runner import aggregate_run, now_iso
 
     (out_dir / "cells").mkdir(parents=True, exist_ok=True)
     found: dict[str, Path] = {}

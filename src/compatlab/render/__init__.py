@@ -5,11 +5,11 @@ Renderers only read results: nothing here installs, imports or runs a cell.
 
 from __future__ import annotations
 
-from ._cli import main, render_run
-from ._grid import Run, load
-from .history import Change, diff_runs, load_runs
-from .markdown import compat_md_diff, render_markdown
-from .publish import publish
+from compatlab.render._cli import main, render_run
+from compatlab.render._grid import Run, load
+from compatlab.render.history import Change, diff_runs, load_runs
+from compatlab.render.markdown import compat_md_diff, render_markdown
+from compatlab.render.publish import publish
 
 __all__ = [
     "Change",

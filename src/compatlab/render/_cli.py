@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError, LabError
-from ._grid import Run, load
-from .history import load_runs
-from .publish import publish, write_run
+from compatlab.errors import ConfigError, LabError
+from compatlab.render._grid import Run, load
+from compatlab.render.history import load_runs
+from compatlab.render.publish import publish, write_run
 
 __all__ = ["main", "publish_main", "render_run"]
 

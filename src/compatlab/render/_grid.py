@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..results import CELL_STATES, CellResult, StageResult, load_run
+from compatlab.errors import ConfigError
+from compatlab.runs.model import CELL_STATES, CellResult, StageResult, load_run
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..results import CellResult
-from ._grid import Run, figures, label, load, reason
+from compatlab.errors import ConfigError
+from compatlab.render._grid import Run, figures, label, load, reason
+from compatlab.runs.model import CellResult
 
 __all__ = ["CHANGE_KINDS", "Change", "diff_runs", "figure_series", "load_runs", "previous_run"]
 

@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from ..results import CELL_STATES, SCHEMA, CellResult, StageResult
-from ._assets import CSS, JS
-from ._grid import (
+from compatlab.render._assets import CSS, JS
+from compatlab.render._grid import (
     LOG_KEYS,
     SYMBOLS,
     Run,
@@ -32,8 +31,9 @@ from ._grid import (
     one_line,
     reason,
 )
-from .history import CHANGE_TITLES, Change
-from .markdown import run_summary
+from compatlab.render.history import CHANGE_TITLES, Change
+from compatlab.render.markdown import run_summary
+from compatlab.runs.model import CELL_STATES, SCHEMA, CellResult, StageResult
 
 __all__ = ["IndexEntry", "render_html", "render_index"]
 

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..results import CELL_STATES, CellResult
-from ._grid import (
+from compatlab.render._grid import (
     SYMBOLS,
     Run,
     culprit,
@@ -24,7 +23,8 @@ from ._grid import (
     reason,
     run_from_json,
 )
-from .history import CHANGE_TITLES, diff_runs
+from compatlab.render.history import CHANGE_TITLES, diff_runs
+from compatlab.runs.model import CELL_STATES, CellResult
 
 __all__ = ["compat_md_diff", "render_markdown"]
 

@@ -7,11 +7,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..errors import ConfigError
-from ._grid import Run, load
-from .history import diff_runs, figure_series, load_runs, previous_run
-from .html import IndexEntry, render_html, render_index
-from .markdown import compat_md_diff, render_markdown
+from compatlab.errors import ConfigError
+from compatlab.render._grid import Run, load
+from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
+from compatlab.render.html import IndexEntry, render_html, render_index
+from compatlab.render.markdown import compat_md_diff, render_markdown
 
 __all__ = ["main", "publish", "write_run", "write_text_atomic"]
 
@@ -146,6 +146,6 @@ def _safe(run_id: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``compatlab publish --site DIR [--runs DIR]``; see ``_cli.publish_main``."""
-    from ._cli import publish_main
+    from compatlab.render._cli import publish_main
 
     return publish_main(argv)

@@ -1,0 +1,1 @@
+"""matrix.toml (+ lock) -> typed, frozen model; every section validated at load, once."""

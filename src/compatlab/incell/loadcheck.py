@@ -1,0 +1,454 @@
+"""Load extension modules one per process and say, in one line, why one would not load.
+
+Standard library and compatlab.incell only, because it runs inside a cell's venv, where only the cell's packages,
+pytest and compatlab's pure-Python modules are importable. The ELF reading here is the little the import
+stage needs (dynamic symbols and DT_NEEDED); the static stage has the full analysis.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import functools
+import importlib.machinery
+import importlib.metadata
+import json
+import logging
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from compatlab.incell.proc import Completed, run
+
+__all__ = [
+    "PROBE",
+    "STACK_KINDS",
+    "DynamicSymbols",
+    "LoadFailure",
+    "LoadTarget",
+    "classify",
+    "demangle",
+    "describe",
+    "dynamic_symbols",
+    "elf_files",
+    "is_extension_module",
+    "load_module",
+    "package_targets",
+    "probe_argv",
+]
+
+log = logging.getLogger(__name__)
+
+# Kinds that say the stack itself is broken; the others say this machine could not judge it.
+STACK_KINDS = frozenset(
+    {"undefined-symbol", "symbol-version", "missing-library", "import-error", "signal", "timeout", "exit"}
+)
+
+_RESULT_TAG = "COMPATLAB-LOAD-RESULT "
+
+# Runs in a fresh interpreter: import the prerequisites, then load one module by file path (or import a
+# package by name), and report what Python said as one tagged JSON line on stderr.
+PROBE = r"""
+import importlib, importlib.util, json, sys, traceback
+target, name, pre = sys.argv[1], sys.argv[2], [m for m in sys.argv[3].split(",") if m]
+step = ""
+try:
+    for mod in pre:
+        step = "import " + mod
+        importlib.import_module(mod)
+    if target and name in sys.modules:
+        # Loaded already by a prerequisite (torch._C by `import torch`): it linked and initialised, and
+        # running its init a second time is something no package does.
+        step = "load " + target
+    elif target:
+        step = "load " + target
+        spec = importlib.util.spec_from_file_location(name, target)
+        if spec is None or spec.loader is None:
+            raise ImportError("no loader for " + target)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        step = "import " + name
+        importlib.import_module(name)
+except BaseException as exc:
+    sys.stderr.write(traceback.format_exc())
+    sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps(
+        {"ok": False, "step": step, "type": type(exc).__name__, "message": str(exc)}) + "\n")
+    sys.stderr.flush()
+    raise SystemExit(3)
+sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps({"ok": True, "step": step}) + "\n")
+"""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LoadFailure:
+    """Why one module did not load, classified from what the loader and Python said."""
+
+    # undefined-symbol | symbol-version | missing-library | no-driver | import-error | signal | timeout | exit
+    kind: str
+    message: str  # the one line that matters, as Python or the loader said it
+    symbol: str | None = None
+    demangled: str | None = None
+    library: str | None = None
+    signal: str | None = None
+    step: str = ""  # "import torch", "load /path/x.so": what the probe was doing
+    raw: str = ""  # the end of stderr, for the details
+
+    @property
+    def stack(self) -> bool:
+        """True when the failure says the stack is broken (not that this machine has no driver)."""
+        return self.kind in STACK_KINDS
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_UNDEFINED = re.compile(r"undefined symbol: ([^\s,]+)")
+_VERSION = re.compile(r"version `([^']+)' not found(?: \(required by ([^)]+)\))?")
+_MISSING_LIB = re.compile(r"([^\s:]+\.so[0-9.]*): cannot open shared object file")
+_DRIVER_TEXT = (
+    "found no nvidia driver",
+    "cuda driver version is insufficient",
+    "no cuda-capable device is detected",
+    "cuda_error_no_device",
+    "cudaerrornodevice",
+    "cuda_error_not_initialized",
+    "nvidia driver on your system is too old",
+    "compatible with the cuda driver",
+    "no cuda gpus are available",
+)
+_DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
+
+
+def _result_record(stderr: str) -> dict[str, Any] | None:
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(_RESULT_TAG):
+            try:
+                data = json.loads(line[len(_RESULT_TAG):])
+            except json.JSONDecodeError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(_RESULT_TAG)]
+    return lines[-1] if lines else ""
+
+
+def classify(completed: Completed) -> LoadFailure | None:
+    """Classify a finished probe (see ``probe_argv``); None when the module loaded."""
+    raw = completed.stderr[-4000:]
+    record = _result_record(completed.stderr)
+    step = str(record.get("step", "")) if record else ""
+    if completed.timed_out:
+        return LoadFailure(kind="timeout", message=f"killed after {completed.seconds:.0f} s", step=step, raw=raw)
+    if completed.signal_name is not None:
+        return LoadFailure(kind="signal", message=f"killed by {completed.signal_name}",
+                           signal=completed.signal_name, step=step, raw=raw)
+    if record is not None and record.get("ok") and completed.returncode == 0:
+        return None
+    if record is None:
+        if completed.returncode == 0:
+            # The probe always writes its record; an interpreter that exits 0 without one did not run it.
+            return LoadFailure(kind="exit", message="exited 0 without a result", raw=raw)
+        line = _last_line(completed.stderr) or _last_line(completed.stdout)
+        text = f"exited with status {completed.returncode}" + (f": {line}" if line else "")
+        return LoadFailure(kind="exit", message=text, raw=raw)
+    message = str(record.get("message", ""))
+    exc_type = str(record.get("type", ""))
+    return _classify_message(message, exc_type, step, raw)
+
+
+def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadFailure:
+    if m := _UNDEFINED.search(message):
+        symbol = m.group(1)
+        return LoadFailure(kind="undefined-symbol", message=message, symbol=symbol, demangled=demangle(symbol),
+                           step=step, raw=raw)
+    if m := _VERSION.search(message):
+        return LoadFailure(kind="symbol-version", message=message, symbol=m.group(1), library=m.group(2),
+                           step=step, raw=raw)
+    if m := _MISSING_LIB.search(message):
+        library = m.group(1)
+        kind = "no-driver" if library.startswith(_DRIVER_LIBS) else "missing-library"
+        return LoadFailure(kind=kind, message=message, library=library, step=step, raw=raw)
+    if any(t in message.lower() for t in _DRIVER_TEXT):
+        return LoadFailure(kind="no-driver", message=message, step=step, raw=raw)
+    text = f"{exc_type}: {message}" if exc_type else message
+    if exc_type == "ModuleNotFoundError" and (m := re.search(r"No module named '([^']+)'", message)):
+        wanted = m.group(1).split(".")[0]
+        target = step.removeprefix("import ").removeprefix("load ").split("/")[0].split(".")[0]
+        if wanted != target and not step.endswith(f"/{wanted}"):
+            # Another distribution's module: the package needs something it does not declare.
+            return LoadFailure(kind="missing-dependency", message=text, library=wanted, step=step, raw=raw)
+    return LoadFailure(kind="import-error", message=text, step=step, raw=raw)
+
+
+def describe(target: str, failure: LoadFailure) -> str:
+    """The one-line reason for a grid cell: what failed to load and why."""
+    where = target
+    # A prerequisite (import torch) that fails is the real story: say so.
+    if failure.step.startswith("import ") and failure.step != f"import {target}":
+        where = f"{target} ({failure.step} failed)"
+    if failure.kind == "undefined-symbol":
+        return f"{where}: undefined symbol {failure.demangled or failure.symbol}"
+    if failure.kind == "symbol-version":
+        needed = f" (required by {Path(failure.library).name})" if failure.library else ""
+        return f"{where}: symbol version {failure.symbol} not found{needed}"
+    if failure.kind == "missing-library":
+        return f"{where}: missing shared library {failure.library}"
+    if failure.kind == "no-driver":
+        return f"{where}: no NVIDIA driver ({failure.library or failure.message})"
+    if failure.kind == "missing-dependency":
+        return f"{where} imports {failure.library}, which is not installed: an undeclared dependency"
+    if failure.kind == "signal":
+        return f"{where}: crashed with {failure.signal} while loading"
+    if failure.kind == "timeout":
+        return f"{where}: hung while loading, {failure.message}"
+    return f"{where}: {failure.message}"
+
+
+@functools.cache
+def _cxa_demangle() -> Any:
+    name = ctypes.util.find_library("stdc++") or "libstdc++.so.6"
+    try:
+        lib = ctypes.CDLL(name)
+        func = lib.__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    func.restype = ctypes.c_void_p
+    func.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
+                     ctypes.POINTER(ctypes.c_int)]
+    return func
+
+
+@functools.cache
+def _free() -> Any:
+    free = ctypes.CDLL(None).free
+    free.argtypes = [ctypes.c_void_p]
+    free.restype = None
+    return free
+
+
+def demangle(symbol: str) -> str | None:
+    """Demangle an Itanium C++ name with libstdc++'s __cxa_demangle (c++filt as fallback); None if not C++."""
+    if not symbol.startswith("_Z"):
+        return None
+    func = _cxa_demangle()
+    if func is not None:
+        status = ctypes.c_int(0)
+        ptr = func(symbol.encode(), None, None, ctypes.byref(status))
+        if ptr and status.value == 0:
+            try:
+                return ctypes.string_at(ptr).decode("utf-8", "replace")
+            finally:
+                _free()(ptr)
+        return None
+    cxxfilt = shutil.which("c++filt")
+    if cxxfilt is None:
+        return None
+    try:
+        out = subprocess.run([cxxfilt, symbol], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = out.stdout.strip()
+    return text if text and text != symbol else None
+
+
+# --- the little ELF reading the import stage needs ------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DynamicSymbols:
+    """Names in an ELF file's dynamic symbol table, and the libraries it names as DT_NEEDED."""
+
+    defined: frozenset[str]
+    undefined: frozenset[str]
+    needed: tuple[str, ...]
+
+
+_SHT_DYNAMIC, _SHT_DYNSYM = 6, 11
+_DT_NEEDED = 1
+
+
+def dynamic_symbols(path: str | os.PathLike[str]) -> DynamicSymbols | None:
+    """Read .dynsym and .dynamic of a 64-bit little-endian ELF file; None if it is not one (or is broken)."""
+    try:
+        with open(path, "rb") as fh:
+            return _read_dynamic(fh)
+    except (OSError, struct.error, ValueError, IndexError):
+        return None
+
+
+def _read_dynamic(fh: Any) -> DynamicSymbols | None:
+    ident = fh.read(64)
+    if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+        return None
+    shoff = struct.unpack_from("<Q", ident, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", ident, 0x3A)
+    if shoff == 0 or shentsize < 64:
+        return None
+    fh.seek(shoff)
+    table = fh.read(shentsize * shnum)
+    sections = []
+    for i in range(shnum):
+        sh_type, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
+            "<IQQQQIIQQ", table, i * shentsize + 4
+        )
+        sections.append((sh_type, offset, size, link, entsize))
+
+    def read(index: int) -> bytes:
+        _, offset, size, _, _ = sections[index]
+        fh.seek(offset)
+        data: bytes = fh.read(size)
+        return data
+
+    def cstr(strtab: bytes, at: int) -> str:
+        end = strtab.find(b"\0", at)
+        return strtab[at:end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    needed: list[str] = []
+    for index, (sh_type, _offset, _size, link, entsize) in enumerate(sections):
+        if sh_type == _SHT_DYNSYM:
+            strtab = read(link)
+            data = read(index)
+            step = entsize or 24
+            for at in range(step, len(data) - step + 1, step):
+                st_name, _st_info, _st_other, st_shndx = struct.unpack_from("<IBBH", data, at)
+                name = cstr(strtab, st_name)
+                if name:
+                    (undefined if st_shndx == 0 else defined).add(name)
+        elif sh_type == _SHT_DYNAMIC:
+            strtab = read(link)
+            data = read(index)
+            for at in range(0, len(data) - 15, 16):
+                tag, value = struct.unpack_from("<qQ", data, at)
+                if tag == 0:
+                    break
+                if tag == _DT_NEEDED:
+                    needed.append(cstr(strtab, value))
+    return DynamicSymbols(defined=frozenset(defined), undefined=frozenset(undefined), needed=tuple(needed))
+
+
+def _module_basename(filename: str) -> str | None:
+    for suffix in sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True):
+        if filename.endswith(suffix):
+            return filename[: -len(suffix)]
+    # Another Python's suffix (a cell built for 3.12 read from the lab's 3.11): name.<tag>.so
+    if m := re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\.(?:cpython-[^.]+|abi3)\.so", filename):
+        return m.group(1)
+    return None
+
+
+def is_extension_module(path: str | os.PathLike[str]) -> str | None:
+    """The module name if *path* is a Python extension module (it exports ``PyInit_<name>``), else None."""
+    name = Path(path).name
+    base = _module_basename(name)
+    if base is None:
+        return None
+    syms = dynamic_symbols(path)
+    if syms is None:
+        return None
+    return base if f"PyInit_{base}" in syms.defined else None
+
+
+# --- what to load -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LoadTarget:
+    """One thing to load: an extension module by file path, or a top-level package by name."""
+
+    dist: str
+    label: str  # "sgl_kernel/sm100/common_ops.abi3.so" or "sgl_kernel"
+    name: str  # module name handed to the loader
+    path: str | None = None  # absolute path of an extension module; None for an import by name
+
+
+def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
+    text = dist.read_text("top_level.txt")
+    if text:
+        listed = [n.strip() for n in text.splitlines() if n.strip()]
+        dirs = {f.parts[0] for f in dist.files or () if len(f.parts) == 2 and f.parts[1] == "__init__.py"}
+        # As below: the packages are what users import, loose modules beside them are build helpers.
+        names = [n for n in listed if n in dirs] or listed
+    else:
+        packages: list[str] = []
+        modules: list[str] = []
+        for f in dist.files or ():
+            parts = f.parts
+            if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith((".dist-info", ".data")):
+                continue
+            if len(parts) == 2 and parts[-1] == "__init__.py":
+                packages.append(parts[0])
+            elif len(parts) == 1 and parts[0].endswith(".py"):
+                modules.append(parts[0][:-3])
+            elif len(parts) == 1 and (base := _module_basename(parts[0])):
+                modules.append(base)
+        # Loose top-level modules beside a package are usually build helpers (flashinfer ships
+        # build_backend.py): the packages are what users import.
+        names = packages or modules
+    seen: dict[str, None] = {}
+    for n in names:
+        if "/" not in n and n.isidentifier():
+            seen[n] = None
+    return sorted(seen)
+
+
+def package_targets(dist_name: str) -> tuple[str, list[LoadTarget]]:
+    """The installed version of *dist_name* and what to load of it: its extension modules, then its
+    top-level packages. Raises importlib.metadata.PackageNotFoundError when it is not installed."""
+    dist = importlib.metadata.distribution(dist_name)
+    modules: list[LoadTarget] = []
+    for f in sorted(dist.files or (), key=str):
+        if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
+            continue
+        path = Path(str(dist.locate_file(f)))
+        base = is_extension_module(path)
+        if base is None:
+            continue
+        dotted = ".".join([*f.parts[:-1], base])
+        modules.append(LoadTarget(dist=dist_name, label=f.as_posix(), name=dotted, path=str(path)))
+    imports = [LoadTarget(dist=dist_name, label=n, name=n) for n in _top_level_names(dist)]
+    return dist.version, modules + imports
+
+
+def elf_files(dist_name: str) -> list[str]:
+    """Every shared object a distribution installed (extension modules and plain libraries)."""
+    dist = importlib.metadata.distribution(dist_name)
+    return [str(dist.locate_file(f)) for f in dist.files or ()
+            if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == "..")]
+
+
+# --- loading one module in its own process ---------------------------------------------------------------
+
+def probe_argv(python: str, *, path: str | None, name: str, pre_import: Sequence[str] = ()) -> list[str]:
+    """argv that loads *path* as module *name* (or imports package *name* when path is None)."""
+    return [python, "-c", PROBE, path or "", name, ",".join(pre_import)]
+
+
+def load_module(
+    python: str,
+    *,
+    path: str | None,
+    name: str,
+    pre_import: Sequence[str] = (),
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+) -> tuple[LoadFailure | None, Completed]:
+    """Load one module in a fresh interpreter with a timeout, in its own process group; classify it."""
+    done = run(probe_argv(python, path=path, name=name, pre_import=pre_import), timeout=timeout,
+               env=env if env is not None else dict(os.environ))
+    return classify(done), done
+
+
+def current_python() -> str:
+    """The interpreter to probe with: the one running (inside a cell, the cell's own)."""
+    return sys.executable

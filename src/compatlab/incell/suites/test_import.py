@@ -1,0 +1,158 @@
+"""import stage: every extension module of the stack, loaded in its own process with the cell's interpreter.
+
+Runs inside the cell (see conftest.py). Each extension module is loaded by file path in a fresh interpreter
+after ``import torch``, as its package would load it; two builds of one module (sgl_kernel's sm90/ and
+sm100/) never share a process, and a crash or a hang takes only its own process down. On a machine with no
+NVIDIA driver a stand-in libcuda.so.1 answers CUDA_ERROR_NO_DEVICE, so an ABI break still shows.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fnmatch
+import importlib.metadata
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from compatlab.incell import fakecuda, loadcheck
+
+_DRIVER_SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
+
+
+def _jobs() -> int:
+    try:
+        return max(1, int(os.environ.get("COMPATLAB_IMPORT_JOBS", "")))
+    except ValueError:
+        return max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
+def _ignored(label: str, targets: list[dict[str, Any]]) -> bool:
+    """True when every target says this module need not run there (e.g. sm100/ builds on an H100 box)."""
+    if not targets:
+        return False
+    return all(any(fnmatch.fnmatch(label, g) for g in t.get("not_needed", [])) for t in targets)
+
+
+class _Driver:
+    """The real driver, or a stand-in grown on demand with the driver symbols the modules import."""
+
+    def __init__(self, work_dir: str | None, elf_files: list[str]) -> None:
+        self.cache = fakecuda.cache_dir(work_dir)
+        self.real = fakecuda.real_driver()
+        self.problem = ""
+        self.lib_dir: Path | None = None
+        self.symbols: set[str] = set()
+        self._lock = threading.Lock()
+        if self.real is None:
+            self.symbols = fakecuda.driver_symbols(elf_files)
+            self._build()
+
+    def _build(self) -> None:
+        try:
+            self.lib_dir = fakecuda.build_stand_in(self.symbols, self.cache)
+        except fakecuda.StandInError as exc:
+            self.problem, self.lib_dir = str(exc), None
+
+    def add(self, symbol: str) -> bool:
+        """Grow the stand-in by one symbol it lacked; False when that cannot help."""
+        with self._lock:
+            if symbol in self.symbols:
+                return True  # another load added it meanwhile
+            if self.lib_dir is None or not _DRIVER_SYMBOL.match(symbol):
+                return False
+            self.symbols.add(symbol)
+            self._build()
+            return self.lib_dir is not None
+
+    def env(self) -> dict[str, str]:
+        base = dict(os.environ)
+        return fakecuda.stand_in_env(self.lib_dir, base) if self.lib_dir is not None else base
+
+    def describe(self) -> str:
+        if self.real is not None:
+            return f"real ({self.real})"
+        if self.lib_dir is not None:
+            return fakecuda.STAND_IN
+        return f"none ({self.problem})"
+
+
+def _load(target: loadcheck.LoadTarget, driver: _Driver, pre: list[str], timeout: float) -> dict[str, Any]:
+    for _attempt in range(4):
+        failure, done = loadcheck.load_module(
+            sys.executable, path=target.path, name=target.name,
+            pre_import=[m for m in pre if m != target.name], timeout=timeout, env=driver.env(),
+        )
+        if (failure is not None and failure.kind == "undefined-symbol" and failure.symbol
+                and driver.add(failure.symbol)):
+            continue  # the stand-in lacked a driver entry point, not the stack a symbol
+        break
+    entry: dict[str, Any] = {"module": target.label, "dist": target.dist, "ok": failure is None,
+                             "seconds": round(done.seconds, 2)}
+    if failure is not None:
+        entry["failure"] = failure.to_json()
+        entry["reason"] = loadcheck.describe(target.label, failure)
+    return entry
+
+
+def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
+    packages: dict[str, str] = compat_context.get("packages", {})
+    targets = compat_context.get("targets", [])
+    timeout = float(compat_context.get("thresholds", {}).get("import-timeout", 180))
+    plan: list[loadcheck.LoadTarget] = []
+    elf: list[str] = []
+    missing: list[str] = []
+    installed: dict[str, str] = {}
+    for dist, version in packages.items():
+        try:
+            installed[dist], found = loadcheck.package_targets(dist)
+            elf.extend(loadcheck.elf_files(dist))
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(f"{dist} {version} is declared but not installed in the cell")
+            continue
+        plan.extend(found)
+    # Extension modules first: their failures name the file; a package's import failure repeats them.
+    plan.sort(key=lambda t: t.path is None)
+    driver = _Driver(compat_context.get("work_dir"), elf)
+    pre = ["torch"] if "torch" in {t.name for t in plan} else []
+    stage.note(driver=driver.describe(), installed=installed, python=sys.executable)
+    if missing:
+        stage.fail(missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                   missing=missing)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs()) as pool:
+        entries = list(pool.map(lambda t: _load(t, driver, pre, timeout), plan))
+    if driver.lib_dir is not None:
+        stage.note(stand_in=str(driver.lib_dir / "libcuda.so.1"), stand_in_symbols=len(driver.symbols))
+    broken: list[dict[str, Any]] = []
+    ignored: list[dict[str, Any]] = []
+    unjudged: list[dict[str, Any]] = []
+    needs_gpu: list[dict[str, Any]] = []
+    undeclared: list[dict[str, Any]] = []
+    for entry in entries:
+        failure = entry.get("failure")
+        if failure is None:
+            continue
+        if failure["kind"] == "missing-dependency":
+            undeclared.append(entry)
+        elif failure["kind"] in loadcheck.STACK_KINDS:
+            (ignored if _ignored(entry["module"], targets) else broken).append(entry)
+        elif failure.get("library"):  # the loader found no libcuda.so.1: nothing could be judged
+            unjudged.append(entry)
+        else:  # linked fine; its initialisation wants a GPU (the stand-in said CUDA_ERROR_NO_DEVICE)
+            needs_gpu.append(entry)
+    stage.note(modules=entries, loaded=sum(e["ok"] for e in entries), total=len(entries),
+               ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu],
+               warnings=[e["reason"] for e in undeclared])
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        stage.fail(broken[0]["reason"] + more, failures=[e["reason"] for e in broken])
+    if unjudged:
+        more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
+        stage.error(f"could not judge {unjudged[0]['reason']}{more}: {driver.describe()}",
+                    failures=[e["reason"] for e in unjudged])
+    if not entries:
+        stage.error("nothing to load: the cell declares no installed package with modules",
+                    packages=packages)

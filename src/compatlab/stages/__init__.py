@@ -1,0 +1,27 @@
+"""Stages: the Stage protocol, and the pipelines of `nox -s matrix` and `nox -s gpu8_perf`.
+
+Cheap stages first. Each later stage still runs after an earlier red when its needs are met, because
+diagnosis is the product. A new stage is one module and one line here.
+"""
+
+from __future__ import annotations
+
+from compatlab.stages import pins, runtime
+from compatlab.stages.base import CellContext, Stage
+from compatlab.stages.nccl import stage as nccl
+from compatlab.stages.perf import stage as perf
+from compatlab.stages.static import stage as static
+
+__all__ = ["GPU8", "PIPELINE", "CellContext", "Stage"]
+
+PIPELINE: tuple[Stage, ...] = (
+    Stage(name="pins", run=pins.run_pins_stage),
+    Stage(name="static", run=static.run_static_stage),
+    Stage(name="import", run=runtime.run_import_stage),
+    Stage(name="cuda", run=runtime.run_cuda_stage),
+)
+# The 8-GPU stages of `nox -s gpu8_perf`, added to a cell's result after `nox -s matrix`.
+GPU8: tuple[Stage, ...] = (
+    Stage(name="nccl", run=nccl.run_nccl_stage, needs=("install",)),
+    Stage(name="perf", run=perf.run_perf_stage, needs=("install",)),
+)

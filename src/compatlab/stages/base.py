@@ -1,0 +1,113 @@
+"""The stage interface: each stage reads a CellContext and returns a StageResult.
+
+Also what every stage that runs code in the cell shares: the cell's environment (``cell_env``) and the
+folder that puts ``compatlab.incell`` alone on the cell's ``PYTHONPATH`` (``incell_path``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.resources
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from compatlab.cells import Cell
+from compatlab.config.matrix import Matrix
+from compatlab.runs.model import StageResult
+
+__all__ = ["CellContext", "Stage", "cell_env", "incell_path"]
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class CellContext:
+    """Everything a stage may read about its cell. Stages must not write outside ``work_dir``."""
+
+    matrix: Matrix
+    cell: Cell
+    venv: Path
+    python: Path
+    site_packages: Path
+    work_dir: Path
+    freeze: list[str] = dataclasses.field(default_factory=list)
+    previous: list[StageResult] = dataclasses.field(default_factory=list)
+
+    def stage(self, name: str) -> StageResult | None:
+        for s in self.previous:
+            if s.name == name:
+                return s
+        return None
+
+
+# A stage: name, function, and the stages that must have passed (or warned) for it to run.
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    name: str
+    run: Callable[[CellContext], StageResult]
+    needs: tuple[str, ...] = ()
+
+
+def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for processes in a cell: the venv first on PATH, no inherited library paths."""
+    dropped = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    # The cell must not see stray toolkits, but a container may find the driver only this way.
+    driver_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+                   if d and (Path(d) / "libcuda.so.1").exists()]
+    if driver_dirs:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(driver_dirs)
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONNOUSERSITE"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def incell_path(cache: Path | None = None) -> Path:
+    """A folder holding ``compatlab/incell`` and nothing else of the lab, for a cell's ``PYTHONPATH``.
+
+    The cell's interpreter must see the standard library and ``compatlab.incell`` only (never the lab's
+    dependencies, nor the rest of compatlab), from a checkout or an installed compatlab alike. The copy is
+    named by the content hash of the package, made once, and swapped in whole with a rename.
+    """
+    package = importlib.resources.files("compatlab.incell")
+    files = sorted(
+        (str(Path(str(f)).relative_to(str(package))), f)
+        for f in _walk(package)
+        if not str(f).endswith((".pyc", ".pyo"))
+    )
+    digest = hashlib.sha256()
+    for rel, f in files:
+        digest.update(rel.encode() + b"\0" + f.read_bytes() + b"\0")
+    root = cache or Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")
+    dest = root / f"incell-{digest.hexdigest()[:16]}"
+    if (dest / "compatlab" / "incell" / "__init__.py").exists():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".incell-", dir=root))
+    try:
+        (tmp / "compatlab").mkdir()
+        (tmp / "compatlab" / "__init__.py").write_text('"""compatlab, as a cell sees it: only compatlab.incell."""\n')
+        for rel, f in files:
+            out = tmp / "compatlab" / "incell" / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(f.read_bytes())
+        os.replace(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / "compatlab" / "incell" / "__init__.py").exists():  # another run made it first: fine
+            raise
+    return dest
+
+
+def _walk(folder: importlib.resources.abc.Traversable) -> list[importlib.resources.abc.Traversable]:
+    out = []
+    for item in folder.iterdir():
+        if item.name == "__pycache__":
+            continue
+        out.extend(_walk(item) if item.is_dir() else [item])
+    return out

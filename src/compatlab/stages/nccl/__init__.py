@@ -1,0 +1,1 @@
+"""The NCCL stage: ranks as processes, correctness, bus bandwidth, hangs as verdicts."""

@@ -1,0 +1,444 @@
+"""The NCCL suite: ranks come up, collectives give right answers, bandwidth is what the links carry.
+
+One process per GPU, started the way PyTorch's own multi-GPU tests start them: a file-based rendezvous,
+``init_process_group(..., device_id=...)`` so that init errors show at once, and a parent that watches the
+ranks through their event files. A hang is a verdict: each phase has a hard timeout, after which the
+parent asks every rank for its Python stack (faulthandler on SIGUSR1), kills every rank's process group,
+and says which rank was stuck where. Without GPUs the same suite runs on the gloo backend.
+
+This module has two halves. The parent (``run_nccl``, ``run_nccl_stage``, ``main``) runs in the lab. The
+worker (``_nccl_worker.py``) runs in a cell's venv with torch and the standard library only, so that
+module's top level imports nothing else, and the worker is loaded by file path: importing the
+``compatlab`` package there would pull in the lab's own dependencies, which a cell's venv does not have.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from compatlab.config.nccl import NcclThresholds, NcclTimeouts, nccl_thresholds
+from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, _human_bytes, _worker_main, parse_test_hook
+
+# Importable from here before the worker moved out (tests import MIB); explicit re-exports for mypy.
+from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
+from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
+from compatlab.stages.base import incell_path
+from compatlab.stages.nccl.ranks import _Rank, _watch
+from compatlab.stages.nccl.report import NcclReport, _collect, _judge, algbw_gbps, bus_factor, busbw_gbps, default_sizes
+
+if TYPE_CHECKING:
+    from compatlab.runs.model import StageResult
+    from compatlab.stages.base import CellContext
+
+__all__ = [
+    "CHECK_COUNTS",
+    "DTYPES",
+    "HOOK_ENV",
+    "OPS",
+    "SAFETY_ENV",
+    "NcclHook",
+    "NcclReport",
+    "NcclThresholds",
+    "NcclTimeouts",
+    "algbw_gbps",
+    "bus_factor",
+    "busbw_gbps",
+    "default_sizes",
+    "main",
+    "nccl_thresholds",
+    "parse_test_hook",
+    "run_nccl",
+    "run_nccl_stage",
+]
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("float32", "bfloat16", "float16", "int32")
+# Elements per rank: one, an odd count, and a large count that is not a power of two.
+CHECK_COUNTS = (1, 1023, (1 << 20) + 3)
+# NVLink multicast can take a shared host's GPUs out of service: it stays off in every child, whatever
+# the caller's environment or the target's nccl-env say.
+SAFETY_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_RECORDED_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "GLOO_", "COMPATLAB_NCCL_")
+_RECORDED_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parent: running the ranks
+
+
+
+
+def _child_env(env: Mapping[str, str], notes: list[str]) -> dict[str, str]:
+    child = dict(env)
+    for key, value in SAFETY_ENV.items():
+        if child.get(key, value) != value:
+            notes.append(f"{key}={child[key]} overridden to {value}: NVLink multicast stays off")
+        child[key] = value
+    src = str(incell_path())
+    old = child.get("PYTHONPATH")
+    child["PYTHONPATH"] = src if not old else f"{src}{os.pathsep}{old}"
+    child["PYTHONUNBUFFERED"] = "1"
+    return child
+
+
+def _recorded_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(env.items()) if k.startswith(_RECORDED_PREFIXES) or k in _RECORDED_NAMES}
+
+
+def _topo(backend: str) -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if backend != "nccl" or exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"nvidia-smi topo -m failed: {exc}"
+    text = done.stdout.strip() or done.stderr.strip()
+    return re.sub(r"\x1b\[[0-9;]*m", "", text) or None  # nvidia-smi underlines its header
+
+
+def _kill(ranks: Iterable[_Rank]) -> None:
+    for r in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(r.proc.pid, signal.SIGKILL)
+    for r in ranks:
+        try:
+            r.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            log.warning("rank %d (pid %d) survived SIGKILL", r.rank, r.proc.pid)
+
+
+
+
+
+# Loads the worker's file under a private name: importing the compatlab package would need the lab's own
+# dependencies, which a cell's venv does not have.
+_BOOTSTRAP = (
+    "import importlib.util as u, sys\n"
+    "s = u.spec_from_file_location('_compatlab_nccl_worker', sys.argv[1])\n"
+    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
+    "sys.exit(m._worker_main(sys.argv[2:]))\n"
+)
+
+
+def run_nccl(
+    python: Path,
+    *,
+    world_size: int,
+    backend: str,
+    env: Mapping[str, str],
+    timeouts: NcclTimeouts,
+    sizes: Sequence[int],
+    thresholds: NcclThresholds | None,
+    work_dir: Path,
+    test_hook: str | None = None,
+    check_counts: Sequence[int] = CHECK_COUNTS,
+    dtypes: Sequence[str] = DTYPES,
+    ops: Sequence[str] = OPS,
+    sweeps: int = 3,
+    warmup: int = 5,
+    iters: int = 20,
+) -> NcclReport:
+    """Run the suite with *world_size* ranks of *python* and judge it.
+
+    *env* is the children's whole environment (a cell's, plus the target's nccl-env); the multicast
+    switches of SAFETY_ENV are forced on top of it. *sizes* are the bandwidth sweep's buffer sizes in
+    bytes (empty: no bandwidth phase). *test_hook* (or ``COMPATLAB_NCCL_TEST_HOOK`` in *env*) injects a
+    fault. Never raises for what the ranks do: a crash, hang or wrong answer is in the report.
+    """
+    from compatlab.errors import UsageError
+
+    if world_size < 1:
+        raise UsageError(f"nccl: world size must be at least 1, got {world_size}")
+    if backend not in ("nccl", "gloo"):
+        raise UsageError(f"nccl: backend must be 'nccl' or 'gloo', got {backend!r}")
+    if sweeps < 1 or iters < 1 or warmup < 0:
+        raise UsageError(f"nccl: need sweeps >= 1, iters >= 1, warmup >= 0; got {sweeps}, {iters}, {warmup}")
+    for name, values, known in (("op", ops, OPS), ("dtype", dtypes, DTYPES)):
+        for v in values:
+            if v not in known:
+                raise UsageError(f"nccl: unknown {name} {v!r}; known: {', '.join(known)}")
+    hook_text = test_hook if test_hook is not None else env.get(HOOK_ENV)
+    hook = None
+    if hook_text:
+        try:
+            hook = parse_test_hook(hook_text)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    start = time.monotonic()
+    notes: list[str] = []
+    child_env = _child_env(env, notes)
+    child_env.pop(HOOK_ENV, None)
+    if hook is not None:
+        child_env[HOOK_ENV] = str(hook)
+        notes.append(f"test hook active: {hook}")
+    if world_size == 1 and sizes:
+        notes.append("one rank: busbw is 0 by definition (broadcast's is algbw), and in-place all_reduce "
+                     "and broadcast move no data, so these figures time launches, not links")
+    report = NcclReport(state="pass", reason="", world_size=world_size, backend=backend,
+                        env=_recorded_env(child_env), topo=_topo(backend), notes=notes)
+
+    work_dir = Path(work_dir).resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    # torch reads the file:// init_method as a URL and mangles '+' (cell ids have local tags like
+    # +cu130): the rendezvous file lives in a fresh folder with a plain name.
+    rdzv_dir = Path(tempfile.mkdtemp(prefix="compatlab-rdzv-"))
+    rendezvous = rdzv_dir / "rendezvous"
+    for stale in [*work_dir.glob("rank*.events.jsonl"), *work_dir.glob("rank*.stack"),
+                  *work_dir.glob("rank*.log")]:
+        stale.unlink(missing_ok=True)
+    phases = ["init", "correctness"] + (["bandwidth"] if sizes else [])
+    # The process group's own timeout stays out of the way: the parent's verdict, with stacks, comes first.
+    pg_timeout = max(timeouts.phase(p) for p in phases) + 60
+    cfg = {
+        "world_size": world_size, "backend": backend, "init_method": rendezvous.as_uri(),
+        "work_dir": str(work_dir), "phases": phases, "ops": list(ops), "dtypes": list(dtypes),
+        "check_counts": [int(c) for c in check_counts], "sizes": [int(s) for s in sizes],
+        "sweeps": sweeps, "warmup": warmup, "iters": iters, "hook": str(hook) if hook else None,
+        "pg_timeout_s": pg_timeout, "deadline_s": sum(timeouts.phase(p) for p in phases) + 120,
+    }
+    config = work_dir / "config.json"
+    config.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+
+    ranks: list[_Rank] = []
+    worker = incell_path() / "compatlab" / "incell" / "nccl_worker.py"
+    try:
+        for r in range(world_size):
+            argv = [str(python), "-c", _BOOTSTRAP, str(worker), "worker", str(config), str(r)]
+            log.info("$ %s", shlex.join(argv))
+            logfile = work_dir / f"rank{r}.log"
+            with logfile.open("wb") as out:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        env=child_env, cwd=work_dir, start_new_session=True)
+            ranks.append(_Rank(rank=r, proc=proc, events=work_dir / f"rank{r}.events.jsonl",
+                               stack=work_dir / f"rank{r}.stack", log=logfile, since=time.monotonic()))
+    except OSError as exc:
+        _kill(ranks)
+        shutil.rmtree(rdzv_dir, ignore_errors=True)
+        report.state, report.reason = "error", f"cannot start rank {len(ranks)} with {python}: {exc}"
+        report.seconds = time.monotonic() - start
+        return report
+
+    try:
+        _watch(ranks, timeouts, report)
+    finally:
+        _kill(ranks)
+    shutil.rmtree(rdzv_dir, ignore_errors=True)
+    for rank in ranks:
+        rank.read(time.monotonic())
+    report.ranks = [r.status() for r in ranks]
+    dead = sorted((r for r in ranks if r.dead_at is not None),
+                  key=lambda r: (r.dead_at, r.error is not None, r.rank))
+    if dead:
+        # The first to go is the cause; ranks that raised afterwards mostly only noticed it.
+        report.crash = {**(report.crash or {}), "dead": [r.rank for r in dead]}
+    _collect(ranks, report, ops=list(ops), dtypes=list(dtypes), counts=[int(c) for c in check_counts],
+             sizes=sizes)
+    _judge(report, thresholds)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stage and the command line
+
+
+_PROBE = (
+    "import json, torch, torch.distributed as d\n"
+    "c = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+    "print(json.dumps({'gpus': c, 'nccl': bool(d.is_available() and d.is_nccl_available()),"
+    " 'gloo': bool(d.is_available() and d.is_gloo_available()), 'torch': torch.__version__}))\n"
+)
+
+
+def _probe(python: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    """What the interpreter's torch sees: GPUs and backends. Raises RuntimeError with its stderr."""
+    from compatlab import proc
+
+    done = proc.run([str(python), "-c", _PROBE], timeout=180, env=env)
+    if not done.ok:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        why = "timed out" if done.timed_out else tail
+        raise RuntimeError(f"torch does not load in {python}: {why}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+class _StageStop(Exception):
+    def __init__(self, state: str, reason: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.state, self.reason, self.details = state, reason, details or {}
+
+
+def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
+    from compatlab.errors import ConfigError
+    from compatlab.stages.base import cell_env
+
+    targets = ctx.matrix.targets
+    wanted = os.environ.get("COMPATLAB_TARGET")
+    if wanted:
+        target = next((t for t in targets if t.name == wanted), None)
+        if target is None:
+            known = ", ".join(t.name for t in targets) or "none"
+            raise _StageStop("error", f"COMPATLAB_TARGET={wanted!r} names no target of "
+                                      f"{ctx.matrix.path} ({known})")
+    else:
+        target = targets[0] if targets else None
+    try:
+        thresholds = nccl_thresholds(ctx.matrix.thresholds, target=target.name if target else None,
+                                     targets=[t.name for t in targets], path=ctx.matrix.path)
+    except ConfigError as exc:
+        raise _StageStop("error", str(exc)) from None
+    env = cell_env(ctx.venv, dict(target.nccl_env) if target else None)
+    try:
+        seen = _probe(ctx.python, env)
+    except RuntimeError as exc:
+        raise _StageStop("fail", str(exc)) from None
+    work = ctx.work_dir / "nccl"
+    if seen["gpus"] == 0 or not seen["nccl"]:
+        why = "no GPU" if seen["gpus"] == 0 else "torch built without NCCL"
+        report = run_nccl(ctx.python, world_size=2, backend="gloo", env=env,
+                          timeouts=NcclTimeouts(init=120, correctness=120, bandwidth=120),
+                          sizes=(64 << 10, MIB), thresholds=None, work_dir=work,
+                          check_counts=(1, 1023, 4099), warmup=1, iters=3)
+        details = {**report.details(), "skipped": f"{why}: nccl backend skipped, gloo ran"}
+        if report.state == "pass":
+            return "skip", f"{why}: nccl backend skipped, gloo ran", details
+        return report.state, f"{why}, gloo ran: {report.reason}", details
+    want = target.gpus if target else int(seen["gpus"])
+    world = min(want, int(seen["gpus"]))
+    report = run_nccl(ctx.python, world_size=world, backend="nccl", env=env, timeouts=NcclTimeouts(),
+                      sizes=default_sizes(), thresholds=thresholds if world == want else None,
+                      work_dir=work)
+    if report.state == "pass" and world < want:
+        name = target.name if target else "?"
+        reason = f"target {name} wants {want} GPUs, {world} visible: nccl passed on {world}, not judged"
+        return "skip", reason, report.details()
+    return report.state, report.reason, report.details()
+
+
+def run_nccl_stage(ctx: CellContext) -> StageResult:
+    """Stage "nccl": the suite on the target's GPUs with the cell's torch, or gloo on CPUs without GPUs.
+
+    The target is ``COMPATLAB_TARGET`` or the matrix's first; its ``gpus`` is the world size (every
+    visible GPU without a target), its ``nccl-env`` goes to the ranks, and ``[thresholds.nccl]`` judges
+    all_reduce's busbw. Without a GPU the stage is skipped (the cell is partial) after gloo ran.
+    """
+    from compatlab.errors import LabError
+    from compatlab.runs.model import StageResult
+
+    start = time.monotonic()
+    try:
+        state, reason, details = _stage_report(ctx)
+    except _StageStop as stop:
+        state, reason, details = stop.state, stop.reason, stop.details
+    except LabError as exc:
+        state, reason, details = "error", str(exc), {}
+    return StageResult(name="nccl", state=state, reason=reason, details=details,
+                       seconds=time.monotonic() - start, required=True)
+
+
+def _size(text: str) -> int:
+    m = re.fullmatch(r"(\d+)\s*([KMG]i?B?|B)?", text.strip(), re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a size like 1MiB or 1073741824, got {text!r}")
+    unit = (m.group(2) or "B").upper()[0]
+    return int(m.group(1)) * {"B": 1, "K": 1 << 10, "M": MIB, "G": GIB}[unit]
+
+
+def _print_report(report: NcclReport) -> None:
+    print(f"nccl suite: {report.state}: {report.reason}")
+    print(f"  backend {report.backend}, world size {report.world_size}, torch {report.torch_version}, "
+          f"nccl {report.nccl_version}, device {report.device}, init {report.init_seconds} s")
+    for op, table in report.sweep.items():
+        print(f"  {op}:")
+        print(f"    {'size':>10}  {'time us':>10}  {'algbw GB/s':>11}  {'busbw GB/s':>11}  busbw per sweep")
+        for size, row in table.items():
+            print(f"    {_human_bytes(size):>10}  {row['time_us']:>10.1f}  {row['algbw_gbps']:>11.2f}  "
+                  f"{row['busbw_gbps']:>11.2f}  {row['busbw_gbps_sweeps']}")
+    for note in report.notes:
+        print(f"  note: {note}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``compatlab nccl``: run the suite with this interpreter's torch and print the figures."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["worker"]:
+        return _worker_main(args_in)
+    from compatlab.errors import LabError
+    from compatlab.runs.model import write_json_atomic
+
+    p = argparse.ArgumentParser(prog="compatlab nccl", description=main.__doc__)
+    p.add_argument("--world-size", type=int, default=None, help="ranks (default: every visible GPU; gloo: 2)")
+    p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    p.add_argument("--python", type=Path, default=Path(sys.executable),
+                   help="interpreter with torch for the ranks")
+    p.add_argument("--min-size", type=_size, default=MIB)
+    p.add_argument("--max-size", type=_size, default=GIB)
+    p.add_argument("--step", type=int, choices=(2, 4), default=2)
+    p.add_argument("--no-bandwidth", action="store_true")
+    p.add_argument("--check-counts", type=lambda t: tuple(int(x) for x in t.split(",")), default=CHECK_COUNTS,
+                   help="elements per rank for the correctness checks, comma-separated")
+    p.add_argument("--sweeps", type=int, default=3)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--min-busbw-gbps", type=float, default=None)
+    p.add_argument("--timeout-init", type=float, default=180.0)
+    p.add_argument("--timeout-correctness", type=float, default=180.0)
+    p.add_argument("--timeout-bandwidth", type=float, default=600.0)
+    p.add_argument("--work-dir", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None, help="write the report here")
+    p.add_argument("--debug", action="store_true")
+    args = p.parse_args(args_in)
+    logging.basicConfig(level=logging.INFO if args.debug else logging.WARNING, format="%(message)s")
+    try:
+        env = dict(os.environ)
+        backend = args.backend
+        if backend == "auto" or args.world_size is None:
+            seen = _probe(args.python, env)
+            if backend == "auto":
+                backend = "nccl" if seen["gpus"] > 0 and seen["nccl"] else "gloo"
+        world = args.world_size or (seen["gpus"] if backend == "nccl" else 2)
+        if args.work_dir is None:
+            import tempfile
+
+            work = Path(tempfile.mkdtemp(prefix="compatlab-nccl-"))
+        else:
+            work = args.work_dir
+        report = run_nccl(
+            args.python, world_size=world, backend=backend, env=env,
+            timeouts=NcclTimeouts(init=args.timeout_init, correctness=args.timeout_correctness,
+                                  bandwidth=args.timeout_bandwidth),
+            sizes=() if args.no_bandwidth else default_sizes(args.min_size, args.max_size, args.step),
+            thresholds=NcclThresholds(min_busbw_gbps=args.min_busbw_gbps, source="--min-busbw-gbps"),
+            work_dir=work, sweeps=args.sweeps, iters=args.iters, warmup=args.warmup,
+            check_counts=args.check_counts,
+        )
+    except (LabError, RuntimeError, ValueError) as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)
+    if args.json is not None:
+        write_json_atomic(args.json, {"state": report.state, "reason": report.reason,
+                                      "seconds": report.seconds, **report.details()})
+    _print_report(report)
+    return 0 if report.state == "pass" else 1
+

@@ -1,0 +1,1 @@
+"""The perf stage: EAGLE-3 against its non-speculative baseline on the cell's own SGLang."""

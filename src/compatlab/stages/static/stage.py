@@ -1,0 +1,561 @@
+"""The static stage: predict, without a GPU and without importing anything, which modules will not load.
+
+For every ELF shared object of the packages of interest in a site-packages directory:
+
+1. library closure: each DT_NEEDED resolved as ld.so would (LD_LIBRARY_PATH unset);
+2. undefined symbols: defined, with the required version, somewhere in the module's load set, and for a
+   C++ miss the near miss (same qualified name, another signature) that explains it;
+3. GPU arch coverage of the embedded fatbinaries for each target;
+4. wheel metadata lint (warnings only).
+
+Usage: ``compatlab static --site-packages DIR [--target sm_90 ...] [--json]``.
+"""
+
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from compatlab.errors import LabError, UsageError
+from compatlab.runs.model import StageResult
+from compatlab.stages.base import CellContext
+from compatlab.stages.static.elf import ElfCache, UndefinedSymbol, demangle
+from compatlab.stages.static.fatbin import coverage, parse_arch
+
+# Importable from here before the resolution moved out (tests use _ld_cache); explicit re-exports for mypy.
+from compatlab.stages.static.ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GLOBS  # noqa: PLC0414
+from compatlab.stages.static.ldso import _ld_cache as _ld_cache  # noqa: PLC0414
+from compatlab.stages.static.ldso import _Lib, _LoadSet, _provided, _Resolver
+from compatlab.stages.static.sitepackages import (
+    _declared_tops,
+    _Dist,
+    _is_extension,
+    _is_shared_object,
+    _python_version,
+    _read_dists,
+    _walk_modules,
+)
+from compatlab.stages.static.symbols import _function_name, _last_identifier, _offers
+
+__all__ = [
+    "DEFAULT_PACKAGES",
+    "DRIVER_LIBS",
+    "Finding",
+    "StaticReport",
+    "check_site_packages",
+    "main",
+    "run_static_stage",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PACKAGES = ("sgl_kernel", "flashinfer", "torch")
+# Installed with the NVIDIA driver, never with a wheel: missing on a machine without a GPU is expected.
+DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
+# Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
+_CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
+_KIND_ORDER = {"library": 0, "version": 1, "symbol": 2, "arch": 3}
+_SEVERITIES = ("fail", "warn", "note")
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class Finding:
+    """One thing the checker found about one module (or distribution)."""
+
+    severity: str  # fail | warn | note
+    module: str  # path relative to site-packages, or the distribution for metadata findings
+    kind: str  # library | version | symbol | arch | metadata | driver | unreadable
+    message: str
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class StaticReport:
+    """All findings of one site-packages directory, most important failure first."""
+
+    site_packages: str
+    archs: list[str]
+    findings: list[Finding]
+    modules: int
+    seconds: float
+    cache_hits: int
+    cache_misses: int
+
+    def of(self, severity: str) -> list[Finding]:
+        return [f for f in self.findings if f.severity == severity]
+
+    @property
+    def state(self) -> str:
+        if self.of("fail"):
+            return "fail"
+        return "warn" if self.of("warn") else "pass"
+
+    @property
+    def reason(self) -> str:
+        """One line: the most important failure (else warning) plus how many more there are."""
+        for severity in ("fail", "warn"):
+            found = self.of(severity)
+            if found:
+                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                return found[0].message + more
+        return ""
+
+    def counts(self) -> dict[str, int]:
+        return {s: len(self.of(s)) for s in _SEVERITIES}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "site_packages": self.site_packages,
+            "archs": self.archs,
+            "state": self.state,
+            "counts": self.counts(),
+            "modules": self.modules,
+            "seconds": round(self.seconds, 3),
+            "cache": {"hits": self.cache_hits, "misses": self.cache_misses},
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+
+
+class _Checker(_Resolver):
+    def __init__(self, sp: Path, cache: ElfCache) -> None:
+        self.dists, hashes = _read_dists(sp)
+        super().__init__(sp, cache, hashes)
+        self.owner: dict[str, _Dist] = {}
+        for d in self.dists:
+            for rel in d.files:
+                self.owner[os.path.normpath(os.path.join(str(sp), rel))] = d
+        self._files_by_name: dict[str, list[str]] | None = None
+        self._near_miss: dict[tuple[str, tuple[str, ...]], list[tuple[str, _Lib]]] = {}
+        self._joined: dict[str, str] = {}
+        self.torch_dist = next((d for d in self.dists if d.name.lower() == "torch"), None)
+
+    def rel(self, path: str) -> str:
+        try:
+            return Path(path).relative_to(self.sp).as_posix()
+        except ValueError:
+            return path
+
+    def dist_of(self, path: str) -> _Dist | None:
+        return self.owner.get(os.path.normpath(path))
+
+    # Findings --------------------------------------------------------------------------------------
+
+    def files_by_name(self) -> dict[str, list[str]]:
+        """Every shared object under site-packages by file name: where a missing library may be."""
+        if self._files_by_name is None:
+            index: dict[str, list[str]] = {}
+            for root, _dirs, files in os.walk(self.sp):
+                for name in files:
+                    if _is_shared_object(name):
+                        index.setdefault(name, []).append(os.path.join(root, name))
+            self._files_by_name = index
+        return self._files_by_name
+
+    def torch_cuda(self) -> str | None:
+        try:
+            text = (self.sp / "torch" / "version.py").read_text(encoding="utf-8")
+        except OSError:
+            return None
+        m = re.search(r"^cuda(?:: [^=]+)? = '([\d.]+)'", text, re.M)
+        return m.group(1) if m else None
+
+    def library_hint(self, name: str, needer: str, module: str) -> tuple[str, dict[str, Any]]:
+        details: dict[str, Any] = {}
+        elsewhere = self.files_by_name().get(name, [])
+        if elsewhere:
+            where = self.rel(elsewhere[0])
+            dist = self.dist_of(elsewhere[0])
+            details["shipped_at"] = where
+            who = f"{dist.name} {dist.version} ships it at {where}" if dist else f"{where} exists"
+            return f"{who}, but nothing on {self.rel(needer)}'s search path points there", details
+        m = _CUDA_MAJOR_LIB.match(name)
+        stem = name.split(".so", maxsplit=1)[0] + ".so."
+        others = sorted(self.rel(p) for n, ps in self.files_by_name().items() if n.startswith(stem)
+                        and re.fullmatch(r"\d+", n[len(stem):]) for p in ps)
+        details["other_versions"] = others
+        cuda = self.torch_cuda()
+        mod_dist = self.dist_of(module)
+        mod_name = mod_dist.name if mod_dist else self.rel(module).split("/")[0]
+        if m and cuda and cuda.split(".")[0] != m.group(2):
+            where = ""
+            cudart = self.torch_loaded.get(f"libcudart.so.{cuda.split('.')[0]}")
+            if cudart is not None:
+                parent = Path(self.rel(cudart.path)).parent
+                where = f" ({(parent.parent if parent.name == 'lib' else parent).as_posix()})"
+            details["torch_cuda"] = cuda
+            return (f"this environment's torch is CUDA {cuda}{where}; {mod_name} was built for "
+                    f"CUDA {m.group(2)}"), details
+        if others:
+            return f"this environment has {', '.join(others)}", details
+        return "not in site-packages nor in the system's library cache", details
+
+    def near_miss(self, symbol: str, libs: Sequence[_Lib]) -> list[tuple[str, _Lib]]:
+        """Definitions with the same qualified C++ name as *symbol* but another signature."""
+        wanted = _function_name(demangle(symbol))
+        if wanted is None:
+            return []
+        ident = _last_identifier(wanted)
+        if not ident:
+            return []
+        needle = f"{len(ident)}{ident}"
+        key = (symbol, tuple(lib.info.sha256 for lib in libs))
+        if key in self._near_miss:
+            return self._near_miss[key]
+        out: list[tuple[str, _Lib]] = []
+        for lib in libs:
+            joined = self._joined.get(lib.info.sha256)
+            if joined is None:
+                joined = self._joined[lib.info.sha256] = "\n" + "\n".join(lib.info.defined) + "\n"
+            pos = joined.find(needle)
+            while pos >= 0:
+                start = joined.rfind("\n", 0, pos) + 1
+                end = joined.find("\n", pos)
+                cand = joined[start:end]
+                if cand != symbol and cand.startswith("_Z"):
+                    pretty = demangle(cand)
+                    if _function_name(pretty) == wanted:
+                        out.append((pretty, lib))
+                pos = joined.find(needle, end)
+        self._near_miss[key] = out
+        return out
+
+
+def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
+    """Findings about one module, and the paths of the libraries its loading loads."""
+    findings: list[Finding] = []
+    mpath = os.path.normpath(path)
+    rel = ck.rel(mpath)
+    module = ck._lib(mpath)
+    if module is None:
+        return [Finding(severity="warn", module=rel, kind="unreadable",
+                        message=f"{rel}: not a readable ELF file")], set()
+    ls = ck.load_set(module)
+    missing_names = set()
+    for name, needer in ls.missing:
+        missing_names.add(name)
+        via = "" if needer == mpath else f" (needed by {ck.rel(needer)})"
+        if name in DRIVER_LIBS:
+            findings.append(Finding(
+                severity="note", module=rel, kind="driver",
+                message=f"{rel}: {name} not found{via}: it comes with the NVIDIA driver, not with a wheel",
+                details={"library": name, "needed_by": ck.rel(needer)}))
+            continue
+        hint, details = ck.library_hint(name, needer, mpath)
+        findings.append(Finding(severity="fail", module=rel, kind="library",
+                                message=f"{rel}: {name} not found{via}: {hint}",
+                                details={"library": name, "needed_by": ck.rel(needer), **details}))
+
+    # Versions needed from each library (.gnu.version_r): ld.so refuses the whole module on a miss.
+    explained: set[tuple[str, str]] = set()
+    for file, versions in module.info.version_needs.items():
+        lib = ls.by_soname.get(file)
+        if lib is None:
+            continue
+        for v in versions:
+            if v not in lib.info.version_defs:
+                explained.add((file, v))
+                users = sorted({u.name for u in module.info.undefined
+                                if u.version == v and u.library == file})
+                offers = _offers(v, lib.info.version_defs)
+                findings.append(Finding(
+                    severity="fail", module=rel, kind="version",
+                    message=f"{rel} needs {v} from {file}; {ck.rel(lib.path)} {offers}",
+                    details={"library": file, "version": v, "provider": ck.rel(lib.path),
+                             "symbols": [demangle(s) for s in users]}))
+
+    driver_missing = bool(missing_names & DRIVER_LIBS)
+    mod_dist = ck.dist_of(mpath)
+    mod_name = mod_dist.name if mod_dist else rel.split("/")[0]
+    for sym in module.info.undefined:
+        if sym.weak or _provided(sym, ls.libs):
+            continue
+        if sym.library and (sym.library in missing_names or (sym.library, sym.version) in explained):
+            continue  # reported with the library or version it comes from
+        if ck.python is None and sym.name.startswith(("Py", "_Py")):
+            continue
+        if driver_missing and re.match(r"^(cu|nvml)[A-Z]", sym.name):
+            continue  # the driver's API, from a library this machine does not have
+        findings.append(_symbol_finding(ck, rel, mod_name, sym, ls))
+    return findings, {lib.path for lib in ls.libs}
+
+
+
+
+def _symbol_finding(ck: _Checker, rel: str, mod_name: str, sym: UndefinedSymbol, ls: _LoadSet) -> Finding:
+    pretty = demangle(sym.name)
+    details: dict[str, Any] = {"symbol": sym.name, "demangled": pretty, "version": sym.version,
+                               "library": sym.library}
+    near = ck.near_miss(sym.name, ls.libs) if sym.name.startswith("_Z") else []
+    if near:
+        other, lib = near[0]
+        dist = ck.dist_of(lib.path)
+        who = f"{dist.name} {dist.version}" if dist else ck.rel(lib.path)
+        because = (f"{mod_name} was built against another {dist.name}" if dist and dist.name != mod_name
+                   else "the files do not come from one build")
+        details["near_misses"] = [{"demangled": p, "provider": ck.rel(x.path)} for p, x in near]
+        return Finding(severity="fail", module=rel, kind="symbol", details=details,
+                       message=f"{rel} needs {pretty}; {who} ({os.path.basename(lib.path)}) exports "
+                               f"{other}: {because}.")
+    if sym.version:
+        text = (f"{rel} needs {pretty}@{sym.version} ({sym.library}), which no library in its load set "
+                f"defines with that version")
+    else:
+        text = f"{rel} needs {pretty}, which no library in its load set defines"
+    missing = sorted({n for n, _ in ls.missing if n not in DRIVER_LIBS})
+    if missing:
+        # The module already fails on the missing library, which may well define this symbol.
+        details["maybe_from_missing"] = missing
+        return Finding(severity="note", module=rel, kind="symbol", details=details,
+                       message=f"{text} (it may come from the missing {', '.join(missing)})")
+    return Finding(severity="fail", module=rel, kind="symbol", message=text, details=details)
+
+
+def _arch_findings(ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]]
+                   ) -> list[Finding]:
+    mpath = os.path.normpath(path)
+    rel = ck.rel(mpath)
+    info = ck.info(mpath)
+    if info is None:
+        return []
+    out: list[Finding] = []
+    if info.fatbin_error:
+        out.append(Finding(severity="warn", module=rel, kind="arch",
+                           message=f"{rel}: cannot read its GPU code: {info.fatbin_error}"))
+    if not info.fatbins:
+        return out
+    # NVIDIA's CUDA libraries load most kernels through their own loaders, outside .nv_fatbin (cuFFT 11
+    # carries a lone sm_52 cubin there and runs on sm_90): their .nv_fatbin does not tell their coverage.
+    vendor = rel.startswith("nvidia/")
+    for target_name, archs, not_needed in targets:
+        skip = any(fnmatch.fnmatchcase(rel, g) for g in not_needed)
+        for arch in archs:
+            cov = coverage(info.fatbins, parse_arch(arch))
+            details = {"target": target_name, "arch": arch, "cubins": list(cov.cubins), "ptx": list(cov.ptx),
+                       "containers": cov.containers, "uncovered": cov.uncovered}
+            if not cov.covered:
+                where = f" (not needed on target {target_name})" if skip and target_name else (
+                    " (not needed here)" if skip else "")
+                if vendor and not skip:
+                    where = " in .nv_fatbin (NVIDIA's libraries load most kernels their own way)"
+                out.append(Finding(severity="note" if skip or vendor else "fail", module=rel, kind="arch",
+                                   message=f"{rel}: {cov.describe()}{where}", details=details))
+            elif cov.uncovered:
+                out.append(Finding(
+                    severity="note", module=rel, kind="arch", details=details,
+                    message=(f"{rel}: {cov.uncovered} of {cov.containers} fatbins have no code "
+                             f"for sm_{cov.device}")))
+    return out
+
+
+def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int] | None) -> list[Finding]:
+    out: list[Finding] = []
+    by_dist: dict[str, list[Path]] = {}
+    for m in modules:
+        dist = ck.dist_of(os.path.normpath(m))
+        if dist is not None:
+            by_dist.setdefault(dist.name, []).append(m)
+    torch_names = {os.path.basename(p) for p in ck.torch_files}
+    for dist in ck.dists:
+        mods = by_dist.get(dist.name, [])
+        if not mods or dist.name.lower() == "torch":
+            continue
+        who = f"{dist.name} {dist.version}"
+        requires_torch = any(re.match(r"^torch\b(?![-_.\w])", r.strip(), re.I) for r in dist.requires)
+        if not requires_torch:
+            for m in mods:
+                info = ck.info(os.path.normpath(m))
+                links = sorted(set(info.needed) & torch_names) if info else []
+                if links:
+                    out.append(Finding(
+                        severity="warn", module=dist.name, kind="metadata",
+                        message=(f"{who}: {ck.rel(os.path.normpath(m))} links {links[0]} but METADATA has no "
+                                 "Requires-Dist on torch: a resolver may pair it with any torch"),
+                        details={"dist": dist.name, "version": dist.version, "links": links}))
+                    break
+        for tag in dist.tags:
+            interp, abi, plat = [*tag.split("-"), "", "", ""][:3]
+            if plat.startswith("linux_"):
+                out.append(Finding(
+                    severity="warn", module=dist.name, kind="metadata",
+                    message=(f"{who}: WHEEL says Tag: {tag}; an index only takes manylinux/musllinux "
+                             "wheels, so the file name and WHEEL disagree (renamed without rewriting WHEEL?)"),
+                    details={"dist": dist.name, "tag": tag}))
+            m2 = re.fullmatch(r"cp(\d)(\d+)", interp)
+            if m2 and py is not None:
+                built = (int(m2.group(1)), int(m2.group(2)))
+                if (abi == "abi3" and built > py) or (abi not in {"abi3", "none"} and built != py):
+                    out.append(Finding(
+                        severity="warn", module=dist.name, kind="metadata",
+                        message=f"{who}: WHEEL says Tag: {tag}, which Python {py[0]}.{py[1]} cannot use",
+                        details={"dist": dist.name, "tag": tag}))
+    if py is not None:
+        for m in modules:
+            built_for = re.search(r"\.cpython-(\d)(\d+)-", m.name)
+            if built_for and (int(built_for.group(1)), int(built_for.group(2))) != py:
+                rel = ck.rel(os.path.normpath(m))
+                out.append(Finding(
+                    severity="note", module=rel, kind="metadata",
+                    message=(f"{rel}: built for CPython {built_for.group(1)}.{built_for.group(2)}; this environment's "
+                             f"Python is {py[0]}.{py[1]}, so `import` never loads it")))
+    return out
+
+
+
+
+def _package_rank(rel: str) -> int:
+    top = rel.split("/", maxsplit=1)[0]
+    return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
+
+
+def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+           packages: Sequence[str] | None, cache: ElfCache | None = None) -> StaticReport:
+    start = time.monotonic()
+    sp = Path(site_packages)
+    if not sp.is_dir():
+        raise UsageError(f"{sp}: no such directory; pass the site-packages directory of an environment")
+    for _name, archs, _nn in targets:
+        for arch in archs:
+            try:
+                parse_arch(arch)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+    cache = cache or ElfCache()
+    hits0, misses0 = cache.hits, cache.misses
+    ck = _Checker(sp, cache)
+    modules = _walk_modules(sp, packages)
+    py = _python_version(sp)
+    per_module: list[tuple[str, list[Finding]]] = []
+    loaded_by_import: set[str] = set()
+    for path in modules:
+        found, closure = _check_module(ck, path)
+        found.extend(_arch_findings(ck, path, targets))
+        per_module.append((os.path.normpath(path), found))
+        if _is_extension(path, py):
+            loaded_by_import |= closure
+    findings: list[Finding] = []
+    for mpath, found in per_module:
+        if mpath not in loaded_by_import:
+            # A plugin or a library only dlopen()ed on demand (nvshmem's MPI bootstrap, libcufile_rdma,
+            # a module for another Python): worth knowing, but no import of this environment fails on it.
+            for f in found:
+                if f.severity != "note":
+                    f.severity = "note"
+                    f.message += " (no extension module loads it)"
+                    f.details["loaded_by_import"] = False
+        findings.extend(found)
+    findings.extend(_metadata_findings(ck, modules, py))
+    findings.sort(key=lambda f: (_SEVERITIES.index(f.severity), _KIND_ORDER.get(f.kind, 9),
+                                 "shipped_at" not in f.details and "torch_cuda" not in f.details,
+                                 "near_misses" not in f.details, _package_rank(f.module), f.module))
+    archs_all = list(dict.fromkeys(a for _n, archs, _nn in targets for a in archs))
+    return StaticReport(site_packages=str(sp), archs=archs_all, findings=findings, modules=len(modules),
+                        seconds=time.monotonic() - start, cache_hits=cache.hits - hits0,
+                        cache_misses=cache.misses - misses0)
+
+
+def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed: Sequence[str] = (),
+                        packages: Sequence[str] | None = None, cache: ElfCache | None = None) -> StaticReport:
+    """Check every shared object of *packages* (None: every package with .so files) in *site_packages*.
+
+    *archs* are the device archs to cover (``sm_90``, ``sm_120``); modules matching a *not_needed* glob
+    (relative to site-packages, e.g. ``sgl_kernel/sm100/*``) get a note instead of a failure when they
+    lack code for one. Raises UsageError for a directory that does not exist or a bad arch.
+    """
+    return _check(site_packages, targets=[("", tuple(archs), tuple(not_needed))], packages=packages,
+                  cache=cache)
+
+
+
+
+def run_static_stage(ctx: CellContext) -> StageResult:
+    """The matrix's ``static`` stage for one cell: every target's archs, with its not-needed globs.
+
+    The modules checked are those of the cell's declared packages (torch, sgl-kernel, flashinfer …) and
+    the libraries their wheels bundle; other packages' libraries are still read as providers.
+    """
+    targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
+    declared = [v.package for v in ctx.cell.packages if v.package]
+    try:
+        report = _check(ctx.site_packages, targets=targets, packages=_declared_tops(ctx.site_packages, declared))
+    except LabError as exc:
+        return StageResult(name="static", state="error", reason=str(exc))
+    details = report.to_json()
+    return StageResult(name="static", state=report.state, reason=report.reason, details=details,
+                       seconds=report.seconds)
+
+
+# --- command line -------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{message} (see --help)")
+
+
+def _format(report: StaticReport, verbose: bool) -> Iterator[str]:
+    counts = report.counts()
+    yield (f"static: {report.site_packages}: {report.state} ({counts['fail']} failures, "
+           f"{counts['warn']} warnings, {counts['note']} notes; {report.modules} modules in "
+           f"{report.seconds:.1f} s, "
+           f"cache {report.cache_hits} hits/{report.cache_misses} misses)")
+    shown: dict[tuple[str, str, str], int] = {}
+    for f in report.findings:
+        if f.severity == "note" and not verbose:
+            continue
+        key = (f.severity, f.module, f.kind)
+        shown[key] = shown.get(key, 0) + 1
+        if shown[key] <= 10 or verbose:
+            yield f"{f.severity}: {f.message}"
+        elif shown[key] == 11:
+            more = sum(1 for g in report.findings if (g.severity, g.module, g.kind) == key) - 10
+            yield f"{f.severity}: … and {more} more {f.kind} findings for {f.module} (--json or -v lists all)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``compatlab static``: exit 1 when a module will not load, 0 when clean, 2 on bad usage."""
+    parser = _Parser(prog="compatlab static", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--site-packages", required=True, type=Path, metavar="DIR")
+    parser.add_argument("--target", action="append", default=[], metavar="ARCH",
+                        help="device arch to cover, e.g. sm_90 (repeatable)")
+    parser.add_argument("--package", action="append", default=None, metavar="NAME",
+                        help="check only this top-level package (repeatable); default: all with .so files")
+    parser.add_argument("--not-needed", action="append", default=[], metavar="GLOB",
+                        help="modules that need not run on the targets, e.g. 'sgl_kernel/sm100/*'")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="default: $COMPATLAB_CACHE or ~/.cache/compatlab")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list notes and every finding")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    try:
+        args = parser.parse_args(argv)
+        logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
+        report = check_site_packages(args.site_packages, archs=args.target, not_needed=args.not_needed,
+                                     packages=args.package, cache=ElfCache(args.cache_dir))
+    except LabError as exc:
+        if argv is not None and "--debug" in argv:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        for line in _format(report, args.verbose):
+            print(line)
+    return 1 if report.state == "fail" else 0
+

@@ -1,0 +1,155 @@
+"""Run a compat suite (compatlab/incell/suites/test_<name>.py) with the cell's own interpreter; read its verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from typing import Any
+
+from compatlab import envs
+from compatlab.runs.model import StageResult
+from compatlab.stages.base import CellContext, cell_env, incell_path
+
+__all__ = ["context_json", "ensure_pytest", "run_suite"]
+
+log = logging.getLogger(__name__)
+
+
+
+def context_json(ctx: CellContext) -> dict[str, Any]:
+    """What a compat test may know about its cell."""
+    return {
+        "cell": ctx.cell.id,
+        "axes": ctx.cell.axes,
+        "cuda": ctx.cell.cuda,
+        "packages": {v.package: v.version for v in ctx.cell.packages},
+        "site_packages": str(ctx.site_packages),
+        "venv": str(ctx.venv),
+        "work_dir": str(ctx.work_dir),
+        "archs": list(ctx.matrix.archs),
+        "targets": [
+            {
+                "name": t.name, "gpu": t.gpu, "arch": list(t.arch), "gpus": t.gpus,
+                "min_driver": t.min_driver, "nccl_env": dict(t.nccl_env), "not_needed": list(t.not_needed),
+            }
+            for t in ctx.matrix.targets
+        ],
+        "thresholds": dict(ctx.matrix.thresholds),
+        "previous": {s.name: {"state": s.state, "reason": s.reason} for s in ctx.previous},
+    }
+
+
+def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | None:
+    """Add pytest to the cell's venv; an error result if that fails or changes the stack."""
+    from compatlab.proc import run
+
+    before = envs.parse_freeze(ctx.freeze)
+    # A venv that already sees pytest (an earlier suite added it, or a GPU box's system packages) needs
+    # nothing installed; the stack is compared all the same, every time.
+    if not run([str(ctx.python), "-c", "import pytest"], timeout=120, env=cell_env(ctx.venv)).ok:
+        done = envs.uv_install_tools(ctx.python, ["pytest"], timeout=timeout)
+        if not done.ok:
+            return StageResult(
+                name="suite-setup", state="error",
+                reason="could not add pytest to the cell's venv: " + envs.last_line(done.stderr),
+                details={"argv": done.argv, "stderr": done.stderr[-4000:]}, seconds=done.seconds,
+            )
+    if not before:  # no freeze of the stack to compare with (a venv the lab did not install)
+        return None
+    after = envs.parse_freeze(envs.freeze(ctx.python).stdout.splitlines())
+    changed = sorted(
+        f"{name} {before[name]} -> {after.get(name, 'removed')}"
+        for name in before
+        if after.get(name) != before[name]
+    )
+    if changed:
+        return StageResult(
+            name="suite-setup", state="error",
+            reason="adding pytest changed the stack under test: " + "; ".join(changed),
+            details={"changed": changed},
+        )
+    return None
+
+
+def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
+    tests: list[dict[str, Any]] = data.get("tests", [])
+    failed = [t for t in tests if t["outcome"] == "failed"]
+    errors = [t for t in tests if t["outcome"] == "error"]
+    skipped = [t for t in tests if t["outcome"] == "skipped"]
+    passed = [t for t in tests if t["outcome"] == "passed"]
+    details: dict[str, Any] = {"tests": tests}
+    for t in tests:
+        for key, value in (t.get("details") or {}).items():
+            details.setdefault(key, value)
+
+    def why(t: dict[str, Any]) -> str:
+        text = t.get("reason") or (t.get("message") or "").strip().splitlines()[-1:] or [t["nodeid"]]
+        return text if isinstance(text, str) else text[0]
+
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return StageResult(name=name, state="fail", reason=why(failed[0]) + more, details=details, seconds=seconds)
+    if errors:
+        return StageResult(name=name, state="error", reason=why(errors[0]), details=details, seconds=seconds)
+    if not tests:
+        return StageResult(name=name, state="error", reason="the suite collected no tests", details=details,
+                           seconds=seconds)
+    if skipped and not passed:
+        return StageResult(name=name, state="skip", reason=why(skipped[0]), details=details, seconds=seconds)
+    warnings = details.get("warnings") or []
+    if warnings:
+        more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
+        return StageResult(name=name, state="warn", reason=str(warnings[0]) + more, details=details,
+                           seconds=seconds)
+    return StageResult(name=name, state="pass", reason="", details=details, seconds=seconds)
+
+
+def run_suite(ctx: CellContext, name: str, *, timeout: float = 1800.0, required: bool = True,
+              extra_env: dict[str, str] | None = None) -> StageResult:
+    """Run the compat suite test_<name>.py inside the cell and fold its tests into one stage result."""
+    start = time.monotonic()
+    setup = ensure_pytest(ctx)
+    if setup is not None:
+        return dataclasses.replace(setup, name=name, seconds=time.monotonic() - start)
+    work = ctx.work_dir / name
+    work.mkdir(parents=True, exist_ok=True)
+    ctx_file = work / "context.json"
+    ctx_file.write_text(json.dumps(context_json(ctx), indent=2), encoding="utf-8")
+    out_file = work / "suite-result.json"
+    out_file.unlink(missing_ok=True)
+    shim = incell_path()
+    suites = shim / "compatlab" / "incell" / "suites"
+    env = cell_env(ctx.venv, {"PYTHONPATH": str(shim), "PYTHONDONTWRITEBYTECODE": "1"})
+    if extra_env:
+        env.update(extra_env)
+    argv = [
+        str(ctx.python), "-m", "pytest", str(suites / f"test_{name}.py"),
+        "--rootdir", str(suites), "-c", str(suites / "pytest.ini"), "-p", "compatlab.incell.plugin",
+        "--confcutdir", str(suites), "-p", "no:cacheprovider", "-q",
+        "--compatlab-context", str(ctx_file), "--compatlab-result", str(out_file),
+    ]
+    from compatlab.proc import run
+
+    done = run(argv, timeout=timeout, env=env, cwd=work)
+    (work / "pytest.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr, encoding="utf-8")
+    seconds = time.monotonic() - start
+    if done.timed_out:
+        return StageResult(name=name, state="fail", reason=f"the {name} suite hung: killed after {timeout:.0f} s",
+                           details={"argv": argv, "log": str(work / "pytest.log")}, seconds=seconds,
+                           required=required)
+    try:
+        data = json.loads(out_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        sig = done.signal_name
+        tail = envs.last_line(done.stderr or done.stdout)
+        reason = (f"the {name} suite's interpreter died by {sig}" if sig
+                  else f"the {name} suite wrote no result (exit {done.returncode}): {tail}")
+        return StageResult(name=name, state="error" if not sig else "fail", reason=reason,
+                           details={"argv": argv, "log": str(work / "pytest.log")}, seconds=seconds,
+                           required=required)
+    result = _fold(name, data, seconds)
+    result.required = required
+    result.details["log"] = str(work / "pytest.log")
+    return result

@@ -1,0 +1,42 @@
+"""Shared fixtures of the lab's tests: a local index of tiny real wheels, served on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from fixtures.wheels import build_wheel, serve, write_simple_index
+
+
+@pytest.fixture(scope="session")
+def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """torch builds on their own index (like PyTorch's), everything else on a public-like one."""
+    root = tmp_path_factory.mktemp("indexes")
+    w = root / "wheels"
+    cu13 = {"torch/version.py": "cuda = '13.0'\n"}
+    cu12 = {"torch/version.py": "cuda = '12.8'\n"}
+    torch_wheels = [
+        build_wheel(w, "torch", "2.9.1+cu130", files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"]),
+        build_wheel(w, "torch", "2.10.0+cu130", files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"]),
+        build_wheel(w, "torch", "2.9.1+cu128", files=cu12, requires=["nvidia-cuda-runtime-cu12==12.8.90"]),
+    ]
+    public = [
+        build_wheel(w, "sgl-kernel", "0.3.21"),
+        # The generic build on the public index, as PyPI has it: what an unguarded resolve picks.
+        build_wheel(w, "torch", "2.10.0", files=cu12, requires=["nvidia-cuda-runtime-cu12==12.8.90"]),
+        build_wheel(w, "flashinfer-python", "0.6.4", requires=["torch"]),
+        build_wheel(w, "flashinfer-python", "0.7.4", requires=["torch", "cuda-bindings>=13"]),
+        build_wheel(w, "flashinfer-python", "0.8.0", requires=["torch>=2.10"]),
+        build_wheel(w, "cuda-bindings", "13.0.3"),
+        # Older than any pytest accepts: adding pytest to a cell that has it would change the stack.
+        build_wheel(w, "pluggy", "0.13.1"),
+        build_wheel(w, "nvidia-cuda-runtime-cu13", "13.0.96"),
+        build_wheel(w, "nvidia-cuda-runtime-cu12", "12.8.90"),
+    ]
+    write_simple_index(root / "torch", torch_wheels)
+    write_simple_index(root / "public", public)
+    with serve(root) as url:
+        yield url
+
+

@@ -1,0 +1,297 @@
+"""End to end: a local index of tiny real wheels, real uv, a real `nox -s matrix` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from fixtures.labutil import closed_port, nox, uv_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cells_by_axes(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    data = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())
+    assert data["schema"] == "compatlab.runs.model/1"
+    return {c["id"]: c for c in data["cells"]}
+
+
+def stage(cell: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in cell["stages"] if s["name"] == name)
+
+
+EXPECTED_ONLY = """
+name = "spine-a"
+[[axes.torch]]
+version = "2.9.1+cu130"
+index = "{url}/torch/simple"
+cuda = "13.0"
+[[axes.torch]]
+version = "2.9.1+cu128"
+index = "{url}/torch/simple"
+cuda = "12.8"
+[[axes.sgl-kernel]]
+version = "0.3.21"
+[[axes.flashinfer]]
+version = "0.6.4"
+[[axes.flashinfer]]
+version = "0.7.4"
+[[axes.cuda]]
+version = "12.8"
+[[axes.cuda]]
+version = "13.0"
+[[rules.expect]]
+torch = "2.9.1+cu128"
+flashinfer = "0.7.4"
+expect = "fail"
+reason = "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"
+[install]
+index-url = "{url}/public/simple"
+[targets.box]
+arch = ["sm_90"]
+min-driver = "570.86"
+"""
+
+
+def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) -> None:
+    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-s", "matrix")
+    assert done.returncode == 0, done.stdout + done.stderr
+    cells = cells_by_axes(tmp_path)
+    assert {cid: c["state"] for cid, c in cells.items()} == {
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8": "n/a",
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0": "partial",
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda12.8": "n/a",
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": "partial",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8": "partial",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda13.0": "n/a",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8": "fail",
+        "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": "n/a",
+    }
+    ok = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
+    assert "torch==2.9.1+cu130" in ok["freeze"]
+    assert ok["install"]["argv"][1:3] == ["pip", "install"]
+    spec = tomllib.loads(ok["install"]["files"]["pyproject.toml"])
+    assert spec["tool"]["uv"] == {
+        "index": [{"name": "index-1", "url": f"{index_url}/torch/simple", "explicit": True}],
+        "sources": {"torch": {"index": "index-1"}},
+    }
+    assert spec["project"]["dependencies"] == ["torch==2.9.1+cu130", "sgl-kernel==0.3.21", "flashinfer-python==0.6.4"]
+    assert stage(ok, "pins")["state"] == "pass"
+    mix = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8"]
+    assert mix["expected"] == {"state": "fail", "reason": "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"}
+    assert mix["unexpected"] is False
+    assert mix["reason"] == (
+        "pins: CUDA 13 package cuda-bindings 13.0.3 beside a CUDA 12.8 stack (flashinfer-python 0.7.4 requires "
+        "'cuda-bindings>=13'): it needs a CUDA-13 driver, 580.65.06+; target box (min-driver 570.86) is older"
+    )
+    assert "[compatlab] end   torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8: FAIL (known)" in done.stdout
+    assert "totals: fail 1, n/a 4, partial 3; unexpected 0" in done.stdout
+    # No GPU here: the cuda stage says so, and the cell is partial, not green.
+    assert stage(ok, "cuda")["state"] == "skip"
+    assert stage(ok, "cuda")["reason"] == "no NVIDIA driver on this machine (no libcuda.so.1)"
+    assert ok["reason"] == "cuda: no NVIDIA driver on this machine (no libcuda.so.1)"
+    assert [s["state"] for s in ok["stages"]] == ["pass", "pass", "pass", "pass", "skip"]
+    # The summary session renders the grid from the results.
+    html = (tmp_path / "reports" / "latest" / "index.html").read_text()
+    assert "cuda-bindings 13.0.3 beside a CUDA 12.8 stack" in html
+    assert "| torch |" in (tmp_path / "reports" / "latest" / "compat.md").read_text()
+    # Every cell's result is on disk on its own too, written as the cell finished.
+    assert len(list((tmp_path / "reports" / "runs" / "r1" / "cells").glob("*.json"))) == 8
+
+
+NEWS = """
+name = "spine-b"
+[[axes.torch]]
+version = "2.9.1+cu130"
+index = "{url}/torch/simple"
+cuda = "13.0"
+[[axes.sgl-kernel]]
+version = "0.3.21"
+[[axes.flashinfer]]
+version = "0.8.0"
+[[axes.cuda]]
+version = "13.0"
+[install]
+index-url = "{url}/public/simple"
+# Meant to lift flashinfer's torch floor; it also lifts the cell's own torch pin.
+overrides = ["torch>=2.10"]
+[targets.box]
+arch = ["sm_90"]
+min-driver = "580.65"
+"""
+
+
+def test_a_swapped_pin_is_news(tmp_path: Path, index_url: str) -> None:
+    done = nox(tmp_path, NEWS.format(url=index_url), "-s", "matrix")
+    assert done.returncode == 1, done.stdout + done.stderr
+    cells = cells_by_axes(tmp_path)
+    swapped = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.8.0-cuda13.0"]
+    assert swapped["state"] == "fail"
+    assert swapped["unexpected"] is True
+    assert swapped["reason"] == (
+        "pins: torch 2.9.1+cu130 was replaced by 2.10.0; flashinfer-python 0.8.0 requires 'torch>=2.10'; "
+        "install.overrides has 'torch>=2.10' (and 1 more)"
+    )
+    pins = stage(swapped, "pins")["details"]
+    assert pins["failures"][1:] == ["torch 2.10.0 is a CUDA 12.8 build; this cell is CUDA 13.0"]
+    assert pins["warnings"] == [
+        "CUDA 12 package nvidia-cuda-runtime-cu12 12.8.90 beside a CUDA 13.0 stack (torch 2.10.0 requires "
+        "'nvidia-cuda-runtime-cu12==12.8.90'): two CUDA runtimes may be loaded into one process",
+    ]
+
+
+def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: str) -> None:
+    matrix = EXPECTED_ONLY.format(url=index_url).replace(
+        f'version = "2.9.1+cu128"\nindex = "{index_url}/torch/simple"',
+        f'version = "2.9.1+cu128"\nindex = "http://127.0.0.1:{closed_port()}/simple"',
+    )
+    done = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu128 and cuda12")
+    assert done.returncode == 1, done.stdout + done.stderr
+    cells = cells_by_axes(tmp_path)
+    assert len(cells) == 2
+    down = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"]
+    assert down["state"] == "error"
+    assert down["attempts"] == 2
+    assert down["reason"].startswith("install: index or network failure: ")
+    assert stage(down, "pins") == {"name": "pins", "state": "skip", "reason": "blocked: install errored",
+                                   "details": {}, "seconds": 0.0, "required": True}
+
+
+def test_interrupt_keeps_finished_cells(tmp_path: Path, index_url: str) -> None:
+    # A server that accepts connections and never answers: the second cell's install hangs.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    matrix = EXPECTED_ONLY.format(url=index_url).replace(
+        'version = "2.9.1+cu128"\nindex = "' + index_url + '/torch/simple"',
+        f'version = "2.9.1+cu128"\nindex = "http://127.0.0.1:{port}/simple"',
+    )
+    (tmp_path / "matrix.toml").write_text(matrix)
+    env = {
+        **os.environ,
+        "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"), "COMPATLAB_REPORTS": str(tmp_path / "reports"),
+        "COMPATLAB_VENVS": str(tmp_path / "venvs"), "COMPATLAB_RUN_ID": "int", "UV_PYTHON_DOWNLOADS": "never",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    cells_dir = tmp_path / "reports" / "runs" / "int" / "cells"
+    hang_venv = tmp_path / "venvs" / "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
+    try:
+        deadline = time.monotonic() + 300
+        while not hang_venv.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert hang_venv.exists(), "the hanging cell never started"
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        silent.close()
+    assert proc.returncode != 0
+    finished = sorted(p.stem for p in cells_dir.glob("*.json"))
+    assert "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0" in finished
+    data = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())
+    assert "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0" in {c["id"] for c in data["cells"]}
+
+
+DOC = "One matrix cell: its own uv venv, the pins, then every stage; fails only on unexpected verdicts."
+
+
+def test_nox_lists_cells_and_rejects_a_bad_matrix(tmp_path: Path, index_url: str) -> None:
+    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l", "--json")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout)
+    names = [s["session"] for s in listed if s["name"] == "matrix"]
+    assert names[0] == "matrix(torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8)"
+    assert len(names) == 8
+    picked = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l", "-k", "cu128 and cuda12")
+    assert [ln for ln in picked.stdout.splitlines() if ln.startswith("* matrix(")] == [
+        "* matrix(torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8) "
+        "[torch-2.9.1+cu128,sgl-kernel-0.3.21,flashinfer-0.6.4,cuda-12.8] -> " + DOC,
+        "* matrix(torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8) "
+        "[torch-2.9.1+cu128,sgl-kernel-0.3.21,flashinfer-0.7.4,cuda-12.8] -> " + DOC,
+    ]
+    # -k and -t replace -s in nox: only the cell sessions may match them, never gpu8_perf or the summary.
+    assert [ln.split("(")[0] for ln in picked.stdout.splitlines() if ln.startswith("* ")] == ["* matrix"] * 2
+    tagged = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-l", "-t", "flashinfer-0.7.4")
+    assert sum(ln.startswith("* matrix(") for ln in tagged.stdout.splitlines()) == 4
+    assert "flashinfer0.6.4" not in "".join(ln for ln in tagged.stdout.splitlines() if ln.startswith("* "))
+    bad = nox(tmp_path, EXPECTED_ONLY.format(url=index_url).replace("[install]", "[instal]"), "-l")
+    assert bad.returncode == 2
+    assert bad.stderr == f"error: {tmp_path / 'matrix.toml'}: instal: unknown key; perhaps you meant 'install'?\n"
+
+
+def test_a_lab_failure_is_an_error_cell_with_its_result_written(tmp_path: Path) -> None:
+    """No uv on PATH: the lab cannot answer; the cell says so as `error`, and its JSON is still written."""
+    (tmp_path / "matrix.toml").write_text(textwrap.dedent("""
+        [[axes.torch]]
+        version = "2.9.1"
+        [[axes.sgl-kernel]]
+        version = "0.3.21"
+        [[axes.flashinfer]]
+        version = "0.6.4"
+        [[axes.cuda]]
+        version = "12.8"
+        """))
+    cell = "torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "cell", cell, "--matrix", str(tmp_path / "matrix.toml"),
+         "--run-dir", str(tmp_path / "run"), "--venvs", str(tmp_path / "venvs")],
+        capture_output=True, text=True, check=False, timeout=120, cwd=ROOT,
+        env={"PATH": "/nonexistent", "PYTHONPATH": str(ROOT / "src"), "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 1, done.stderr
+    result = json.loads((tmp_path / "run" / "cells" / f"{cell}.json").read_text())
+    assert result["state"] == "error"
+    assert result["unexpected"] is True
+    assert result["reason"] == (
+        "lab: lab error: program 'uv' not found on PATH; install it (e.g. python -m pip install uv)"
+    )
+
+
+def test_adding_pytest_must_not_change_the_stack(tmp_path: Path, index_url: str) -> None:
+    matrix = EXPECTED_ONLY.format(url=index_url).replace(
+        '[[axes.flashinfer]]\nversion = "0.6.4"', '[[axes.flashinfer]]\nversion = "0.6.4"\nrequires = ["pluggy==0.13.1"]')
+    done = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13")
+    cells = cells_by_axes(tmp_path)
+    old = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert old["state"] == "error"
+    assert "pluggy==0.13.1" in old["freeze"]
+    for name in ("import", "cuda"):
+        assert stage(old, name)["state"] == "error"
+        assert stage(old, name)["reason"].startswith("adding pytest changed the stack under test: pluggy 0.13.1 -> ")
+
+
+def test_static_and_import_disagreeing_is_said_in_the_reason() -> None:
+    from compatlab.runner import _conclude
+    from compatlab.runs.model import CellResult, StageResult
+
+    def cell(static: str, imported: str, why: str) -> CellResult:
+        result = CellResult(id="c", axes={}, state="n/a", stages=[
+            StageResult(name="install", state="pass"),
+            StageResult(name="static", state=static, reason=why if static == "fail" else ""),
+            StageResult(name="import", state=imported, reason=why if imported == "fail" else ""),
+        ])
+        _conclude(result)
+        return result
+
+    assert cell("fail", "pass", "x.so needs f(int)").reason == "static: x.so needs f(int) [import disagrees: every module loaded]"
+    assert cell("pass", "fail", "x.so: crashed with SIGSEGV while loading").reason == (
+        "import: x.so: crashed with SIGSEGV while loading [static disagrees: it predicted no load failure]"
+    )
+    assert cell("fail", "fail", "x.so needs f(int)").reason == "static: x.so needs f(int)"

@@ -1,0 +1,167 @@
+"""loadcheck: real gcc-built extension modules loaded in real subprocesses, each failure classified."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from compatlab.incell import loadcheck
+from compatlab.proc import Completed
+from fixtures.sofix import EXT_SUFFIX, abi_broken_module, compile_so, ext_module
+
+
+def _load(path: Path, name: str, **kw: object) -> loadcheck.LoadFailure | None:
+    failure, _ = loadcheck.load_module(sys.executable, path=str(path), name=name, **kw)  # type: ignore[arg-type]
+    return failure
+
+
+def test_a_good_module_loads(tmp_path: Path) -> None:
+    mod = ext_module(tmp_path, "good")
+    failure, done = loadcheck.load_module(sys.executable, path=str(mod), name="good", pre_import=["json"])
+    assert failure is None, done.stderr
+    assert loadcheck.is_extension_module(mod) == "good"
+
+
+def test_undefined_cxx_symbol_is_named_and_demangled(tmp_path: Path) -> None:
+    mod = abi_broken_module(tmp_path, "abi")
+    failure = _load(mod, "abi")
+    assert failure is not None
+    assert failure.kind == "undefined-symbol"
+    assert failure.symbol == "_ZN2ns5checkEi"
+    assert failure.demangled == "ns::check(int)"
+    assert failure.message == f"{mod}: undefined symbol: _ZN2ns5checkEi"
+    assert failure.stack
+    assert loadcheck.describe(f"pkg/abi{EXT_SUFFIX}", failure) == (
+        f"pkg/abi{EXT_SUFFIX}: undefined symbol ns::check(int)"
+    )
+    assert "COMPATLAB-LOAD-RESULT" in failure.raw
+
+
+def test_missing_shared_library(tmp_path: Path) -> None:
+    lib = compile_so(tmp_path / "libgone.so.7", "int gone(void) { return 7; }\n", soname="libgone.so.7")
+    mod = ext_module(tmp_path, "needy", "gone();", str(lib), prelude="int gone(void);")
+    lib.unlink()
+    failure = _load(mod, "needy")
+    assert failure is not None
+    assert (failure.kind, failure.library) == ("missing-library", "libgone.so.7")
+    assert failure.message == "libgone.so.7: cannot open shared object file: No such file or directory"
+    assert loadcheck.describe("pkg/needy.so", failure) == "pkg/needy.so: missing shared library libgone.so.7"
+
+
+def test_crash_at_load_names_the_signal(tmp_path: Path) -> None:
+    mod = ext_module(tmp_path, "crash", "raise(SIGSEGV);", prelude="#include <signal.h>")
+    failure = _load(mod, "crash")
+    assert failure is not None
+    assert (failure.kind, failure.signal, failure.message) == ("signal", "SIGSEGV", "killed by SIGSEGV")
+    assert loadcheck.describe("pkg/crash.so", failure) == "pkg/crash.so: crashed with SIGSEGV while loading"
+
+
+def test_hang_at_load_is_killed(tmp_path: Path) -> None:
+    mod = ext_module(tmp_path, "hang", "for (;;) sleep(1);", prelude="#include <unistd.h>")
+    failure, done = loadcheck.load_module(sys.executable, path=str(mod), name="hang", timeout=2)
+    assert failure is not None
+    assert done.timed_out
+    assert 2 <= done.seconds < 10
+    assert (failure.kind, failure.message) == ("timeout", "killed after 2 s")
+    assert loadcheck.describe("pkg/hang.so", failure) == "pkg/hang.so: hung while loading, killed after 2 s"
+
+
+def test_python_import_error_in_a_prerequisite(tmp_path: Path) -> None:
+    mod = ext_module(tmp_path, "good")
+    failure = _load(mod, "good", pre_import=["compatlab_no_such_module"])
+    assert failure is not None
+    assert failure.kind == "import-error"
+    assert failure.step == "import compatlab_no_such_module"
+    assert loadcheck.describe("pkg/good.so", failure) == (
+        "pkg/good.so (import compatlab_no_such_module failed): "
+        "ModuleNotFoundError: No module named 'compatlab_no_such_module'"
+    )
+
+
+def test_python_exception_raised_by_the_module(tmp_path: Path) -> None:
+    mod = ext_module(tmp_path, "raiser", 'PyErr_SetString(PyExc_ImportError, "needs triton"); return NULL;')
+    failure = _load(mod, "raiser")
+    assert failure is not None
+    assert (failure.kind, failure.message) == ("import-error", "ImportError: needs triton")
+
+
+def test_import_by_name(tmp_path: Path) -> None:
+    failure, _ = loadcheck.load_module(sys.executable, path=None, name="compatlab_absent_pkg")
+    assert failure is not None
+    assert loadcheck.describe("compatlab_absent_pkg", failure) == (
+        "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'"
+    )
+    ok, _ = loadcheck.load_module(sys.executable, path=None, name="json")
+    assert ok is None
+
+
+@pytest.mark.parametrize(
+    ("message", "kind", "expected"),
+    [
+        ("libcuda.so.1: cannot open shared object file: No such file or directory", "no-driver",
+         "m.so: no NVIDIA driver (libcuda.so.1)"),
+        ("Found no NVIDIA driver on your system.", "no-driver",
+         "m.so: no NVIDIA driver (Found no NVIDIA driver on your system.)"),
+        ("/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/m.so)", "symbol-version",
+         "m.so: symbol version GLIBCXX_3.4.32 not found (required by m.so)"),
+    ],
+)
+def test_classify_messages(message: str, kind: str, expected: str) -> None:
+    tag = '{"ok": false, "step": "load m.so", "type": "ImportError", "message": %s}'
+    import json
+
+    done = Completed(argv=["py"], returncode=3, stdout="", seconds=0.1,
+                     stderr="Traceback...\nCOMPATLAB-LOAD-RESULT " + tag % json.dumps(message) + "\n")
+    failure = loadcheck.classify(done)
+    assert failure is not None
+    assert failure.kind == kind
+    assert failure.stack is (kind in loadcheck.STACK_KINDS)
+    assert loadcheck.describe("m.so", failure) == expected
+
+
+def test_exit_without_result() -> None:
+    done = Completed(argv=["py"], returncode=1, stdout="", stderr="Fatal Python error: boom\n", seconds=0.1)
+    failure = loadcheck.classify(done)
+    assert failure is not None
+    assert loadcheck.describe("m.so", failure) == "m.so: exited with status 1: Fatal Python error: boom"
+
+
+def test_demangle() -> None:
+    assert loadcheck.demangle("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib") == (
+        "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)"
+    )
+    assert loadcheck.demangle("cuInit") is None
+
+
+def test_dynamic_symbols(tmp_path: Path) -> None:
+    mod = ext_module(tmp_path, "syms", "cuTensorMapEncodeTiled();", "-Wl,--unresolved-symbols=ignore-all",
+                     prelude="int cuTensorMapEncodeTiled(void);")
+    syms = loadcheck.dynamic_symbols(mod)
+    assert syms is not None
+    assert "PyInit_syms" in syms.defined
+    assert "cuTensorMapEncodeTiled" in syms.undefined
+    assert loadcheck.dynamic_symbols(tmp_path / "syms_so.c") is None  # not ELF
+    assert loadcheck.is_extension_module(tmp_path / "syms_so.c") is None
+
+
+def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None:
+    """sgl-kernel's deep_gemm imports setuptools, which nothing declares: a packaging warning, not an ABI break."""
+    pkg = tmp_path / "deep_gemm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import setuptools_that_is_not_there\n")
+    failure, _ = loadcheck.load_module(sys.executable, path=None, name="deep_gemm", timeout=60,
+                                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert failure is not None
+    assert failure.kind == "missing-dependency"
+    assert loadcheck.describe("deep_gemm", failure) == (
+        "deep_gemm imports setuptools_that_is_not_there, which is not installed: an undeclared dependency"
+    )
+    # A module missing from the package itself stays a broken import.
+    (pkg / "__init__.py").write_text("from deep_gemm import _gone\n")
+    failure, _ = loadcheck.load_module(sys.executable, path=None, name="deep_gemm", timeout=60,
+                                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert failure is not None
+    assert failure.kind == "import-error"

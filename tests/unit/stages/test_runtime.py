@@ -1,0 +1,140 @@
+"""End to end: the import and cuda suites run by the lab in a real venv over a fake, gcc-built stack."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from compatlab.incell import fakecuda
+from compatlab.runs.model import cell_state
+from compatlab.stages import runtime
+from fixtures.sofix import EXT_SUFFIX, abi_broken_module, cc, ext_module, provider
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _make_cell(tmp: Path) -> tuple[Path, Path]:
+    """A venv (no pip) that sees the dev env's pytest, with a dist 'fakestack' of three extension modules."""
+    cc()
+    venv = tmp / "cell"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(next((venv / "lib").glob("python3*/site-packages")))
+    (site / "devenv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    pkg = site / "fakestack"
+    (pkg / "sm90").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    ext_module(pkg, "ok")
+    abi_broken_module(pkg / "sm90", "ops")
+    linkdir = fakecuda.build_stand_in(set(), tmp / "link-only")  # something to link -lcuda against
+    ext_module(pkg, "drv", 'if (cuInit(0) == 100) { PyErr_SetString(PyExc_RuntimeError, '
+               '"CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected"); return NULL; }',
+               str(linkdir / "libcuda.so.1"), prelude="int cuInit(unsigned int);")
+    info = site / "fakestack-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakestack\nVersion: 1.0\n", encoding="utf-8")
+    (info / "top_level.txt").write_text("fakestack\n", encoding="utf-8")
+    files = sorted(p.relative_to(site).as_posix() for p in pkg.rglob("*") if p.is_file())
+    files += ["fakestack-1.0.dist-info/METADATA", "fakestack-1.0.dist-info/top_level.txt",
+              "fakestack-1.0.dist-info/RECORD"]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
+    # A torch that says which CUDA it is for, the way real torch does (torch/version.py).
+    (site / "torch").mkdir()
+    (site / "torch" / "version.py").write_text("cuda: Optional[str] = '13.0'\n", encoding="utf-8")
+    tinfo = site / "torch-2.10.0.dist-info"
+    tinfo.mkdir()
+    (tinfo / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.10.0\n", encoding="utf-8")
+    (tinfo / "RECORD").write_text("torch/version.py,,\ntorch-2.10.0.dist-info/METADATA,,\n", encoding="utf-8")
+    return venv, pkg
+
+
+def test_context_for_venv_reads_the_cuda_of_torch(cell: tuple[Path, Path], tmp_path: Path) -> None:
+    venv, _ = cell
+    ctx = runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path)
+    assert (ctx.cell.id, ctx.cell.cuda) == ("torch2.10.0-fakestack1.0-cuda13.0", "13.0")
+    assert ctx.site_packages.name == "site-packages"
+
+
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _make_cell(tmp_path_factory.mktemp("runtime"))
+
+
+@pytest.mark.slow
+def test_import_stage_names_the_abi_break(cell: tuple[Path, Path], tmp_path: Path) -> None:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the stand-in path cannot be shown here")
+    venv, _ = cell
+    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+    result = runtime.run_import_stage(ctx)
+    assert (result.state, result.reason) == ("fail", f"fakestack/sm90/ops{EXT_SUFFIX}: undefined symbol ns::check(int)")
+    assert result.details["driver"] == "stand-in (CUDA_ERROR_NO_DEVICE)"
+    assert result.details["failures"] == [result.reason]
+    assert result.details["needs_gpu"] == [
+        f"fakestack/drv{EXT_SUFFIX}: no NVIDIA driver (CUDA_ERROR_NO_DEVICE: "
+        "no CUDA-capable device is detected)"
+    ]
+    by_module = {m["module"]: m for m in result.details["modules"]}
+    assert sorted(by_module) == sorted(
+        ["fakestack", f"fakestack/ok{EXT_SUFFIX}", f"fakestack/drv{EXT_SUFFIX}", f"fakestack/sm90/ops{EXT_SUFFIX}"]
+    )
+    assert by_module[f"fakestack/ok{EXT_SUFFIX}"]["ok"]
+    assert by_module["fakestack"]["ok"]
+    assert by_module[f"fakestack/sm90/ops{EXT_SUFFIX}"]["failure"]["symbol"] == "_ZN2ns5checkEi"
+    assert (tmp_path / "work" / "import" / "pytest.log").is_file()
+
+
+@pytest.mark.slow
+def test_cuda_stage_skips_without_a_driver_and_the_cell_is_partial(cell: tuple[Path, Path], tmp_path: Path) -> None:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver")
+    venv, pkg = cell
+    provider(pkg / "sm90", "_ZN2ns5checkEi")  # mend the ABI break: now everything loads
+    try:
+        ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+        imported = runtime.run_import_stage(ctx)
+        assert (imported.state, imported.reason) == ("pass", "")
+        cuda = runtime.run_cuda_stage(ctx)
+    finally:
+        provider(pkg / "sm90", "_ZN2ns5checkEj")
+    assert (cuda.state, cuda.reason, cuda.required) == (
+        "skip", "no NVIDIA driver on this machine (no libcuda.so.1)", True
+    )
+    assert cell_state([imported, cuda]) == "partial"
+
+
+@pytest.mark.slow
+def test_command_line(cell: tuple[Path, Path], tmp_path: Path) -> None:
+    venv, _ = cell
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "runtime", "--venv", str(venv), "--package", "fakestack",
+         "--stage", "import", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, check=False,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("import: fail (")
+    assert first.endswith(
+        f"s) — fakestack/sm90/ops{EXT_SUFFIX}: undefined symbol ns::check(int)"
+    )
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert (data["id"], data["state"]) == ("fakestack1.0-cuda13.0", "fail")
+
+
+def test_command_line_error_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "runtime", "--venv", str(tmp_path / "nope"), "--package", "torch",
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert (done.returncode, done.stderr) == (
+        2, f"error: {tmp_path / 'nope' / 'bin' / 'python'} does not exist; "
+           "give --venv a virtual environment (or --python)\n"
+    )
