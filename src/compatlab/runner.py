@@ -1,8 +1,10 @@
-"""Run one cell: venv, install, then every stage in order; write the result atomically."""
+"""Run one cell through the pipeline (install first) in a venv its run owns; write the result atomically."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import logging
 import os
@@ -12,6 +14,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +24,10 @@ from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError, UsageError
 from compatlab.proc import run
 from compatlab.runs.model import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
-from compatlab.stages import GPU8, PIPELINE, CellContext, Stage
+from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
+from compatlab.stages.base import blocked
 
-__all__ = ["GPU8", "PIPELINE", "aggregate_run", "find_cell", "new_run_id", "run_cell"]
+__all__ = ["GPU8", "PIPELINE", "aggregate_run", "cell_venv", "find_cell", "new_run_id", "run_cell"]
 
 log = logging.getLogger(__name__)
 
@@ -41,85 +45,125 @@ def find_cell(matrix: Matrix, cell_id: str) -> Cell:
     for cell in cells:
         if cell.id == cell_id:
             return cell
-    raise UsageError(f"{matrix.path}: no cell {cell_id!r}; `python -m compatlab cells` lists them")
+    raise UsageError(f"{matrix.path}: no cell {cell_id!r}; `compatlab cells` lists them")
 
 
-def _install(matrix: Matrix, cell: Cell, venv: Path, spec_dir: Path) -> tuple[StageResult, dict[str, Any]]:
-    start = time.monotonic()
-    made = envs.create_venv(venv, python=matrix.install.python)
-    if not made.ok:
-        state, why = envs.classify_uv_failure(made)
-        return (StageResult(name="install", state="error", reason="uv venv failed: " + why,
-                            details={"argv": made.argv, "stderr": made.stderr[-4000:]},
-                            seconds=time.monotonic() - start), {"argv": made.argv})
-    python = envs.venv_python(venv)
-    plan = envs.install_plan(matrix, cell, python=python, spec_dir=spec_dir)
-    envs.write_plan_files(plan, spec_dir)
-    done = run(plan.argv, timeout=matrix.install.timeout, env=envs.uv_env())
-    record = plan.to_json()
-    details: dict[str, Any] = {"argv": plan.argv, "stdout": done.stdout[-4000:], "stderr": done.stderr[-8000:],
-                               "uv_seconds": round(done.seconds, 3)}
-    if not done.ok:
-        state, why = envs.classify_uv_failure(done)
-        return (StageResult(name="install", state=state, reason=why, details=details,
-                            seconds=time.monotonic() - start), record)
-    return StageResult(name="install", state="pass", details=details, seconds=time.monotonic() - start), record
+def cell_venv(venv_root: Path, run_id: str, cell: Cell) -> Path:
+    """The cell's venv, owned by its run: two runs at once never share one."""
+    return venv_root / run_id / cell.id
 
 
-def _blocked(stage: Stage, install: StageResult) -> StageResult:
-    word = "failed" if install.state == "fail" else "errored"
-    return StageResult(name=stage.name, state="skip", reason=f"blocked: install {word}")
+@contextlib.contextmanager
+def own_venv(venv_root: Path, run_id: str, cell: Cell) -> Iterator[Path]:
+    """Hold the cell's venv of this run, and drop the same cell's venvs of runs that no longer hold theirs.
+
+    The lock (flock on ``<venv>.lock``) is held while the cell's stages run. Another run's venv of this
+    cell is removed only when its lock can be taken, so a concurrent run keeps its own; the disk holds about
+    one venv per cell, and `nox -s gpu8_perf` finds the latest run's venvs.
+    """
+    venv = cell_venv(venv_root, run_id, cell)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with _flock(venv.with_name(venv.name + ".lock"), wait=True):
+        for other in sorted(venv_root.glob(f"*/{cell.id}")):
+            if other == venv or not other.is_dir():
+                continue
+            with _flock(other.with_name(other.name + ".lock"), wait=False) as got:
+                if got:
+                    shutil.rmtree(other, ignore_errors=True)
+        yield venv
+
+
+@contextlib.contextmanager
+def _flock(path: Path, *, wait: bool) -> Iterator[bool]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
              stages: tuple[Stage, ...] = PIPELINE) -> CellResult:
-    """Run every stage of *cell* and write ``run_dir/cells/<id>.json``; never raises for a red cell."""
+    """Run *cell* through *stages* and write ``run_dir/cells/<id>.json``; never raises for a red cell.
+
+    A signal (SIGINT, SIGTERM, SIGHUP: KeyboardInterrupt) propagates: the cell's processes are killed and
+    waited for on the way out, and nothing is written for the interrupted cell.
+    """
     started, t0 = now_iso(), time.monotonic()
     expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect and cell.na is None else None
     result = CellResult(id=cell.id, axes=cell.axes, state="n/a", expected=expected, started=started)
     if cell.na is not None:
         result.reason = cell.na
         result.finished = now_iso()
-        write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
+        _write_cell(run_dir, result)
         return result
     work = run_dir / "cells" / cell.id
     work.mkdir(parents=True, exist_ok=True)
-    try:
-        _run_stages(matrix, cell, result, work=work, venv=venv_root / cell.id, stages=stages)
-    except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
-        log.exception("cell %s: lab error", cell.id)
-        why = str(exc) if isinstance(exc, LabError) else repr(exc)
-        result.stages.append(StageResult(name="lab", state="error", reason=f"lab error: {why}"))
-    _conclude(result)
-    result.finished = now_iso()
+    with own_venv(venv_root, run_dir.name, cell) as venv:
+        ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
+                          previous=result.stages)
+        _run_pipeline(ctx, result, stages)
     result.seconds = round(time.monotonic() - t0, 3)
-    write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
+    _write_cell(run_dir, result)
     return result
 
 
-def _run_stages(matrix: Matrix, cell: Cell, result: CellResult, *, work: Path, venv: Path,
-                stages: tuple[Stage, ...]) -> None:
-    attempts = 0
-    while True:
-        attempts += 1
-        install, record = _install(matrix, cell, venv, work / "spec")
-        if install.state != "error" or attempts > matrix.install.retries:
-            break
-        log.warning("%s: install errored (%s); retrying", cell.id, install.reason)
-    install.details["attempts"] = attempts
-    result.attempts = attempts
-    result.install = record
-    result.stages.append(install)
-    if install.state == "pass":
-        frozen = envs.freeze(envs.venv_python(venv))
-        result.freeze = frozen.stdout.splitlines() if frozen.ok else []
+def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
+                    stages: tuple[Stage, ...]) -> CellResult:
+    """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
+
+    Without an earlier result or a complete venv the cell is run whole first, so the stages always have
+    a stack.
+    """
+    path = run_dir / "cells" / f"{cell.id}.json"
+    venv = cell_venv(venv_root, run_dir.name, cell)
+    if not path.exists() or not install.is_complete(venv):
+        return run_cell(matrix, cell, run_dir=run_dir, venv_root=venv_root, stages=PIPELINE + stages)
+    result = CellResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+    if result.state == "n/a":
+        return result
+    t0 = time.monotonic()
+    names = {s.name for s in stages}
+    result.stages = [s for s in result.stages if s.name not in names]
+    with own_venv(venv_root, run_dir.name, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
-                          site_packages=envs.site_packages(venv), work_dir=work, freeze=result.freeze,
-                          previous=result.stages)
+                          work_dir=run_dir / "cells" / cell.id, site_packages=envs.site_packages(venv),
+                          freeze=result.freeze, install=result.install, previous=result.stages)
+        _run_pipeline(ctx, result, stages)
+    result.seconds = round(result.seconds + time.monotonic() - t0, 3)
+    _write_cell(run_dir, result)
+    return result
+
+
+def _run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...]) -> None:
+    """The one loop of `nox -s matrix` and `nox -s gpu8_perf`: every stage in order, then the verdict.
+
+    A stage whose needs did not pass is skipped as blocked; a lab failure inside the loop becomes an
+    ``error`` stage, and the cell's result is still written.
+    """
+    try:
         for stage in stages:
             result.stages.append(_run_stage(stage, ctx))
-    else:
-        result.stages.extend(_blocked(s, install) for s in stages)
+    except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
+        log.exception("cell %s: lab error", ctx.cell.id)
+        why = str(exc) if isinstance(exc, LabError) else repr(exc)
+        result.stages.append(StageResult(name="lab", state="error", reason=f"lab error: {why}"))
+    inst = ctx.stage("install")
+    if inst is not None:
+        result.attempts = int(inst.details.get("attempts", 1))
+    result.install = ctx.install
+    result.freeze = ctx.freeze
+    _conclude(result)
+    result.finished = now_iso()
+
+
+def _write_cell(run_dir: Path, result: CellResult) -> None:
+    write_json_atomic(run_dir / "cells" / f"{result.id}.json", result.to_json())
 
 
 def _conclude(result: CellResult) -> None:
@@ -148,49 +192,18 @@ def _disagreement(stages: list[StageResult]) -> str:
     return " [static disagrees: it predicted no load failure]"
 
 
-def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
-                    stages: tuple[Stage, ...]) -> CellResult:
-    """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
-
-    Without an earlier result or venv the cell is run whole first, so the stages always have a stack.
-    """
-    path = run_dir / "cells" / f"{cell.id}.json"
-    venv = venv_root / cell.id
-    if not path.exists() or not envs.venv_python(venv).exists():
-        return run_cell(matrix, cell, run_dir=run_dir, venv_root=venv_root, stages=PIPELINE + stages)
-    result = CellResult.from_json(json.loads(path.read_text(encoding="utf-8")))
-    if result.state == "n/a":
-        return result
-    t0 = time.monotonic()
-    names = {s.name for s in stages}
-    result.stages = [s for s in result.stages if s.name not in names]
-    install = next((s for s in result.stages if s.name == "install"), None)
-    if install is None or install.state != "pass":
-        result.stages.extend(StageResult(name=s.name, state="skip", reason="blocked: install did not pass")
-                             for s in stages)
-    else:
-        ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
-                          site_packages=envs.site_packages(venv), work_dir=run_dir / "cells" / cell.id,
-                          freeze=result.freeze, previous=result.stages)
-        for stage in stages:
-            result.stages.append(_run_stage(stage, ctx))
-    _conclude(result)
-    result.finished = now_iso()
-    result.seconds = round(result.seconds + time.monotonic() - t0, 3)
-    write_json_atomic(path, result.to_json())
-    return result
-
-
 def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
-    missing = [n for n in stage.needs if (st := ctx.stage(n)) is None or st.state not in ("pass", "warn")]
-    if missing:
-        return StageResult(name=stage.name, state="skip", reason="blocked: " + ", ".join(missing) + " did not pass")
+    skipped = blocked(stage, ctx)
+    if skipped is not None:
+        skipped.required = stage.required
+        return skipped
     s0 = time.monotonic()
     try:
         sr = stage.run(ctx)
     except Exception as exc:  # a lab bug in one stage must not lose the cell: logged, the cell goes on
         log.exception("stage %s crashed", stage.name)
-        sr = StageResult(name=stage.name, state="error", reason=f"lab error in stage {stage.name}: {exc!r}")
+        why = str(exc) if isinstance(exc, LabError) else repr(exc)
+        sr = StageResult(name=stage.name, state="error", reason=f"lab error: {why}")
     if not sr.seconds:
         sr.seconds = round(time.monotonic() - s0, 3)
     return sr

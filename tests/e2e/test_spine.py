@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,8 +12,11 @@ import sys
 import textwrap
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fixtures.labutil import closed_port, nox, uv_dir
 
@@ -21,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cells_by_axes(tmp_path: Path) -> dict[str, dict[str, Any]]:
     data = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())
-    assert data["schema"] == "compatlab.runs.model/1"
+    assert data["schema"] == "compatlab.results/1"
     return {c["id"]: c for c in data["cells"]}
 
 
@@ -166,8 +170,13 @@ def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: 
                                    "details": {}, "seconds": 0.0, "required": True}
 
 
-def test_interrupt_keeps_finished_cells(tmp_path: Path, index_url: str) -> None:
-    # A server that accepts connections and never answers: the second cell's install hangs.
+HANGING = "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
+FINISHED = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
+
+
+@contextlib.contextmanager
+def _run_until_hung(tmp_path: Path, index_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`nox -s matrix` whose second cell's install hangs on a server that accepts and never answers."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)
@@ -186,26 +195,69 @@ def test_interrupt_keeps_finished_cells(tmp_path: Path, index_url: str) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    cells_dir = tmp_path / "reports" / "runs" / "int" / "cells"
-    hang_venv = tmp_path / "venvs" / "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
+    hang_venv = tmp_path / "venvs" / "int" / HANGING
     try:
         deadline = time.monotonic() + 300
-        while not hang_venv.exists() and time.monotonic() < deadline:
+        while not _installing(hang_venv) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert hang_venv.exists(), "the hanging cell never started"
-        time.sleep(1.0)
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.communicate(timeout=120)
+        assert _installing(hang_venv), "the hanging cell's install never started"
+        yield proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
         silent.close()
+
+
+def _installing(venv: Path) -> bool:
+    """Whether a `uv pip install` into *venv* is running (its argv names the venv's python)."""
+    return bool(_processes_naming(str(venv / "bin" / "python")))
+
+
+def _processes_naming(needle: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(needle.encode() in a for a in argv) and b"pip" in argv and b"install" in argv:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_keeps_finished_cells_and_leaves_no_install_running(tmp_path: Path, index_url: str,
+                                                                     signum: int) -> None:
+    with _run_until_hung(tmp_path, index_url) as proc:
+        os.killpg(proc.pid, signum)
+        proc.communicate(timeout=120)
     assert proc.returncode != 0
-    finished = sorted(p.stem for p in cells_dir.glob("*.json"))
-    assert "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0" in finished
+    written = {p.stem for p in (tmp_path / "reports" / "runs" / "int" / "cells").glob("*.json")}
+    assert FINISHED in written
+    assert HANGING not in written
     data = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())
-    assert "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0" in {c["id"] for c in data["cells"]}
+    assert FINISHED in {c["id"] for c in data["cells"]}
+    # The hung cell's uv was killed with its group and waited for: nothing writes into its venv any more.
+    assert _processes_naming(str(tmp_path / "venvs" / "int" / HANGING)) == []
+
+
+def test_kill_9_of_nox_stops_the_orphaned_cell_before_it_writes(tmp_path: Path, index_url: str) -> None:
+    with _run_until_hung(tmp_path, index_url) as proc:
+        os.kill(proc.pid, signal.SIGKILL)  # nox alone: its cell process is orphaned
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 60
+        hung = str(tmp_path / "venvs" / "int" / HANGING)
+        while _processes_naming(hung) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # The kernel's parent-death signal stopped the cell process, which killed its uv.
+        assert _processes_naming(hung) == []
+    time.sleep(2)
+    written = {p.stem for p in (tmp_path / "reports" / "runs" / "int" / "cells").glob("*.json")}
+    assert FINISHED in written
+    assert HANGING not in written
 
 
 DOC = "One matrix cell: its own uv venv, the pins, then every stage; fails only on unexpected verdicts."
@@ -259,7 +311,7 @@ def test_a_lab_failure_is_an_error_cell_with_its_result_written(tmp_path: Path) 
     assert result["state"] == "error"
     assert result["unexpected"] is True
     assert result["reason"] == (
-        "lab: lab error: program 'uv' not found on PATH; install it (e.g. python -m pip install uv)"
+        "install: lab error: program 'uv' not found on PATH; install it (e.g. python -m pip install uv)"
     )
 
 

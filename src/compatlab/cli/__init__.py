@@ -76,12 +76,15 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
         aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
     print(f"[compatlab] start {cell.id}", flush=True)
-    if args.gpu8:
-        from compatlab.runner import GPU8, run_more_stages
+    from compatlab.proc import signals_interrupt
 
-        result = run_more_stages(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs), stages=GPU8)
-    else:
-        result = run_cell(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs))
+    with signals_interrupt():
+        if args.gpu8:
+            from compatlab.runner import GPU8, run_more_stages
+
+            result = run_more_stages(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs), stages=GPU8)
+        else:
+            result = run_cell(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs))
     aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
     print(_fmt_line(result), flush=True)
     return 1 if result.unexpected else 0
@@ -263,7 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `compatlab cells | head`: the reader left; that is not an error of ours.
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from compatlab.proc import Terminated
+
+        if isinstance(exc, Terminated):
+            print(f"error: {exc}: stopped; finished cells are kept under reports/runs/", file=sys.stderr)
+            return 128 + exc.signum
         print("error: interrupted; finished cells are kept under reports/runs/", file=sys.stderr)
         return 130
 

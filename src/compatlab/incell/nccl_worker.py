@@ -31,7 +31,7 @@ HOOK_ENV = "COMPATLAB_NCCL_TEST_HOOK"
 _BW_DTYPE = "float32"  # as nccl-tests does by default
 
 
-def _human_bytes(n: int) -> str:
+def human_bytes(n: int) -> str:
     for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
@@ -301,13 +301,13 @@ class _Worker:
         for sweep in range(int(self.cfg["sweeps"])):
             for op in self.cfg["ops"]:
                 for size in self.cfg["sizes"]:
-                    self.ev.emit("step", label=f"bandwidth {op} {_human_bytes(size)} sweep {sweep + 1}")
+                    self.ev.emit("step", label=f"bandwidth {op} {human_bytes(size)} sweep {sweep + 1}")
                     timed = self._timed(op, size)
                     if timed is not None:
                         self.ev.emit("bw", op=op, size=size, sweep=sweep, seconds=timed[0], bytes=timed[1])
 
 
-def _worker_main(argv: Sequence[str]) -> int:
+def worker_main(argv: Sequence[str]) -> int:
     """``worker CONFIG RANK``: one rank of the suite. Its progress goes to events; crashes to stderr."""
     config, rank = Path(argv[1]), int(argv[2])
     cfg = json.loads(config.read_text(encoding="utf-8"))

@@ -21,7 +21,7 @@ __all__ = [
     "write_json_atomic",
 ]
 
-SCHEMA = "compatlab.runs.model/1"
+SCHEMA = "compatlab.results/1"
 
 # pass: ran and passed; warn: passed with something worth reading; fail: incompatible;
 # error: the lab or infrastructure failed; skip: could not run here (reason says why).

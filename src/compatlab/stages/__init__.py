@@ -6,7 +6,7 @@ diagnosis is the product. A new stage is one module and one line here.
 
 from __future__ import annotations
 
-from compatlab.stages import pins, runtime
+from compatlab.stages import install, pins, runtime
 from compatlab.stages.base import CellContext, Stage
 from compatlab.stages.nccl import stage as nccl
 from compatlab.stages.perf import stage as perf
@@ -15,10 +15,11 @@ from compatlab.stages.static import stage as static
 __all__ = ["GPU8", "PIPELINE", "CellContext", "Stage"]
 
 PIPELINE: tuple[Stage, ...] = (
-    Stage(name="pins", run=pins.run_pins_stage),
-    Stage(name="static", run=static.run_static_stage),
-    Stage(name="import", run=runtime.run_import_stage),
-    Stage(name="cuda", run=runtime.run_cuda_stage),
+    Stage(name="install", run=install.run_install_stage),
+    Stage(name="pins", run=pins.run_pins_stage, needs=("install",)),
+    Stage(name="static", run=static.run_static_stage, needs=("install",)),
+    Stage(name="import", run=runtime.run_import_stage, needs=("install",)),
+    Stage(name="cuda", run=runtime.run_cuda_stage, needs=("install",)),
 )
 # The 8-GPU stages of `nox -s gpu8_perf`, added to a cell's result after `nox -s matrix`.
 GPU8: tuple[Stage, ...] = (

@@ -14,25 +14,31 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
 from compatlab.runs.model import StageResult
 
-__all__ = ["CellContext", "Stage", "cell_env", "incell_path"]
+__all__ = ["CellContext", "Stage", "blocked", "cell_env", "incell_path"]
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class CellContext:
-    """Everything a stage may read about its cell. Stages must not write outside ``work_dir``."""
+    """Everything a stage may read about its cell. Stages must not write outside ``work_dir``.
+
+    ``site_packages``, ``freeze`` and ``install`` are filled in by the install stage (or, for an existing
+    environment, by whoever made the context); ``previous`` holds the results of the stages before.
+    """
 
     matrix: Matrix
     cell: Cell
     venv: Path
     python: Path
-    site_packages: Path
     work_dir: Path
+    site_packages: Path | None = None
     freeze: list[str] = dataclasses.field(default_factory=list)
+    install: dict[str, Any] = dataclasses.field(default_factory=dict)
     previous: list[StageResult] = dataclasses.field(default_factory=list)
 
     def stage(self, name: str) -> StageResult | None:
@@ -41,6 +47,13 @@ class CellContext:
                 return s
         return None
 
+    @property
+    def site(self) -> Path:
+        """The cell's site-packages; only stages that need ``install`` read it."""
+        if self.site_packages is None:
+            raise LookupError(f"{self.cell.id}: no site-packages yet (the install stage has not passed)")
+        return self.site_packages
+
 
 # A stage: name, function, and the stages that must have passed (or warned) for it to run.
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,6 +61,23 @@ class Stage:
     name: str
     run: Callable[[CellContext], StageResult]
     needs: tuple[str, ...] = ()
+    # A stage that does not run on this machine (a GPU stage on a CPU box) makes the cell partial.
+    required: bool = True
+
+
+def blocked(stage: Stage, ctx: CellContext) -> StageResult | None:
+    """The one spelling of a stage that cannot run because a stage it needs did not pass, or None."""
+    missing = []
+    for name in stage.needs:
+        prior = ctx.stage(name)
+        if prior is None:
+            missing.append(f"{name} did not run")
+        elif prior.state not in ("pass", "warn"):
+            word = {"fail": "failed", "error": "errored", "skip": "was skipped"}.get(prior.state, prior.state)
+            missing.append(f"{name} {word}")
+    if not missing:
+        return None
+    return StageResult(name=stage.name, state="skip", reason="blocked: " + ", ".join(missing))
 
 
 def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

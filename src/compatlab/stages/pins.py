@@ -152,7 +152,7 @@ def _driver_ok(min_driver: str | None, needed: str) -> bool | None:
 
 
 def run_pins_stage(ctx: CellContext) -> StageResult:
-    dists = read_dists(ctx.site_packages)
+    dists = read_dists(ctx.site)
     fails: list[str] = []
     warns: list[str] = []
     details: dict[str, object] = {}
@@ -186,7 +186,7 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
 
     # CUDA majors: torch's build and every CUDA runtime package must agree with the cell's CUDA.
     cell_cuda = ctx.cell.cuda
-    tcuda = torch_cuda(ctx.site_packages, dists)
+    tcuda = torch_cuda(ctx.site, dists)
     details["torch_cuda"] = tcuda
     details["cell_cuda"] = cell_cuda
     if cell_cuda is None:

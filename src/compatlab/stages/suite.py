@@ -25,7 +25,7 @@ def context_json(ctx: CellContext) -> dict[str, Any]:
         "axes": ctx.cell.axes,
         "cuda": ctx.cell.cuda,
         "packages": {v.package: v.version for v in ctx.cell.packages},
-        "site_packages": str(ctx.site_packages),
+        "site_packages": str(ctx.site),
         "venv": str(ctx.venv),
         "work_dir": str(ctx.work_dir),
         "archs": list(ctx.matrix.archs),

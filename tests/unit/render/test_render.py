@@ -585,8 +585,8 @@ def test_python_m_compatlab_publish(tmp_path: Path) -> None:
             "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
         ),
         (
-            '{"schema": "compatlab.runs.model/0"}',
-            "schema: expected 'compatlab.runs.model/1', got 'compatlab.runs.model/0'",
+            '{"schema": "compatlab.results/0"}',
+            "schema: expected 'compatlab.results/1', got 'compatlab.results/0'",
         ),
         (
             json.dumps(

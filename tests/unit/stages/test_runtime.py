@@ -56,7 +56,7 @@ def test_context_for_venv_reads_the_cuda_of_torch(cell: tuple[Path, Path], tmp_p
     venv, _ = cell
     ctx = runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path)
     assert (ctx.cell.id, ctx.cell.cuda) == ("torch2.10.0-fakestack1.0-cuda13.0", "13.0")
-    assert ctx.site_packages.name == "site-packages"
+    assert ctx.site.name == "site-packages"
 
 
 @pytest.fixture(scope="module")

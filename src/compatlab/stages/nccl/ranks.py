@@ -23,7 +23,7 @@ _POLL = 0.05
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
-class _Rank:
+class RankProcess:
     rank: int
     proc: subprocess.Popen[bytes]
     events: Path
@@ -126,7 +126,7 @@ def _main_stack(dump: str, main_thread: int | None) -> tuple[str, str]:
     return text, ""
 
 
-def _capture_stacks(ranks: Sequence[_Rank], wait: float) -> dict[int, dict[str, str]]:
+def _capture_stacks(ranks: Sequence[RankProcess], wait: float) -> dict[int, dict[str, str]]:
     """Ask every live rank for its stacks (SIGUSR1 → faulthandler) and read what they wrote."""
     asked = []
     for r in ranks:
@@ -158,7 +158,7 @@ def _capture_stacks(ranks: Sequence[_Rank], wait: float) -> dict[int, dict[str, 
     return out
 
 
-def _watch(ranks: list[_Rank], timeouts: NcclTimeouts, report: NcclReport) -> None:
+def watch_ranks(ranks: list[RankProcess], timeouts: NcclTimeouts, report: NcclReport) -> None:
     """Poll the ranks until all finish, one dies (plus grace), or one overstays its phase."""
     first_death: float | None = None
     while True:

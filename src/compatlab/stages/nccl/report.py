@@ -8,11 +8,11 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from compatlab.incell.nccl_worker import GIB, MIB, OPS, _human_bytes
+from compatlab.incell.nccl_worker import GIB, MIB, OPS, human_bytes
 
 if TYPE_CHECKING:
     from compatlab.config.nccl import NcclThresholds
-    from compatlab.stages.nccl.ranks import _Rank
+    from compatlab.stages.nccl.ranks import RankProcess
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def _sig(x: float, digits: int = 5) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _collect(ranks: list[_Rank], report: NcclReport, *, ops: list[str], dtypes: list[str],
+def collect_report(ranks: list[RankProcess], report: NcclReport, *, ops: list[str], dtypes: list[str],
              counts: list[int], sizes: Sequence[int]) -> None:
     n = report.world_size
     inits = [r.init for r in ranks if r.init is not None]
@@ -174,7 +174,7 @@ def _ranks(ranks: Sequence[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
-def _judge(report: NcclReport, thresholds: NcclThresholds | None) -> None:
+def judge_report(report: NcclReport, thresholds: NcclThresholds | None) -> None:
     if report.crash is not None:
         first = next(st for st in report.ranks if st["rank"] == report.crash["dead"][0])
         if first["error"]:
@@ -230,7 +230,7 @@ def _judge(report: NcclReport, thresholds: NcclThresholds | None) -> None:
                                 "busbw_gbps": got, "source": thresholds.source}
             if not ok:
                 report.state = "fail"
-                report.reason = (f"all_reduce busbw {got:.1f} GB/s at {_human_bytes(size)} is below "
+                report.reason = (f"all_reduce busbw {got:.1f} GB/s at {human_bytes(size)} is below "
                                  f"the floor of {floor:g} GB/s ({thresholds.source})")
                 return
     report.state = "pass"

@@ -32,14 +32,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compatlab.config.nccl import NcclThresholds, NcclTimeouts, nccl_thresholds
-from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, _human_bytes, _worker_main, parse_test_hook
+from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_bytes, parse_test_hook, worker_main
 
 # Importable from here before the worker moved out (tests import MIB); explicit re-exports for mypy.
 from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
 from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
 from compatlab.stages.base import incell_path
-from compatlab.stages.nccl.ranks import _Rank, _watch
-from compatlab.stages.nccl.report import NcclReport, _collect, _judge, algbw_gbps, bus_factor, busbw_gbps, default_sizes
+from compatlab.stages.nccl.ranks import RankProcess, watch_ranks
+from compatlab.stages.nccl.report import (
+    NcclReport,
+    algbw_gbps,
+    bus_factor,
+    busbw_gbps,
+    collect_report,
+    default_sizes,
+    judge_report,
+)
 
 if TYPE_CHECKING:
     from compatlab.runs.model import StageResult
@@ -113,7 +121,7 @@ def _topo(backend: str) -> str | None:
     return re.sub(r"\x1b\[[0-9;]*m", "", text) or None  # nvidia-smi underlines its header
 
 
-def _kill(ranks: Iterable[_Rank]) -> None:
+def _kill(ranks: Iterable[RankProcess]) -> None:
     for r in ranks:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(r.proc.pid, signal.SIGKILL)
@@ -133,7 +141,7 @@ _BOOTSTRAP = (
     "import importlib.util as u, sys\n"
     "s = u.spec_from_file_location('_compatlab_nccl_worker', sys.argv[1])\n"
     "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
-    "sys.exit(m._worker_main(sys.argv[2:]))\n"
+    "sys.exit(m.worker_main(sys.argv[2:]))\n"
 )
 
 
@@ -216,7 +224,7 @@ def run_nccl(
     config = work_dir / "config.json"
     config.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
 
-    ranks: list[_Rank] = []
+    ranks: list[RankProcess] = []
     worker = incell_path() / "compatlab" / "incell" / "nccl_worker.py"
     try:
         for r in range(world_size):
@@ -226,7 +234,7 @@ def run_nccl(
             with logfile.open("wb") as out:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         env=child_env, cwd=work_dir, start_new_session=True)
-            ranks.append(_Rank(rank=r, proc=proc, events=work_dir / f"rank{r}.events.jsonl",
+            ranks.append(RankProcess(rank=r, proc=proc, events=work_dir / f"rank{r}.events.jsonl",
                                stack=work_dir / f"rank{r}.stack", log=logfile, since=time.monotonic()))
     except OSError as exc:
         _kill(ranks)
@@ -236,7 +244,7 @@ def run_nccl(
         return report
 
     try:
-        _watch(ranks, timeouts, report)
+        watch_ranks(ranks, timeouts, report)
     finally:
         _kill(ranks)
     shutil.rmtree(rdzv_dir, ignore_errors=True)
@@ -248,9 +256,9 @@ def run_nccl(
     if dead:
         # The first to go is the cause; ranks that raised afterwards mostly only noticed it.
         report.crash = {**(report.crash or {}), "dead": [r.rank for r in dead]}
-    _collect(ranks, report, ops=list(ops), dtypes=list(dtypes), counts=[int(c) for c in check_counts],
+    collect_report(ranks, report, ops=list(ops), dtypes=list(dtypes), counts=[int(c) for c in check_counts],
              sizes=sizes)
-    _judge(report, thresholds)
+    judge_report(report, thresholds)
     report.seconds = time.monotonic() - start
     return report
 
@@ -371,7 +379,7 @@ def _print_report(report: NcclReport) -> None:
         print(f"  {op}:")
         print(f"    {'size':>10}  {'time us':>10}  {'algbw GB/s':>11}  {'busbw GB/s':>11}  busbw per sweep")
         for size, row in table.items():
-            print(f"    {_human_bytes(size):>10}  {row['time_us']:>10.1f}  {row['algbw_gbps']:>11.2f}  "
+            print(f"    {human_bytes(size):>10}  {row['time_us']:>10.1f}  {row['algbw_gbps']:>11.2f}  "
                   f"{row['busbw_gbps']:>11.2f}  {row['busbw_gbps_sweeps']}")
     for note in report.notes:
         print(f"  note: {note}")
@@ -381,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``compatlab nccl``: run the suite with this interpreter's torch and print the figures."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["worker"]:
-        return _worker_main(args_in)
+        return worker_main(args_in)
     from compatlab.errors import LabError
     from compatlab.runs.model import write_json_atomic
 

@@ -58,7 +58,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PERF_SCHEMA = "compatlab.stages.perf.stage/1"
+PERF_SCHEMA = "compatlab.perf/1"
 FIELD_META = "meta_info.completion_tokens / meta_info.spec_verify_ct"
 FIELD_SERVER = "get_server_info.internal_states[0].avg_spec_accept_length"
 
@@ -407,7 +407,7 @@ def benchmark_json(config: PerfConfig, lives: list[dict[str, Any]]) -> dict[str,
                     continue
                 benchmarks.append({
                     "group": f"perf c{c} {suffix}", "name": f"perf_{suffix}[{name}-c{c}]",
-                    "fullname": f"compatlab.stages.perf.stage::perf_{suffix}[{name}-c{c}]",
+                    "fullname": f"compatlab.perf::perf_{suffix}[{name}-c{c}]",
                     "params": {"server": name, "concurrency": c}, "param": f"{name}-c{c}",
                     "extra_info": {"unit": what, "protocol": config.protocol,
                                    "output_len": config.output_len},

@@ -29,7 +29,7 @@ _DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_
 
 
 @cache
-def _ld_cache() -> dict[str, tuple[str, ...]]:
+def ld_cache() -> dict[str, tuple[str, ...]]:
     """The system's ld.so cache (``ldconfig -p``): library name -> paths, in the cache's order."""
     from compatlab.proc import run
 
@@ -66,20 +66,20 @@ def _elf_ident(path: str) -> tuple[int, int] | None:
 
 
 @dataclasses.dataclass(slots=True)
-class _Lib:
+class Library:
     path: str  # as ld.so would name it (not symlink-resolved), normalised
     info: ElfInfo
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
-class _LoadSet:
-    libs: list[_Lib]  # the module's closure, module first
+class LoadSet:
+    libs: list[Library]  # the module's closure, module first
     missing: list[tuple[str, str]]  # (library name, path of the object that needs it)
-    by_soname: dict[str, _Lib]
+    by_soname: dict[str, Library]
     uses_torch: bool
 
 
-class _Resolver:
+class Resolver:
     """One environment as ld.so sees it: the interpreter's closure, torch's preload set, each module's."""
 
     def __init__(self, sp: Path, cache: ElfCache, hashes: dict[str, tuple[str, int]]) -> None:
@@ -117,7 +117,7 @@ class _Resolver:
             log.info("cannot read %s: %s", path, exc)
             return None
 
-    def _interpreter(self) -> _Lib | None:
+    def _interpreter(self) -> Library | None:
         # <venv>/lib/pythonX.Y/site-packages -> <venv>/bin/python; ld.so takes the executable's $ORIGIN
         # from its real path, so the symlink of a venv is resolved.
         for name in ("python3", "python"):
@@ -126,15 +126,15 @@ class _Resolver:
                 real = os.path.realpath(exe)
                 info = self.info(real)
                 if info is not None:
-                    return _Lib(real, info)
+                    return Library(real, info)
         log.info("no interpreter found for %s; Python API symbols are assumed present", self.sp)
         return None
 
     # Resolution ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _loaded_map(libs: Iterable[_Lib]) -> dict[str, _Lib]:
-        out: dict[str, _Lib] = {}
+    def _loaded_map(libs: Iterable[Library]) -> dict[str, Library]:
+        out: dict[str, Library] = {}
         for lib in libs:
             out.setdefault(os.path.basename(lib.path), lib)
             if lib.info.soname:
@@ -149,7 +149,7 @@ class _Resolver:
             return None
         return os.path.normpath(text)
 
-    def _search(self, name: str, chain: Sequence[_Lib], ident: tuple[int, int] | None) -> str | None:
+    def _search(self, name: str, chain: Sequence[Library], ident: tuple[int, int] | None) -> str | None:
         requester = chain[-1]
         dirs: list[str] = []
         # DT_RPATH of the requester and of the objects that loaded it, unless the requester has RUNPATH.
@@ -161,21 +161,21 @@ class _Resolver:
         dirs.extend(filter(None, (self._expand(e, os.path.dirname(requester.path))
                                   for e in requester.info.runpath)))
         candidates = [os.path.join(d, name) for d in dirs]
-        candidates.extend(_ld_cache().get(name, ()))
+        candidates.extend(ld_cache().get(name, ()))
         candidates.extend(os.path.join(d, name) for d in _DEFAULT_DIRS)
         for cand in candidates:
             if os.path.isfile(cand) and (ident is None or _elf_ident(cand) == ident):
                 return os.path.normpath(cand)
         return None
 
-    def _closure_of(self, roots: Sequence[_Lib | str], loaded: dict[str, _Lib],
-                    missing: list[tuple[str, str]] | None = None) -> list[_Lib]:
+    def _closure_of(self, roots: Sequence[Library | str], loaded: dict[str, Library],
+                    missing: list[tuple[str, str]] | None = None) -> list[Library]:
         """Breadth-first load order of *roots* and what they need; *loaded* is consulted first."""
-        order: list[_Lib] = []
-        seen: dict[str, _Lib] = {}
-        queue: list[tuple[_Lib, tuple[_Lib, ...]]] = []
+        order: list[Library] = []
+        seen: dict[str, Library] = {}
+        queue: list[tuple[Library, tuple[Library, ...]]] = []
         for root in roots:
-            lib = root if isinstance(root, _Lib) else self._lib(root)
+            lib = root if isinstance(root, Library) else self._lib(root)
             if lib is not None and lib.path not in seen:
                 seen[lib.path] = lib
                 order.append(lib)
@@ -203,11 +203,11 @@ class _Resolver:
                     queue.append((dep, (*chain, dep)))
         return order
 
-    def _lib(self, path: str) -> _Lib | None:
+    def _lib(self, path: str) -> Library | None:
         info = self.info(os.path.normpath(path))
-        return _Lib(os.path.normpath(path), info) if info is not None else None
+        return Library(os.path.normpath(path), info) if info is not None else None
 
-    def load_set(self, module: _Lib) -> _LoadSet:
+    def load_set(self, module: Library) -> LoadSet:
         """The module's closure as `import` would see it: torch's libraries already loaded if it uses them."""
         missing: list[tuple[str, str]] = []
         libs = self._closure_of([module], self.torch_loaded, missing)
@@ -219,15 +219,15 @@ class _Resolver:
             missing = []
             libs = self._closure_of([module], self.base_loaded, missing)
         providers = [*libs, *self.base, *(self.torch_set if uses_torch else [])]
-        by_soname: dict[str, _Lib] = {}
+        by_soname: dict[str, Library] = {}
         for lib in providers:
             by_soname.setdefault(os.path.basename(lib.path), lib)
             if lib.info.soname:
                 by_soname.setdefault(lib.info.soname, lib)
-        return _LoadSet(libs=providers, missing=missing, by_soname=by_soname, uses_torch=uses_torch)
+        return LoadSet(libs=providers, missing=missing, by_soname=by_soname, uses_torch=uses_torch)
 
 
-def _provided(sym: UndefinedSymbol, libs: Sequence[_Lib]) -> bool:
+def provided_symbols(sym: UndefinedSymbol, libs: Sequence[Library]) -> bool:
     for lib in libs:
         versions = lib.info.defined.get(sym.name)
         if versions is not None and (not sym.version or sym.version in versions):

@@ -13,7 +13,7 @@ from compatlab.stages.static.elf import is_elf, record_sha256
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
-class _Dist:
+class SiteDist:
     name: str
     version: str
     dist_info: Path
@@ -22,9 +22,9 @@ class _Dist:
     files: list[str]  # RECORD paths, relative to site-packages
 
 
-def _read_dists(sp: Path) -> tuple[list[_Dist], dict[str, tuple[str, int]]]:
+def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]]]:
     """Installed distributions and the RECORD hash (hex, size) of every file, by normalised path."""
-    dists: list[_Dist] = []
+    dists: list[SiteDist] = []
     hashes: dict[str, tuple[str, int]] = {}
     base = str(sp)  # os.path, not pathlib: torch's RECORD alone has ~15k lines
     for info in sorted(sp.glob("*.dist-info")):
@@ -54,7 +54,7 @@ def _read_dists(sp: Path) -> tuple[list[_Dist], dict[str, tuple[str, int]]]:
             hexd = record_sha256(digest)
             if hexd and size.isdigit():
                 hashes[os.path.normpath(os.path.join(base, rel))] = (hexd, int(size))
-        dists.append(_Dist(
+        dists.append(SiteDist(
             name=str(meta.get("Name", info.name.split("-")[0])), version=str(meta.get("Version", "?")),
             dist_info=info, requires=[str(r) for r in meta.get_all("Requires-Dist") or []],
             tags=tags, files=files,
@@ -62,11 +62,11 @@ def _read_dists(sp: Path) -> tuple[list[_Dist], dict[str, tuple[str, int]]]:
     return dists, hashes
 
 
-def _is_shared_object(name: str) -> bool:
+def is_shared_object(name: str) -> bool:
     return name.endswith(".so") or ".so." in name
 
 
-def _walk_modules(sp: Path, packages: Sequence[str] | None) -> list[Path]:
+def walk_modules(sp: Path, packages: Sequence[str] | None) -> list[Path]:
     """Every ELF shared object of the chosen top-level packages (all packages with .so files if None)."""
     found: list[Path] = []
     for top in sorted(sp.iterdir()):
@@ -76,13 +76,13 @@ def _walk_modules(sp: Path, packages: Sequence[str] | None) -> list[Path]:
         if packages is not None and top_name not in packages:
             continue
         if top.is_file():
-            if _is_shared_object(top.name) and not top.is_symlink() and is_elf(top):
+            if is_shared_object(top.name) and not top.is_symlink() and is_elf(top):
                 found.append(top)
             continue
         for root, dirs, files in os.walk(top):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for name in sorted(files):
-                if not _is_shared_object(name):
+                if not is_shared_object(name):
                     continue
                 path = Path(root) / name
                 if not path.is_symlink() and is_elf(path):
@@ -90,7 +90,7 @@ def _walk_modules(sp: Path, packages: Sequence[str] | None) -> list[Path]:
     return found
 
 
-def _is_extension(path: Path, py: tuple[int, int] | None) -> bool:
+def is_extension(path: Path, py: tuple[int, int] | None) -> bool:
     """Whether `import` can load *path* as a module in an environment of Python *py*."""
     m = re.search(r"\.cpython-(\d)(\d+)[^.]*\.so$", path.name)
     if m:
@@ -101,12 +101,12 @@ def _is_extension(path: Path, py: tuple[int, int] | None) -> bool:
     return path.suffix == ".so" and path.parent.name not in ("lib", "lib64")
 
 
-def _python_version(sp: Path) -> tuple[int, int] | None:
+def python_version_of(sp: Path) -> tuple[int, int] | None:
     m = re.fullmatch(r"python(\d)\.(\d+)", sp.parent.name)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _declared_tops(site_packages: Path, dists: Sequence[str]) -> list[str]:
+def declared_tops(site_packages: Path, dists: Sequence[str]) -> list[str]:
     """Top-level names that the cell's declared distributions install (their own files and bundled libs)."""
     from packaging.utils import canonicalize_name
 

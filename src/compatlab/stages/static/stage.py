@@ -33,20 +33,20 @@ from compatlab.stages.base import CellContext
 from compatlab.stages.static.elf import ElfCache, UndefinedSymbol, demangle
 from compatlab.stages.static.fatbin import coverage, parse_arch
 
-# Importable from here before the resolution moved out (tests use _ld_cache); explicit re-exports for mypy.
+# Importable from here before the resolution moved out (tests use ld_cache); explicit re-exports for mypy.
 from compatlab.stages.static.ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GLOBS  # noqa: PLC0414
-from compatlab.stages.static.ldso import _ld_cache as _ld_cache  # noqa: PLC0414
-from compatlab.stages.static.ldso import _Lib, _LoadSet, _provided, _Resolver
+from compatlab.stages.static.ldso import Library, LoadSet, Resolver, provided_symbols
+from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
 from compatlab.stages.static.sitepackages import (
-    _declared_tops,
-    _Dist,
-    _is_extension,
-    _is_shared_object,
-    _python_version,
-    _read_dists,
-    _walk_modules,
+    SiteDist,
+    declared_tops,
+    is_extension,
+    is_shared_object,
+    python_version_of,
+    read_site_dists,
+    walk_modules,
 )
-from compatlab.stages.static.symbols import _function_name, _last_identifier, _offers
+from compatlab.stages.static.symbols import function_name, last_identifier, symbol_offers
 
 __all__ = [
     "DEFAULT_PACKAGES",
@@ -132,16 +132,16 @@ class StaticReport:
 
 
 
-class _Checker(_Resolver):
+class _Checker(Resolver):
     def __init__(self, sp: Path, cache: ElfCache) -> None:
-        self.dists, hashes = _read_dists(sp)
+        self.dists, hashes = read_site_dists(sp)
         super().__init__(sp, cache, hashes)
-        self.owner: dict[str, _Dist] = {}
+        self.owner: dict[str, SiteDist] = {}
         for d in self.dists:
             for rel in d.files:
                 self.owner[os.path.normpath(os.path.join(str(sp), rel))] = d
         self._files_by_name: dict[str, list[str]] | None = None
-        self._near_miss: dict[tuple[str, tuple[str, ...]], list[tuple[str, _Lib]]] = {}
+        self._near_miss: dict[tuple[str, tuple[str, ...]], list[tuple[str, Library]]] = {}
         self._joined: dict[str, str] = {}
         self.torch_dist = next((d for d in self.dists if d.name.lower() == "torch"), None)
 
@@ -151,7 +151,7 @@ class _Checker(_Resolver):
         except ValueError:
             return path
 
-    def dist_of(self, path: str) -> _Dist | None:
+    def dist_of(self, path: str) -> SiteDist | None:
         return self.owner.get(os.path.normpath(path))
 
     # Findings --------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ class _Checker(_Resolver):
             index: dict[str, list[str]] = {}
             for root, _dirs, files in os.walk(self.sp):
                 for name in files:
-                    if _is_shared_object(name):
+                    if is_shared_object(name):
                         index.setdefault(name, []).append(os.path.join(root, name))
             self._files_by_name = index
         return self._files_by_name
@@ -205,19 +205,19 @@ class _Checker(_Resolver):
             return f"this environment has {', '.join(others)}", details
         return "not in site-packages nor in the system's library cache", details
 
-    def near_miss(self, symbol: str, libs: Sequence[_Lib]) -> list[tuple[str, _Lib]]:
+    def near_miss(self, symbol: str, libs: Sequence[Library]) -> list[tuple[str, Library]]:
         """Definitions with the same qualified C++ name as *symbol* but another signature."""
-        wanted = _function_name(demangle(symbol))
+        wanted = function_name(demangle(symbol))
         if wanted is None:
             return []
-        ident = _last_identifier(wanted)
+        ident = last_identifier(wanted)
         if not ident:
             return []
         needle = f"{len(ident)}{ident}"
         key = (symbol, tuple(lib.info.sha256 for lib in libs))
         if key in self._near_miss:
             return self._near_miss[key]
-        out: list[tuple[str, _Lib]] = []
+        out: list[tuple[str, Library]] = []
         for lib in libs:
             joined = self._joined.get(lib.info.sha256)
             if joined is None:
@@ -229,7 +229,7 @@ class _Checker(_Resolver):
                 cand = joined[start:end]
                 if cand != symbol and cand.startswith("_Z"):
                     pretty = demangle(cand)
-                    if _function_name(pretty) == wanted:
+                    if function_name(pretty) == wanted:
                         out.append((pretty, lib))
                 pos = joined.find(needle, end)
         self._near_miss[key] = out
@@ -272,7 +272,7 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
                 explained.add((file, v))
                 users = sorted({u.name for u in module.info.undefined
                                 if u.version == v and u.library == file})
-                offers = _offers(v, lib.info.version_defs)
+                offers = symbol_offers(v, lib.info.version_defs)
                 findings.append(Finding(
                     severity="fail", module=rel, kind="version",
                     message=f"{rel} needs {v} from {file}; {ck.rel(lib.path)} {offers}",
@@ -283,7 +283,7 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
     mod_dist = ck.dist_of(mpath)
     mod_name = mod_dist.name if mod_dist else rel.split("/")[0]
     for sym in module.info.undefined:
-        if sym.weak or _provided(sym, ls.libs):
+        if sym.weak or provided_symbols(sym, ls.libs):
             continue
         if sym.library and (sym.library in missing_names or (sym.library, sym.version) in explained):
             continue  # reported with the library or version it comes from
@@ -297,7 +297,7 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
 
 
 
-def _symbol_finding(ck: _Checker, rel: str, mod_name: str, sym: UndefinedSymbol, ls: _LoadSet) -> Finding:
+def _symbol_finding(ck: _Checker, rel: str, mod_name: str, sym: UndefinedSymbol, ls: LoadSet) -> Finding:
     pretty = demangle(sym.name)
     details: dict[str, Any] = {"symbol": sym.name, "demangled": pretty, "version": sym.version,
                                "library": sym.library}
@@ -438,15 +438,15 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
     cache = cache or ElfCache()
     hits0, misses0 = cache.hits, cache.misses
     ck = _Checker(sp, cache)
-    modules = _walk_modules(sp, packages)
-    py = _python_version(sp)
+    modules = walk_modules(sp, packages)
+    py = python_version_of(sp)
     per_module: list[tuple[str, list[Finding]]] = []
     loaded_by_import: set[str] = set()
     for path in modules:
         found, closure = _check_module(ck, path)
         found.extend(_arch_findings(ck, path, targets))
         per_module.append((os.path.normpath(path), found))
-        if _is_extension(path, py):
+        if is_extension(path, py):
             loaded_by_import |= closure
     findings: list[Finding] = []
     for mpath, found in per_module:
@@ -492,7 +492,7 @@ def run_static_stage(ctx: CellContext) -> StageResult:
     targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
     declared = [v.package for v in ctx.cell.packages if v.package]
     try:
-        report = _check(ctx.site_packages, targets=targets, packages=_declared_tops(ctx.site_packages, declared))
+        report = _check(ctx.site, targets=targets, packages=declared_tops(ctx.site, declared))
     except LabError as exc:
         return StageResult(name="static", state="error", reason=str(exc))
     details = report.to_json()

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 
 
-def _function_name(pretty: str) -> str | None:
+def function_name(pretty: str) -> str | None:
     """``c10::cuda::f`` of ``void c10::cuda::f<int>(int, bool) const``; None for a non-function."""
     close = pretty.rfind(")")
     if close < 0:
@@ -36,7 +36,7 @@ def _function_name(pretty: str) -> str | None:
     return name[cut:]
 
 
-def _last_identifier(qualified: str) -> str:
+def last_identifier(qualified: str) -> str:
     depth = 0
     base = []
     for ch in qualified:
@@ -57,7 +57,7 @@ def _version_key(v: str) -> tuple[str, tuple[int, ...]]:
     return m.group(1), tuple(int(x) for x in m.group(2).split("."))
 
 
-def _offers(wanted: str, defs: Sequence[str]) -> str:
+def symbol_offers(wanted: str, defs: Sequence[str]) -> str:
     prefix = _version_key(wanted)[0]
     same = sorted((d for d in defs if _version_key(d)[0] == prefix), key=_version_key)
     if len(same) > 3:

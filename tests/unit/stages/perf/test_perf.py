@@ -243,7 +243,7 @@ def test_pass_eagle3_faster(tmp_path: Path) -> None:
     assert stage.details["trials"][0]["levels"]["1"]["tokens"] == 4 * 32
     json.dumps(stage.to_json())
     saved = json.loads((tmp_path / "out" / "perf.json").read_text())
-    assert saved["schema"] == "compatlab.stages.perf.stage/1"
+    assert saved["schema"] == "compatlab.perf/1"
     assert len(saved["trials"][0]["levels"]["4"]["per_request"]) == 4
 
 

@@ -19,7 +19,7 @@ from compatlab.config.matrix import parse_matrix
 from compatlab.proc import run
 from compatlab.stages.base import CellContext
 from compatlab.stages.static.elf import ElfCache
-from compatlab.stages.static.stage import _ld_cache, check_site_packages, run_static_stage
+from compatlab.stages.static.stage import check_site_packages, ld_cache, run_static_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
@@ -185,7 +185,7 @@ def test_symbol_version_newer_than_the_provider(tmp_path: Path, cache: ElfCache)
 
 
 def test_driver_library_is_a_note_without_a_driver(tmp_path: Path, cache: ElfCache) -> None:
-    if "libcuda.so.1" in _ld_cache():
+    if "libcuda.so.1" in ld_cache():
         pytest.skip("this machine has an NVIDIA driver (libcuda.so.1 is in the ld.so cache)")
     sp = _site(tmp_path)
     stub = _cc(tmp_path / "build" / "libcuda.so.1", 'extern "C" int cuInit(unsigned f) { return (int)f; }\n',

@@ -1,0 +1,75 @@
+"""The install stage: a fresh uv venv and one install of the cell's pins, retried when it errors.
+
+Install is a stage like the others: it reads the cell's context and returns a StageResult. It also fills
+in what the later stages read about the environment it made (``site_packages`` and ``freeze``). Only an
+``error`` (the index or the network failed) is retried; ``fail`` (the pins cannot be satisfied) is an
+answer. A venv is marked complete only after its install passed, so a half-written venv (a killed run) is
+never mistaken for the cell's stack.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from compatlab import envs
+from compatlab.proc import run
+from compatlab.runs.model import StageResult
+from compatlab.stages.base import CellContext
+
+__all__ = ["COMPLETE", "is_complete", "run_install_stage"]
+
+log = logging.getLogger(__name__)
+
+COMPLETE = ".compatlab-complete"
+
+
+def is_complete(venv: Path) -> bool:
+    """Whether *venv* holds a stack the install stage finished installing."""
+    return (venv / COMPLETE).is_file() and envs.venv_python(venv).exists()
+
+
+def _attempt(ctx: CellContext) -> tuple[StageResult, dict[str, Any]]:
+    start = time.monotonic()
+    made = envs.create_venv(ctx.venv, python=ctx.matrix.install.python)
+    if not made.ok:
+        _, why = envs.classify_uv_failure(made)
+        return (StageResult(name="install", state="error", reason="uv venv failed: " + why,
+                            details={"argv": made.argv, "stderr": made.stderr[-4000:]},
+                            seconds=time.monotonic() - start), {"argv": made.argv})
+    spec_dir = ctx.work_dir / "spec"
+    plan = envs.install_plan(ctx.matrix, ctx.cell, python=ctx.python, spec_dir=spec_dir)
+    envs.write_plan_files(plan, spec_dir)
+    done = run(plan.argv, timeout=ctx.matrix.install.timeout, env=envs.uv_env())
+    record = plan.to_json()
+    details: dict[str, Any] = {"argv": plan.argv, "stdout": done.stdout[-4000:], "stderr": done.stderr[-8000:],
+                               "uv_seconds": round(done.seconds, 3)}
+    if not done.ok:
+        state, why = envs.classify_uv_failure(done)
+        return StageResult(name="install", state=state, reason=why, details=details,
+                           seconds=time.monotonic() - start), record
+    return StageResult(name="install", state="pass", details=details, seconds=time.monotonic() - start), record
+
+
+def run_install_stage(ctx: CellContext) -> StageResult:
+    """Make the cell's venv and install its pins; ``ctx.install``, ``site_packages`` and ``freeze`` follow."""
+    (ctx.venv / COMPLETE).unlink(missing_ok=True)
+    attempts = 0
+    start = time.monotonic()
+    while True:
+        attempts += 1
+        result, record = _attempt(ctx)
+        if result.state != "error" or attempts > ctx.matrix.install.retries:
+            break
+        log.warning("%s: install errored (%s); retrying", ctx.cell.id, result.reason)
+    result.details["attempts"] = attempts
+    result.seconds = round(time.monotonic() - start, 3)
+    ctx.install = record
+    if result.state == "pass":
+        ctx.site_packages = envs.site_packages(ctx.venv)
+        frozen = envs.freeze(ctx.python)
+        ctx.freeze = frozen.stdout.splitlines() if frozen.ok else []
+        (ctx.venv / COMPLETE).write_text("installed by compatlab\n", encoding="utf-8")
+    return result
