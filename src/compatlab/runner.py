@@ -55,12 +55,12 @@ def _install(matrix: Matrix, cell: Cell, venv: Path, spec_dir: Path) -> tuple[St
     python = envs.venv_python(venv)
     plan = envs.install_plan(matrix, cell, python=python, spec_dir=spec_dir)
     envs.write_plan_files(plan, spec_dir)
-    done = run(plan.argv, timeout=matrix.install.timeout, env=envs.uv_env())
+    done = envs.run_install(plan, timeout=matrix.install.timeout)
     record = plan.to_json()
     details: dict[str, Any] = {"argv": plan.argv, "stdout": done.stdout[-4000:], "stderr": done.stderr[-8000:],
                                "uv_seconds": round(done.seconds, 3)}
     if not done.ok:
-        state, why = envs.classify_uv_failure(done)
+        state, why = envs.classify_uv_failure(done, plan)
         return (StageResult(name="install", state=state, reason=why, details=details,
                             seconds=time.monotonic() - start), record)
     return StageResult(name="install", state="pass", details=details, seconds=time.monotonic() - start), record
