@@ -155,14 +155,13 @@ def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) 
     uv's own words are the better reason: None.
     """
     missing: list[str] = []
-    broken: list[str] = []
+    broken: dict[str, str] = {}  # one problem per index: its first
     for pin in plan.pins:
         if pin.index is None:
             continue
         found = probe_index(pin.index, pin.package, timeout=timeout)
         if found.problem:
-            if found.problem not in broken:
-                broken.append(found.problem)
+            broken.setdefault(pin.index.url, found.problem)
             continue
         if found.versions is None:
             missing.append(f"{pin.package} is not on {pin.index.shown}; {found.note}")
@@ -173,8 +172,9 @@ def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) 
     if missing:
         return "fail", "; ".join(missing)
     if broken:
-        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
-        return "error", "index failure: " + broken[0] + more
+        first, *rest = broken.values()
+        more = f" (and {len(rest)} more index{'es' if len(rest) > 1 else ''})" if rest else ""
+        return "error", "index failure: " + first + more
     return None
 
 
@@ -429,10 +429,12 @@ def _fetch(url: str, credentials: Credentials | None, *, accept: str, limit: int
         with opener.open(request, timeout=timeout) as answer:
             body = answer.read(limit)
             ctype = answer.headers.get("Content-Type", "")
-            status = answer.status
+            status = answer.status or 200  # a file:// answer has no status
     except urllib.error.HTTPError as exc:
         return _Page(status=exc.code)
     except (OSError, http.client.HTTPException, ValueError) as exc:
+        if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, FileNotFoundError):
+            return _Page(status=404)  # a file:// index without that page
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         return _Page(status=None, unreachable=redact_text(str(reason)) or type(exc).__name__)
     text = body.decode("utf-8", "replace")
