@@ -38,7 +38,7 @@ from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError
 from compatlab.proc import Completed, run, which
-from compatlab.urls import MASK, Credentials, has_credentials, redact, redact_text, split
+from compatlab.urls import Credentials, has_credentials, redact, redact_text, split
 
 __all__ = [
     "PYPI",
@@ -138,7 +138,7 @@ def classify_uv_failure(done: Completed, plan: InstallPlan | None = None, *,
             if explained is not None:
                 return explained
             if re.search(_AUTH_HINT, text, re.IGNORECASE):
-                return "error", "index refused the credentials: " + _uv_summary(text, keep_hints=True)
+                return "error", "index refused access: " + _uv_summary(text, keep_hints=True)
             return "fail", "unsatisfiable: " + _uv_summary(text)
     for pattern in _INFRA_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
@@ -210,19 +210,21 @@ def site_packages(venv: Path) -> Path:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Index:
-    """An index of the install: its name in the spec, its URL without credentials, and those apart."""
+    """An index of the install: its name in the spec, its URL without credentials, and those apart.
+
+    ``shown`` is the URL as a person may see it (``urls.redact``): ``https://***@host/simple``.
+    """
 
     name: str
     url: str
+    shown: str
     credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
-    @property
-    def shown(self) -> str:
-        """The URL as a person may see it: ``https://***@host/simple`` when it has credentials."""
-        if self.credentials is None:
-            return self.url
-        scheme, sep, rest = self.url.partition("://")
-        return f"{scheme}{sep}{MASK}@{rest}"
+    @classmethod
+    def of(cls, name: str, url: str) -> Index:
+        """The index *name* for *url* as matrix.toml gives it, credentials and all."""
+        clean, credentials = split(url)
+        return cls(name=name, url=clean, shown=redact(url), credentials=credentials)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -291,8 +293,7 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         requirements.extend(value.requires)
         if value.index:
             if value.index not in indexes:
-                url, creds = split(value.index)
-                indexes[value.index] = Index(name=f"index-{len(indexes) + 1}", url=url, credentials=creds)
+                indexes[value.index] = Index.of(f"index-{len(indexes) + 1}", value.index)
             assert value.package is not None
             sources[value.package] = indexes[value.index].name
         for link in value.find_links:
@@ -300,8 +301,7 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
                 raise LabError(f"find-links URL {redact(link)} carries credentials; give such files an index")
             if link not in find_links:
                 find_links.append(link)
-    url, creds = split(matrix.install.default_index or PYPI)
-    default = Index(name="default", url=url, credentials=creds)
+    default = Index.of("default", matrix.install.default_index or PYPI)
     overrides = list(matrix.install.overrides)
     overridden = set()
     for text in overrides:

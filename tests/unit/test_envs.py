@@ -20,7 +20,6 @@ from compatlab import envs
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix, load_matrix
 from compatlab.proc import Completed
-from compatlab.urls import split
 from fixtures.authindex import AuthIndex, serve_auth
 from fixtures.labutil import closed_port, uv_dir
 from fixtures.wheels import build_wheel, write_simple_index
@@ -125,6 +124,10 @@ def test_without_the_credentials_the_same_install_is_refused_as_an_error(tmp_pat
     assert envs.classify_uv_failure(done, plan) == (
         "error", f"index failure: {index} needs credentials (HTTP 401 for torch's page); put them in the URL as "
                  "https://user:password@host/…")
+    # Without the plan, uv's own hint still tells the refusal from an unsatisfiable stack.
+    assert envs.classify_uv_failure(done) == (
+        "error", "index refused access: No solution found when resolving dependencies (hint: An index URL "
+                 f"({index}) could not be queried due to a lack of valid authentication credentials (401 Unauthorized))")
 
 
 def test_a_pin_the_index_lacks_is_a_failure_that_lists_what_it_has(tmp_path: Path, auth_index: AuthIndex) -> None:
@@ -169,8 +172,7 @@ def test_a_project_the_index_does_not_have_is_a_failure(tmp_path: Path, auth_ind
 
 
 def index_of(url: str) -> envs.Index:
-    clean, creds = split(url)
-    return envs.Index(name="x", url=clean, credentials=creds)
+    return envs.Index.of("x", url)
 
 
 def test_probe_tells_each_kind_of_index_apart(auth_index: AuthIndex) -> None:
@@ -205,7 +207,7 @@ def test_probe_reads_a_file_index_with_local_versions_in_its_links(tmp_path: Pat
         '<html><head><meta name="pypi:repository-version" content="1.1"></head><body>'
         '<a href="../../files/torch-2.9.1%2Bcu130-cp311-cp311-linux_x86_64.whl#sha256=00">x</a>'
         '<a href="torch-2.9.0.tar.gz">torch-2.9.0.tar.gz</a><a href="../">up</a></body></html>')
-    index = envs.Index(name="x", url=(tmp_path / "simple").as_uri())
+    index = envs.Index.of("x", (tmp_path / "simple").as_uri())
     assert envs.probe_index(index, "torch") == envs.Listing(versions=("2.9.0", "2.9.1+cu130"))
     assert envs.probe_index(index, "triton") == envs.Listing(
         problem=f"{index.url} does not answer as a package index: HTTP 404 for its root and 404 for triton's "
@@ -216,7 +218,7 @@ def test_the_versions_nearest_the_pin_are_listed_when_there_are_many(tmp_path: P
     page = tmp_path / "simple" / "torch"
     page.mkdir(parents=True)
     (page / "index.html").write_text("".join(f'<a href="torch-2.{m}.0-py3-none-any.whl">w</a>' for m in range(20)))
-    index = envs.Index(name="x", url=(tmp_path / "simple").as_uri())
+    index = envs.Index.of("x", (tmp_path / "simple").as_uri())
     plan = envs.InstallPlan(argv=[], files={}, requirements=[], overrides=[], indexes=(index,),
                             pins=(envs.Pin(package="torch", version="2.12.5", index=index),))
     assert envs.explain_unsatisfiable(plan) == ("fail", (
