@@ -1,34 +1,77 @@
-"""uv virtualenvs for cells: create, install the cell's pins with the right index per package, freeze."""
+"""uv virtualenvs for cells: create, install the cell's pins with the right index per package, freeze.
+
+Credentials of an index URL never reach a file or an argv: the spec and the command name each index
+(``index-1`` … for per-package indexes, ``default`` for ``install.index-url``) by its URL without
+them, and uv reads them from ``UV_INDEX_<NAME>_USERNAME`` / ``_PASSWORD`` (uv upper-cases the index
+name and turns every other character into ``_``). Find-links have no name, so matrix.toml refuses
+credentials there.
+
+When uv finds no solution, its "not found" cannot tell a missing version from a broken index (uv reads
+a 404 for the whole index as "no such project"). So each pin's index is asked directly, as uv asks it:
+the project page ``<index>/<normalized-name>/`` (PEP 503 HTML, or PEP 691 JSON by content negotiation),
+and, when that is 404, the index root. An index that answers without the pin is ``fail``; one that
+does not answer as an index, refuses the credentials, errs (5xx) or cannot be reached is ``error``.
+"""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import http.client
+import json
 import logging
 import os
 import re
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Sequence
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
+from compatlab.errors import LabError
 from compatlab.proc import Completed, run, which
+from compatlab.urls import Credentials, has_credentials, redact, redact_text, split
 
 __all__ = [
+    "PYPI",
+    "Index",
     "InstallPlan",
+    "Listing",
+    "Pin",
     "classify_uv_failure",
     "create_venv",
+    "credential_variable",
+    "explain_unsatisfiable",
     "freeze",
     "install_plan",
     "last_line",
     "parse_freeze",
+    "probe_index",
+    "run_install",
     "site_packages",
     "uv_env",
     "uv_install_tools",
+    "write_plan_files",
 ]
 
 log = logging.getLogger(__name__)
+
+PYPI = "https://pypi.org/simple"
+PROBE_TIMEOUT = 15.0
+# PEP 691 content negotiation: JSON first for a project page; HTML first for a root, which is read
+# only in part and so must be parseable from its beginning.
+_ACCEPT_PROJECT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+_ACCEPT_ROOT = "application/vnd.pypi.simple.v1+html, text/html;q=0.5, application/vnd.pypi.simple.v1+json;q=0.1"
+_PAGE_LIMIT = 64 << 20
+_ROOT_LIMIT = 256 << 10
 
 # uv's words for a network or index failure: the infrastructure, not the stack.
 _INFRA_PATTERNS = (
@@ -48,6 +91,8 @@ _INFRA_PATTERNS = (
     r"failed to read from file",
     r"No space left on device",
 )
+# uv's hint when an index answered 401/403: the credentials, not the stack.
+_AUTH_HINT = r"lack of valid authentication credentials"
 _UNSAT_PATTERNS = (
     r"No solution found when resolving dependencies",
     r"Because .* we can conclude",
@@ -76,13 +121,24 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def classify_uv_failure(done: Completed) -> tuple[str, str]:
-    """('error'|'fail', one-line reason) for a failed uv command."""
-    text = done.stderr + "\n" + done.stdout
+def classify_uv_failure(done: Completed, plan: InstallPlan | None = None, *,
+                        probe_timeout: float = PROBE_TIMEOUT) -> tuple[str, str]:
+    """('error'|'fail', one-line reason) for a failed uv command.
+
+    With the *plan* of a failed install, an unsatisfiable verdict is checked against the indexes
+    themselves (``explain_unsatisfiable``): a pin its index lacks is ``fail`` and says what the index
+    has; an index that does not answer as one is ``error``.
+    """
+    text = redact_text(done.stderr + "\n" + done.stdout)
     if done.timed_out:
         return "error", f"uv did not finish in {done.seconds:.0f} s (killed)"
     for pattern in _UNSAT_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
+            explained = explain_unsatisfiable(plan, timeout=probe_timeout) if plan is not None else None
+            if explained is not None:
+                return explained
+            if re.search(_AUTH_HINT, text, re.IGNORECASE):
+                return "error", "index refused access: " + _uv_summary(text, keep_hints=True)
             return "fail", "unsatisfiable: " + _uv_summary(text)
     for pattern in _INFRA_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
@@ -90,9 +146,41 @@ def classify_uv_failure(done: Completed) -> tuple[str, str]:
     return "error", f"uv failed (exit {done.returncode}): " + _uv_summary(text)
 
 
-def _uv_summary(text: str) -> str:
+def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) -> tuple[str, str] | None:
+    """Why uv found no solution, asked of each pin's index; None when every pin is where it should be.
+
+    A pin whose index answers without it is ``fail`` (the first such pins named, with what the index
+    has); otherwise an index that is broken, refuses the credentials or cannot be reached is ``error``
+    (uv's "not found" may have come from it). When every pin is on its index, the conflict is real and
+    uv's own words are the better reason: None.
+    """
+    missing: list[str] = []
+    broken: dict[str, str] = {}  # one problem per index: its first
+    for pin in plan.pins:
+        if pin.index is None:
+            continue
+        found = probe_index(pin.index, pin.package, timeout=timeout)
+        if found.problem:
+            broken.setdefault(pin.index.url, found.problem)
+            continue
+        if found.versions is None:
+            missing.append(f"{pin.package} is not on {pin.index.shown}; {found.note}")
+            continue
+        if not any(_matches(pin.version, v) for v in found.versions):
+            missing.append(f"{pin.package} {pin.version} is not on {pin.index.shown}; "
+                           + _has(found.versions, pin.version))
+    if missing:
+        return "fail", "; ".join(missing)
+    if broken:
+        first, *rest = broken.values()
+        more = f" (and {len(rest)} more index{'es' if len(rest) > 1 else ''})" if rest else ""
+        return "error", "index failure: " + first + more
+    return None
+
+
+def _uv_summary(text: str, *, keep_hints: bool = False) -> str:
     lines = [ln.strip(" ╰─▶×|") for ln in text.splitlines()]
-    lines = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("hint:")]
+    lines = [ln.strip() for ln in lines if ln.strip() and (keep_hints or not ln.strip().startswith("hint:"))]
     # uv prints "error: ..." then the cause chain; keep the first error line and the innermost cause.
     first = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "")
     inner = lines[-1] if lines else ""
@@ -121,27 +209,82 @@ def site_packages(venv: Path) -> Path:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Index:
+    """An index of the install: its name in the spec, its URL without credentials, and those apart.
+
+    ``shown`` is the URL as a person may see it (``urls.redact``): ``https://***@host/simple``.
+    """
+
+    name: str
+    url: str
+    shown: str
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, name: str, url: str) -> Index:
+        """The index *name* for *url* as matrix.toml gives it, credentials and all."""
+        clean, credentials = split(url)
+        return cls(name=name, url=clean, shown=redact(url), credentials=credentials)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Pin:
+    """A declared pin and the index it can only come from (None: find-links may serve it too)."""
+
+    package: str
+    version: str
+    index: Index | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class InstallPlan:
-    """One install of a cell's pins; ``files`` are written next to the venv before ``argv`` runs."""
+    """One install of a cell's pins; ``files`` are written next to the venv before ``argv`` runs.
+
+    Nothing in ``argv``, ``files`` or ``to_json`` carries a credential: those travel in ``env()`` only.
+    """
 
     argv: list[str]
     files: dict[str, str]
     requirements: list[str]
     overrides: list[str]
+    indexes: tuple[Index, ...] = ()
+    pins: tuple[Pin, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {"argv": self.argv, "files": self.files, "requirements": self.requirements,
                 "overrides": self.overrides}
+
+    def env(self) -> dict[str, str]:
+        """uv's environment for ``argv``: ``uv_env()`` plus each index's credentials, by index name."""
+        env = uv_env()
+        for index in self.indexes:
+            if index.credentials is None:
+                continue
+            env[credential_variable(index.name, "USERNAME")] = index.credentials.username
+            if index.credentials.password is not None:
+                env[credential_variable(index.name, "PASSWORD")] = index.credentials.password
+        return env
+
+
+def credential_variable(index_name: str, part: str) -> str:
+    """``UV_INDEX_<NAME>_USERNAME`` / ``_PASSWORD``: uv upper-cases the name, other characters become ``_``."""
+    name = "".join(ch.upper() if ch.isascii() and ch.isalnum() else "_" for ch in index_name)
+    return f"UV_INDEX_{name}_{part}"
 
 
 def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) -> InstallPlan:
     """The uv command (argv) and the requirement file that install every pin of *cell* at once.
 
     Per-package indexes are uv 'explicit' indexes bound with ``[tool.uv.sources]``: a package with
-    an index is taken from it and nowhere else, and no other package is taken from it.
+    an index is taken from it and nowhere else, and no other package is taken from it. The default
+    index is named too (``--default-index default=URL``): only a named index can get credentials
+    from the environment, so every URL in the spec and the argv is written without them.
     """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     requirements: list[str] = []
-    indexes: dict[str, str] = {}
+    indexes: dict[str, Index] = {}
     sources: dict[str, str] = {}
     find_links: list[str] = []
     for value in cell.packages:
@@ -149,18 +292,36 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         requirements.append(value.requirement)
         requirements.extend(value.requires)
         if value.index:
-            name = indexes.setdefault(value.index, f"index-{len(indexes) + 1}")
+            if value.index not in indexes:
+                indexes[value.index] = Index.of(f"index-{len(indexes) + 1}", value.index)
             assert value.package is not None
-            sources[value.package] = name
+            sources[value.package] = indexes[value.index].name
         for link in value.find_links:
+            if has_credentials(link):  # matrix.toml's validation refuses these; never pass one to uv
+                raise LabError(f"find-links URL {redact(link)} carries credentials; give such files an index")
             if link not in find_links:
                 find_links.append(link)
+    default = Index.of("default", matrix.install.default_index or PYPI)
+    overrides = list(matrix.install.overrides)
+    overridden = set()
+    for text in overrides:
+        try:
+            overridden.add(canonicalize_name(Requirement(text).name))
+        except InvalidRequirement:
+            continue
+    pins = []
+    for value in cell.packages:
+        assert value.package is not None
+        if canonicalize_name(value.package) in overridden:
+            continue  # the override decides what is installed, not the pin
+        index = indexes[value.index] if value.index else (None if find_links else default)
+        pins.append(Pin(package=value.package, version=value.version, index=index))
     import tomli_w
 
     spec: dict[str, Any] = {"project": {"name": "compatlab-cell", "version": "0", "dependencies": requirements}}
     uv_cfg: dict[str, Any] = {}
     if indexes:
-        uv_cfg["index"] = [{"name": name, "url": url, "explicit": True} for url, name in indexes.items()]
+        uv_cfg["index"] = [{"name": ix.name, "url": ix.url, "explicit": True} for ix in indexes.values()]
     if sources:
         uv_cfg["sources"] = {pkg: {"index": idx} for pkg, idx in sources.items()}
     if uv_cfg:
@@ -168,15 +329,21 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
     files = {"pyproject.toml": tomli_w.dumps(spec)}
     uv = which("uv")
     argv = [uv, "pip", "install", "--python", str(python), "-r", str(spec_dir / "pyproject.toml")]
-    overrides = list(matrix.install.overrides)
     if overrides:
         files["overrides.txt"] = "\n".join(overrides) + "\n"
         argv += ["--override", str(spec_dir / "overrides.txt")]
     if matrix.install.default_index:
-        argv += ["--index-url", matrix.install.default_index]
+        argv += ["--default-index", f"{default.name}={default.url}"]
     for link in find_links:
         argv += ["--find-links", link]
-    return InstallPlan(argv=argv, files=files, requirements=requirements, overrides=overrides)
+    return InstallPlan(argv=argv, files=files, requirements=requirements, overrides=overrides,
+                       indexes=(*indexes.values(), default), pins=tuple(pins))
+
+
+def run_install(plan: InstallPlan, *, timeout: float) -> Completed:
+    """Run the plan's uv command with its credentials; what uv printed comes back redacted."""
+    done = run(plan.argv, timeout=timeout, env=plan.env())
+    return dataclasses.replace(done, stdout=redact_text(done.stdout), stderr=redact_text(done.stderr))
 
 
 def write_plan_files(plan: InstallPlan, spec_dir: Path) -> None:
@@ -209,3 +376,182 @@ def uv_install_tools(python: Path, requirements: Sequence[str], *, timeout: floa
     """Install test tooling (pytest) into a cell without touching what is already there."""
     argv = [which("uv"), "pip", "install", "--python", str(python), *requirements]
     return run(argv, timeout=timeout, env=uv_env())
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Listing:
+    """What an index says of one project: its versions, or why it has none, or why it did not answer.
+
+    ``problem`` set: the index is broken, refuses us or is unreachable (an ``error``). Otherwise the index
+    answers: ``versions`` lists the project's versions, or is None with ``note`` saying why there are none.
+    """
+
+    versions: tuple[str, ...] | None = None
+    note: str = ""
+    problem: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Page:
+    status: int | None  # None: no HTTP answer (``unreachable`` says why)
+    unreachable: str = ""
+    json: Any = None
+    html: _SimpleHTML | None = None
+
+
+class _SimpleHTML(HTMLParser):
+    """The anchors of a PEP 503 page and its PEP 629 ``pypi:repository-version`` meta."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.hrefs: list[str] = []
+        self.has_meta = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "a" and found.get("href"):
+            self.hrefs.append(found["href"] or "")
+        elif tag == "meta" and found.get("name") == "pypi:repository-version":
+            self.has_meta = True
+
+
+def _fetch(url: str, credentials: Credentials | None, *, accept: str, limit: int, timeout: float) -> _Page:
+    """GET *url*; basic auth only towards the index itself (never forwarded on a redirect elsewhere)."""
+    handlers: list[urllib.request.BaseHandler] = []
+    if credentials is not None:
+        manager = urllib.request.HTTPPasswordMgrWithPriorAuth()
+        manager.add_password(None, url, credentials.username, credentials.password or "", is_authenticated=True)
+        handlers.append(urllib.request.HTTPBasicAuthHandler(manager))
+    opener = urllib.request.build_opener(*handlers)
+    # The URL is an index of matrix.toml, which admits only http(s):// and file:// ones.
+    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "compatlab"})  # noqa: S310
+    try:
+        with opener.open(request, timeout=timeout) as answer:
+            body = answer.read(limit)
+            ctype = answer.headers.get("Content-Type", "")
+            status = answer.status or 200  # a file:// answer has no status
+    except urllib.error.HTTPError as exc:
+        return _Page(status=exc.code)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, FileNotFoundError):
+            return _Page(status=404)  # a file:// index without that page
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return _Page(status=None, unreachable=redact_text(str(reason)) or type(exc).__name__)
+    text = body.decode("utf-8", "replace")
+    if ctype.startswith("application/vnd.pypi.simple.v1+json"):
+        try:
+            return _Page(status=status, json=json.loads(text))
+        except ValueError:
+            return _Page(status=status, json={"meta": {}} if '"api-version"' in text else None)
+    parser = _SimpleHTML()
+    parser.feed(text)
+    return _Page(status=status, html=parser)
+
+
+def _url(base: str, *parts: str) -> str:
+    url = base.rstrip("/") + "/" + "".join(f"{p}/" for p in parts)
+    # A file:// index is a folder: its pages are the index.html files in it.
+    return url + "index.html" if url.startswith("file:") else url
+
+
+def _files(page: _Page) -> list[str]:
+    if isinstance(page.json, dict):
+        return [str(f.get("filename", "")) for f in page.json.get("files", []) if isinstance(f, dict)]
+    if page.html is None:
+        return []
+    names = [unquote(href.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1]) for href in page.html.hrefs]
+    return [n for n in names if n.endswith((".whl", ".tar.gz", ".zip"))]
+
+
+def _is_index_root(page: _Page) -> bool:
+    """PEP 691 JSON, the PEP 629 meta, or HTML whose every link goes to a project page (``…/name/``)."""
+    if page.status != 200:
+        return False
+    if page.json is not None:
+        return isinstance(page.json, dict) and "meta" in page.json
+    if page.html is None:
+        return False
+    hrefs = [h.split("#", 1)[0].split("?", 1)[0] for h in page.html.hrefs]
+    return page.html.has_meta or (bool(hrefs) and all(h.endswith("/") for h in hrefs))
+
+
+def _refusal(index: Index, status: int, what: str) -> str:
+    if status in (401, 403) and index.credentials is None:
+        return (f"{index.shown} needs credentials (HTTP {status} for {what}); put them in the URL as "
+                "https://user:password@host/…")
+    if status in (401, 403):
+        return f"{index.shown} refused the credentials (HTTP {status} for {what}); check the user name and password"
+    return f"{index.shown} answered HTTP {status} for {what}"
+
+
+def probe_index(index: Index, package: str, *, timeout: float = PROBE_TIMEOUT) -> Listing:
+    """Ask *index* for *package*'s PEP 503/691 page, as uv does, and tell what it lists.
+
+    A 404 (or an HTML page without distribution links) on the project page is read against the root:
+    a root that answers as a simple index means the index works and lacks the project; a root that is
+    404 too, or an HTML page that is not an index (a web site's catch-all route), means the URL is not
+    an index at all. Only the first 256 KiB of the root are read (PyPI's lists every project).
+    """
+    from packaging.utils import canonicalize_name
+
+    name = canonicalize_name(package)
+    what = f"{name}'s page"
+    page = _fetch(_url(index.url, name), index.credentials, accept=_ACCEPT_PROJECT, limit=_PAGE_LIMIT,
+                  timeout=timeout)
+    if page.status is None:
+        return Listing(problem=f"{index.shown} is unreachable: {page.unreachable}")
+    if page.status == 200 and (page.json is not None or _files(page)):
+        versions = sorted({v for f in _files(page) if (v := _version_of(f, name)) is not None}, key=Version)
+        if versions:
+            return Listing(versions=tuple(versions))
+        return Listing(note="the index lists no files for it")
+    if page.status not in (200, 404, 410):
+        return Listing(problem=_refusal(index, page.status, what))
+    root = _fetch(_url(index.url), index.credentials, accept=_ACCEPT_ROOT, limit=_ROOT_LIMIT, timeout=timeout)
+    if root.status is None:
+        return Listing(problem=f"{index.shown} is unreachable: {root.unreachable}")
+    if _is_index_root(root):
+        if page.status == 200:
+            return Listing(note="the index lists no files for it")
+        return Listing(note="the index has no such project")
+    if root.status not in (200, 404, 410):
+        return Listing(problem=_refusal(index, root.status, "its root"))
+    if root.status == 200:
+        return Listing(problem=f"{index.shown} does not answer as a package index: its root is an HTML page "
+                               "that is not a simple index (PEP 503); check the URL")
+    return Listing(problem=f"{index.shown} does not answer as a package index: HTTP {root.status} for its "
+                           f"root and {page.status} for {what}; check the URL")
+
+
+def _version_of(filename: str, name: str) -> str | None:
+    from packaging.utils import (
+        InvalidSdistFilename,
+        InvalidWheelFilename,
+        canonicalize_name,
+        parse_sdist_filename,
+        parse_wheel_filename,
+    )
+    from packaging.version import InvalidVersion
+
+    try:
+        if filename.endswith(".whl"):
+            project, version, _, _ = parse_wheel_filename(filename)
+        else:
+            project, version = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+    return str(version) if canonicalize_name(project) == name else None
+
+
+def _matches(pinned: str, available: str) -> bool:
+    """``==pinned`` as uv reads it: ``==2.9.1`` takes ``2.9.1+cu130``, ``==2.9.1+cu130`` only that."""
+    return SpecifierSet(f"=={pinned}").contains(available, prereleases=True)
+
+
+def _has(versions: Sequence[str], pinned: str, shown: int = 10) -> str:
+    """``it has 2.9.0, 2.9.1, 2.10.0``: the versions nearest the pin when there are many."""
+    at = bisect.bisect([Version(v) for v in versions], Version(pinned))
+    lo = max(0, min(at - shown // 2, len(versions) - shown))
+    near = versions[lo:lo + shown]
+    more = len(versions) - len(near)
+    return "it has " + ", ".join(near) + (f" (and {more} more)" if more else "")

@@ -15,6 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from compatlab.errors import ConfigError
+from compatlab.urls import has_credentials, redact
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -228,7 +229,7 @@ class _Checker:
         if parsed.scheme not in ("http", "https", "file") or (
             parsed.scheme != "file" and not parsed.netloc
         ):
-            self.error(where, f"expected an http(s):// or file:// URL, got {value!r}")
+            self.error(where, f"expected an http(s):// or file:// URL, got {redact(value)!r}")
             return None
         return value
 
@@ -320,7 +321,11 @@ def _parse_value(ck: _Checker, axis: str, raw: object, where: str) -> AxisValue 
         for i, link in enumerate(links):
             sub = f"{where}.find-links" if len(links) == 1 else f"{where}.find-links[{i}]"
             url = ck.url(link, sub)
-            if url:
+            if url and has_credentials(url):
+                ck.error(sub, f"credentials in a find-links URL are not supported (got {redact(url)!r}): uv can "
+                         "be given credentials only for a named index, and the lab writes no secret to disk; "
+                         "serve these files as a simple index and give it as 'index'")
+            elif url:
                 find_links.append(url)
     cuda = None
     if "cuda" in raw:

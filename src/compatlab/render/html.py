@@ -1,6 +1,7 @@
 """HTML: one self-contained page per run (inline CSS, a little inline JS), and the run index.
 
-Every string that came from a results file goes through ``_e`` (html.escape) before it reaches the page.
+Every string that came from a results file goes through ``_e`` before it reaches the page: URL
+credentials redacted and hidden characters made visible (``markdown.printable``), then html.escape.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from compatlab.render._grid import (
     reason,
 )
 from compatlab.render.history import CHANGE_TITLES, Change
-from compatlab.render.markdown import run_summary
+from compatlab.render.markdown import printable, run_summary
 from compatlab.runs.model import CELL_STATES, SCHEMA, CellResult, StageResult
 
 __all__ = ["IndexEntry", "render_html", "render_index"]
@@ -49,7 +50,7 @@ CHANGE_BADGES = {
 
 
 def _e(value: object) -> str:
-    return escape(str(value), quote=True)
+    return escape(printable(str(value)), quote=True)
 
 
 def _state_class(state: str) -> str:

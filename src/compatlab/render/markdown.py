@@ -1,9 +1,14 @@
-"""Markdown: the compat table to paste into an issue, and the change summary a nightly job posts."""
+"""Markdown: the compat table to paste into an issue, and the change summary a nightly job posts.
+
+Every string from a results file goes through ``printable`` (via ``md_text``/``md_code``) before it is
+written: URL credentials redacted, and characters that would hide or reorder text shown as escapes.
+"""
 
 from __future__ import annotations
 
 import collections
 import re
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,23 +30,43 @@ from compatlab.render._grid import (
 )
 from compatlab.render.history import CHANGE_TITLES, diff_runs
 from compatlab.runs.model import CELL_STATES, CellResult
+from compatlab.urls import redact_text
 
-__all__ = ["compat_md_diff", "render_markdown"]
+__all__ = ["compat_md_diff", "printable", "render_markdown"]
 
 MD_REASON_LIMIT = 120
 # Relative change of a perf figure worth a line in the nightly summary.
 PERF_CHANGE = 0.05
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~#!])")
+_SUSPECT = re.compile(r"[^\t\n\x20-\x7e]")
+# Unicode categories that draw nothing of their own: controls (Cc), format characters (Cf: the bidi
+# embeddings, overrides and isolates U+202A–U+202E and U+2066–U+2069, the marks U+200E/U+200F and
+# U+061C, zero-width spaces and joiners), and the line and paragraph separators (Zl, Zp).
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _visible(match: re.Match[str]) -> str:
+    ch = match.group()
+    return f"<U+{ord(ch):04X}>" if unicodedata.category(ch) in _HIDDEN else ch
+
+
+def printable(text: str) -> str:
+    """*text* as a page may show it: URL credentials as ``***``, and every character that would hide or
+    reorder text (bidi controls, other control and format characters) as a visible ``<U+202E>``.
+
+    Tabs and newlines stay: preformatted blocks need them, and the table helpers fold them anyway.
+    """
+    return _SUSPECT.sub(_visible, redact_text(text))
 
 
 def md_text(text: str) -> str:
     """Plain text safe in a Markdown table cell: punctuation escaped, one line."""
-    return _MD_SPECIAL.sub(r"\\\1", re.sub(r"\s+", " ", text).strip())
+    return _MD_SPECIAL.sub(r"\\\1", re.sub(r"\s+", " ", printable(text)).strip())
 
 
 def md_code(text: str) -> str:
     """A code span holding *text* literally, also inside a table (``|`` escaped as GFM wants)."""
-    text = re.sub(r"\s+", " ", text).strip()
+    text = re.sub(r"\s+", " ", printable(text)).strip()
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or longest else ""

@@ -12,6 +12,7 @@ from compatlab.render._grid import Run, load
 from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
 from compatlab.render.html import IndexEntry, render_html, render_index
 from compatlab.render.markdown import compat_md_diff, render_markdown
+from compatlab.urls import redact_text
 
 __all__ = ["main", "publish", "write_run", "write_text_atomic"]
 
@@ -33,9 +34,14 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def _copy_atomic(src: Path, dst: Path) -> None:
+    """Copy a results file, URL credentials redacted: a run written before the lab kept them out of its
+    results must not put them on a public site."""
+    text = src.read_text(encoding="utf-8")
     if dst.exists() and src.resolve() == dst.resolve():
+        if text != (clean := redact_text(text)):
+            write_text_atomic(dst, clean)
         return
-    write_text_atomic(dst, src.read_text(encoding="utf-8"))
+    write_text_atomic(dst, redact_text(text))
 
 
 def write_run(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from compatlab import envs
-from compatlab.proc import run
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
 
@@ -42,12 +41,12 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, dict[str, Any]]:
     spec_dir = ctx.work_dir / "spec"
     plan = envs.install_plan(ctx.matrix, ctx.cell, python=ctx.python, spec_dir=spec_dir)
     envs.write_plan_files(plan, spec_dir)
-    done = run(plan.argv, timeout=ctx.matrix.install.timeout, env=envs.uv_env())
+    done = envs.run_install(plan, timeout=ctx.matrix.install.timeout)
     record = plan.to_json()
     details: dict[str, Any] = {"argv": plan.argv, "stdout": done.stdout[-4000:], "stderr": done.stderr[-8000:],
                                "uv_seconds": round(done.seconds, 3)}
     if not done.ok:
-        state, why = envs.classify_uv_failure(done)
+        state, why = envs.classify_uv_failure(done, plan)
         return StageResult(name="install", state=state, reason=why, details=details,
                            seconds=time.monotonic() - start), record
     return StageResult(name="install", state="pass", details=details, seconds=time.monotonic() - start), record
