@@ -240,6 +240,9 @@ class _Server:
             for fd in [self.requests, self.replies, *self.by_fd, pipes["stdout"][1], pipes["stderr"][1],
                        *(read for read, _ in pipes.values())]:
                 os.close(fd)
+            # A fresh interpreter would see what was installed since the server started: forget what the
+            # finders cached (directory listings, and path entries that did not exist then).
+            importlib.invalidate_caches()
             pre = [str(m) for m in request.get("pre") or []]
             record = _steps(pre, request.get("path") or None, str(request.get("name") or ""))
             _write_all(record_fd, json.dumps(record).encode())
@@ -330,8 +333,10 @@ class ForkServer:
         self.seconds = 0.0  # how long the prerequisites took to import
         assert proc.stdout is not None
         assert proc.stderr is not None
-        threading.Thread(target=self._read_replies, args=(proc.stdout,), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(proc.stderr,), daemon=True).start()
+        self._threads = [threading.Thread(target=self._read_replies, args=(proc.stdout,), daemon=True),
+                         threading.Thread(target=self._read_stderr, args=(proc.stderr,), daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def pid(self) -> int:
@@ -408,6 +413,12 @@ class ForkServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signal.SIGKILL)
         self._proc.wait()
+        if threading.current_thread() not in self._threads:
+            for thread in self._threads:
+                thread.join(timeout=30)
+            for stream in (self._proc.stdout, self._proc.stderr):
+                if stream is not None:
+                    stream.close()
 
     def __enter__(self) -> ForkServer:
         return self
