@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -219,3 +221,32 @@ def test_a_server_that_dies_fails_the_load_it_owed_and_takes_its_child(tmp_path:
 @pytest.mark.parametrize(("value", "expected"), [(None, True), ("1", True), ("0", False), ("off", False)])
 def test_the_switch(value: str | None, expected: bool) -> None:
     assert enabled({} if value is None else {"COMPATLAB_IMPORT_FORKSERVER": value}) is expected
+
+
+def _torch_python() -> str:
+    given = os.environ.get("COMPATLAB_TEST_TORCH_PYTHON")
+    if given:
+        return given
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    pytest.skip("no interpreter with torch: set COMPATLAB_TEST_TORCH_PYTHON to one (CPU torch will do)")
+
+
+def test_real_torch_once_then_its_modules_as_per_process() -> None:
+    python = _torch_python()
+    found = subprocess.run([python, "-c", "import torch; print(torch._C.__file__)"],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert found.returncode == 0, found.stderr
+    cases = [Case("torch/_C", found.stdout.strip(), "torch._C", pre=("torch",)),
+             Case("torch", None, "torch"), Case("torchgen", None, "torchgen", pre=("torch",)),
+             Case("compatlab_absent_pkg", None, "compatlab_absent_pkg", pre=("torch",))]
+    with ForkServer.start(python, preload=["torch"], timeout=300) as server:
+        forked = {c.label: server.load(path=c.path, name=c.name, pre_import=c.pre, timeout=300)[0] for c in cases}
+    alone = {c.label: loadcheck.load_module(python, path=c.path, name=c.name, pre_import=c.pre, timeout=300)[0]
+             for c in cases}
+    assert {k: _verdict(k, v) for k, v in alone.items()} == {
+        "torch/_C": None, "torch": None, "torchgen": None,
+        "compatlab_absent_pkg": ("import-error",
+                                 "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'"),
+    }
+    assert {k: _fields(v) for k, v in forked.items()} == {k: _fields(v) for k, v in alone.items()}
