@@ -34,6 +34,7 @@ __all__ = [
     "LoadFailure",
     "LoadTarget",
     "classify",
+    "classify_record",
     "demangle",
     "describe",
     "dynamic_symbols",
@@ -145,8 +146,15 @@ def _last_line(text: str) -> str:
 
 def classify(completed: Completed) -> LoadFailure | None:
     """Classify a finished probe (see ``probe_argv``); None when the module loaded."""
+    return classify_record(completed, _result_record(completed.stderr))
+
+
+def classify_record(completed: Completed, record: dict[str, Any] | None) -> LoadFailure | None:
+    """Classify a finished load from its process and the record its probe reported (None: it wrote none).
+
+    The per-process probe writes the record on stderr (``classify``); a fork server's child over a pipe.
+    """
     raw = completed.stderr[-4000:]
-    record = _result_record(completed.stderr)
     step = str(record.get("step", "")) if record else ""
     if completed.timed_out:
         return LoadFailure(kind="timeout", message=f"killed after {completed.seconds:.0f} s", step=step, raw=raw)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from compatlab.incell import fakecuda
-from compatlab.runs.model import cell_state
+from compatlab.runs.model import StageResult, cell_state
 from compatlab.stages import runtime
 from fixtures.sofix import EXT_SUFFIX, abi_broken_module, cc, ext_module, provider
 
@@ -138,3 +140,59 @@ def test_command_line_error_is_one_line(tmp_path: Path) -> None:
         2, f"error: {tmp_path / 'nope' / 'bin' / 'python'} does not exist; "
            "give --venv a virtual environment (or --python)\n"
     )
+
+
+def _verdicts(result: StageResult) -> dict[str, Any]:
+    """Each module's verdict, less what differs from run to run (timings, the stderr tail)."""
+    out: dict[str, Any] = {}
+    for m in result.details["modules"]:
+        failure = {k: v for k, v in (m.get("failure") or {}).items() if k != "raw"}
+        out[m["module"]] = (m["ok"], m.get("reason"), failure)
+    return out
+
+
+@pytest.mark.slow
+def test_import_stage_judges_alike_through_the_fork_server_and_one_process_per_module(
+    cell: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    venv, _ = cell
+    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "fork")
+    forked = runtime.run_import_stage(ctx)
+    monkeypatch.setenv("COMPATLAB_IMPORT_FORKSERVER", "0")
+    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "alone")
+    alone = runtime.run_import_stage(ctx)
+    assert re.fullmatch(r"fork server: children of 1 interpreter\(s\) that imported nothing once \([0-9.]+ s\)",
+                        forked.details["loader"])
+    assert forked.details["loader_problems"] == []
+    assert alone.details["loader"] == "one process per module"
+    assert (forked.state, forked.reason) == (alone.state, alone.reason)
+    assert _verdicts(forked) == _verdicts(alone)
+    assert len(_verdicts(alone)) == 4
+
+
+@pytest.mark.slow
+def test_a_torch_that_will_not_import_falls_back_to_one_process_per_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    venv, _ = _make_cell(tmp_path)
+    site = Path(next((venv / "lib").glob("python3*/site-packages")))
+    (site / "torch" / "__init__.py").write_text(
+        'raise ImportError("libtorch_cuda.so: cannot open shared object file: No such file or directory")\n',
+        encoding="utf-8",
+    )
+    record = site / "torch-2.10.0.dist-info" / "RECORD"
+    record.write_text(record.read_text(encoding="utf-8") + "torch/__init__.py,,\n", encoding="utf-8")
+    ctx = runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path / "fork")
+    forked = runtime.run_import_stage(ctx)
+    monkeypatch.setenv("COMPATLAB_IMPORT_FORKSERVER", "0")
+    alone = runtime.run_import_stage(runtime.context_for_venv(venv, packages=["torch", "fakestack"],
+                                                              work_dir=tmp_path / "alone"))
+    assert forked.details["loader"] == "one process per module"
+    assert forked.details["loader_problems"] == [
+        "fork server could not start (import torch failed: ImportError: libtorch_cuda.so: cannot open shared "
+        "object file: No such file or directory): one process per module"
+    ]
+    assert (forked.state, forked.reason) == ("fail", "fakestack/drv" + EXT_SUFFIX + " (import torch failed): "
+                                                     "missing shared library libtorch_cuda.so (and 4 more)")
+    assert (forked.state, forked.reason) == (alone.state, alone.reason)
+    assert _verdicts(forked) == _verdicts(alone)

@@ -1,9 +1,11 @@
 """import stage: every extension module of the stack, loaded in its own process with the cell's interpreter.
 
-Runs inside the cell (see conftest.py). Each extension module is loaded by file path in a fresh interpreter
-after ``import torch``, as its package would load it; two builds of one module (sgl_kernel's sm90/ and
-sm100/) never share a process, and a crash or a hang takes only its own process down. On a machine with no
-NVIDIA driver a stand-in libcuda.so.1 answers CUDA_ERROR_NO_DEVICE, so an ABI break still shows.
+Runs inside the cell (see conftest.py). Each extension module is loaded by file path after ``import torch``,
+as its package would load it, in a child forked from one interpreter that has imported torch once
+(compatlab.incell.forkserver); with COMPATLAB_IMPORT_FORKSERVER=0, or when that interpreter cannot import torch, in
+a fresh interpreter each. Either way two builds of one module (sgl_kernel's sm90/ and sm100/) never share a
+process, and a crash or a hang takes only its own process down. On a machine with no NVIDIA driver a
+stand-in libcuda.so.1 answers CUDA_ERROR_NO_DEVICE, so an ABI break still shows.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from compatlab.incell import fakecuda, loadcheck
+from compatlab.incell import fakecuda, forkserver, loadcheck
+from compatlab.incell.proc import Completed
 
 _DRIVER_SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
 
@@ -80,12 +83,60 @@ class _Driver:
         return f"none ({self.problem})"
 
 
-def _load(target: loadcheck.LoadTarget, driver: _Driver, pre: list[str], timeout: float) -> dict[str, Any]:
+class _Loader:
+    """Loads one target in a child of a fork server (one per build of the stand-in), else in a fresh process."""
+
+    def __init__(self, driver: _Driver, pre: list[str], timeout: float, *, fork: bool) -> None:
+        self.driver = driver
+        self.pre = pre
+        self.timeout = timeout
+        self.fork = fork
+        self.servers: dict[str, forkserver.ForkServer | None] = {}
+        self.problems: list[str] = []
+        self._lock = threading.Lock()
+
+    def _server(self, env: dict[str, str]) -> forkserver.ForkServer | None:
+        # The dynamic loader reads LD_LIBRARY_PATH once, at start: a grown stand-in needs a new server.
+        key = env.get("LD_LIBRARY_PATH", "")
+        with self._lock:
+            if key not in self.servers:
+                try:
+                    self.servers[key] = forkserver.ForkServer.start(sys.executable, preload=self.pre, env=env,
+                                                                    timeout=self.timeout)
+                except forkserver.ServerGone as exc:
+                    self.servers[key] = None
+                    self.problems.append(f"fork server could not start ({exc}): one process per module")
+            return self.servers[key]
+
+    def load(self, target: loadcheck.LoadTarget) -> tuple[loadcheck.LoadFailure | None, Completed]:
+        env = self.driver.env()
+        pre = [m for m in self.pre if m != target.name]
+        server = self._server(env) if self.fork else None
+        if server is not None:
+            try:
+                return server.load(path=target.path, name=target.name, pre_import=pre, timeout=self.timeout)
+            except forkserver.ServerGone as exc:  # the server itself died, not a child: ask a fresh process
+                with self._lock:
+                    self.problems.append(f"fork server lost ({exc}): {target.label} loaded in its own process")
+        return loadcheck.load_module(sys.executable, path=target.path, name=target.name, pre_import=pre,
+                                     timeout=self.timeout, env=env)
+
+    def describe(self) -> str:
+        live = [s for s in self.servers.values() if s is not None]
+        if not live:
+            return "one process per module"
+        return (f"fork server: children of {len(live)} interpreter(s) that imported "
+                f"{', '.join(self.pre) or 'nothing'} once ({live[0].seconds:.1f} s)")
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            if server is not None:
+                server.close()
+
+
+def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dict[str, Any]:
     for _attempt in range(4):
-        failure, done = loadcheck.load_module(
-            sys.executable, path=target.path, name=target.name,
-            pre_import=[m for m in pre if m != target.name], timeout=timeout, env=driver.env(),
-        )
+        failure, done = loader.load(target)
         if (failure is not None and failure.kind == "undefined-symbol" and failure.symbol
                 and driver.add(failure.symbol)):
             continue  # the stand-in lacked a driver entry point, not the stack a symbol
@@ -122,8 +173,13 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     if missing:
         stage.fail(missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
                    missing=missing)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs()) as pool:
-        entries = list(pool.map(lambda t: _load(t, driver, pre, timeout), plan))
+    loader = _Loader(driver, pre, timeout, fork=forkserver.enabled())
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs()) as pool:
+            entries = list(pool.map(lambda t: _load(t, driver, loader), plan))
+    finally:
+        loader.close()
+    stage.note(loader=loader.describe(), loader_problems=loader.problems)
     if driver.lib_dir is not None:
         stage.note(stand_in=str(driver.lib_dir / "libcuda.so.1"), stand_in_symbols=len(driver.symbols))
     broken: list[dict[str, Any]] = []

@@ -1,0 +1,114 @@
+"""How long does the import stage take on a real venv: one process per module, against the fork server?
+
+In one run on one machine: the median of N fresh ``python -c "import torch"`` in the venv, then the import
+stage (``compatlab runtime --stage import``) with COMPATLAB_IMPORT_FORKSERVER=0 (a fresh
+interpreter per module, each importing torch again) and with the fork server (one interpreter imports torch,
+a child per module), M times each, interleaved. Prints the medians, their ratios to one ``import torch``, and
+whether both ways reached the same verdict for every module (they must).
+
+    PYTHONPATH=src python benchmarks/bench_import_stage.py VENV [--imports 5] [--runs 1]
+
+Nothing is written into the venv (PYTHONDONTWRITEBYTECODE=1, and a venv without pytest is refused rather
+than given one); the results and the stand-in driver go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from compatlab.stages.base import cell_env
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+_WAYS = {"per process": "0", "fork server": "1"}
+
+
+def _import_torch(python: Path, venv: Path) -> float:
+    env = cell_env(venv, {"PYTHONDONTWRITEBYTECODE": "1"})
+    start = time.monotonic()
+    done = subprocess.run([str(python), "-c", "import torch"], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    seconds = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"import torch failed in {venv}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    return seconds
+
+
+def _stage(venv: Path, switch: str, out: Path) -> tuple[float, float, dict[str, Any]]:
+    """One import stage: (its own seconds, wall seconds of the whole command, the stage result)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "PYTHONDONTWRITEBYTECODE": "1",
+           "COMPATLAB_IMPORT_FORKSERVER": switch}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "compatlab", "runtime", "--venv", str(venv), "--stage", "import",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=3600, check=False)
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"the import stage did not run: {done.stderr.strip()}")
+    stage = json.loads((out / "results.json").read_text(encoding="utf-8"))["stages"][0]
+    return float(stage["seconds"]), wall, stage
+
+
+def _verdicts(stage: dict[str, Any]) -> dict[str, tuple[bool, str]]:
+    return {m["module"]: (m["ok"], m.get("reason", "")) for m in stage["details"].get("modules", [])}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("venv", type=Path, help="a cell's virtual environment, with torch and pytest installed")
+    parser.add_argument("--imports", type=int, default=5, help="fresh `import torch` runs (default 5)")
+    parser.add_argument("--runs", type=int, default=1, help="import stage runs per way (default 1)")
+    args = parser.parse_args(argv)
+    venv: Path = args.venv.absolute()
+    python = venv / "bin" / "python"
+    if subprocess.run([str(python), "-c", "import pytest"], env=cell_env(venv, {"PYTHONDONTWRITEBYTECODE": "1"}),
+                      capture_output=True, timeout=600, check=False).returncode != 0:
+        raise SystemExit(f"{venv} has no pytest: the stage would install it, and this benchmark changes no venv")
+
+    torch_s = [_import_torch(python, venv) for _ in range(args.imports)]
+    stage_s: dict[str, list[float]] = {way: [] for way in _WAYS}
+    wall_s: dict[str, list[float]] = {way: [] for way in _WAYS}
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="compatlab-bench-import-") as tmp:
+        for run in range(args.runs):
+            for way, switch in _WAYS.items():
+                seconds, wall, results[way] = _stage(venv, switch, Path(tmp) / f"{switch}-{run}")
+                stage_s[way].append(seconds)
+                wall_s[way].append(wall)
+        torch_s += [_import_torch(python, venv) for _ in range(args.imports)]  # before and after: same weather
+
+    one = statistics.median(torch_s)
+    first = results["per process"]
+    print(f"venv: {venv}")
+    print(f"stage: {first['state']}" + (f" - {first['reason']}" if first["reason"] else "")
+          + f"; {len(_verdicts(first))} modules and packages")
+    print(f"import torch, fresh interpreter: median {one:.2f} s of {len(torch_s)} "
+          f"(min {min(torch_s):.2f}, max {max(torch_s):.2f})")
+    for way in _WAYS:
+        med = statistics.median(stage_s[way])
+        print(f"import stage, {way + ':':13} median {med:6.2f} s of {len(stage_s[way])} = {med / one:5.1f} x import "
+              f"torch (whole command {statistics.median(wall_s[way]):.2f} s); loader: "
+              f"{results[way]['details'].get('loader', 'one process per module')}")
+    old, new = (statistics.median(stage_s[w]) for w in _WAYS)
+    print(f"fork server / per process: {new / old:.2f} ({old / new:.1f} times faster)")
+    same = _verdicts(results["per process"]) == _verdicts(results["fork server"])
+    print("verdicts: the same for every module" if same else "verdicts DIFFER:")
+    if not same:
+        for module in sorted(set(_verdicts(first)) | set(_verdicts(results["fork server"]))):
+            a, b = _verdicts(first).get(module), _verdicts(results["fork server"]).get(module)
+            if a != b:
+                print(f"  {module}: per process {a}, fork server {b}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

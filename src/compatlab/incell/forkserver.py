@@ -1,0 +1,462 @@
+"""Load extension modules in children forked from one interpreter that has imported the prerequisites.
+
+The per-process path (``loadcheck.load_module``) starts a fresh interpreter per module, and every one of
+them imports torch again: a cell of 13 modules pays 13 imports of torch. Here one server interpreter imports
+the prerequisites once and forks a child per module or package to load, so each load pays only its own
+cost. The server only imports: it never initialises CUDA (and refuses to serve if the import did), so no
+child inherits a CUDA context.
+
+Isolation is what a fresh process gives. Each child is the leader of its own session and process group,
+has its own stdout and stderr pipes, and reports one JSON record over a pipe of its own; the server kills
+the whole group on timeout, and a crash, hang or exit of a child is that module's verdict while the server
+goes on. The child exits the way the probe does (status 0 or 3, through the interpreter's finalisation), so
+a module that crashes at exit is seen here too. The client turns each answer into a ``proc.Completed`` and
+classifies it with ``loadcheck.classify_record``: the same verdicts as the per-process path.
+
+The server is this file run with ``python -c`` by the cell's interpreter: it imports only the standard
+library, and the cell's ``sys.path`` is the probe's. Its protocol is JSON lines on descriptors it takes over
+from stdin and stdout before importing anything (fd 1 then points at stderr, so what the modules print
+cannot corrupt it):
+
+    server -> client   {"ready": true}  or  {"ready": false, "step": ..., "type": ..., "message": ...}
+    client -> server   {"id": 1, "path": "/x/m.so" or null, "name": "pkg.m", "pre": ["torch"], "timeout": 180}
+    server -> client   {"id": 1, "pid": ..., "returncode": ..., "stdout": ..., "stderr": ..., "seconds": ...,
+                        "timed_out": ..., "record": {"ok": ..., "step": ..., ...} or null}
+
+Closing the server's stdin ends it: running children are killed with their groups.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import ctypes
+import gc
+import importlib
+import importlib.util
+import itertools
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compatlab.incell.loadcheck import LoadFailure
+    from compatlab.incell.proc import Completed
+
+__all__ = ["ForkServer", "ServerGone", "enabled"]
+
+ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
+_KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
+_GRACE = 5.0  # seconds to wait for a killed group's pipes to close
+
+
+def enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """True unless $COMPATLAB_IMPORT_FORKSERVER is 0, false, no or off (then every load is a fresh process)."""
+    value = (environ if environ is not None else os.environ).get(ENV_SWITCH, "1")
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+def _steps(pre: list[str], path: str | None, name: str) -> dict[str, Any]:
+    """What the probe does (loadcheck.PROBE), in this process; the record it reports."""
+    step = ""
+    try:
+        for mod in pre:
+            step = "import " + mod
+            importlib.import_module(mod)
+        if path and name in sys.modules:
+            # Loaded already by a prerequisite (torch._C by `import torch`): it linked and initialised, and
+            # running its init a second time is something no package does.
+            step = "load " + path
+        elif path:
+            step = "load " + path
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError("no loader for " + path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        elif name:
+            step = "import " + name
+            importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - whatever the import raised is the verdict (SystemExit too)
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.flush()
+        return {"ok": False, "step": step, "type": type(exc).__name__, "message": str(exc)}
+    return {"ok": True, "step": step}
+
+
+def _die_with_parent() -> None:
+    # Linux's PR_SET_PDEATHSIG: a server killed outright (its test run timed out) takes its children along,
+    # instead of leaving a hung load running with no one to time it out.
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _cuda_initialised() -> bool:
+    cuda = sys.modules.get("torch.cuda")
+    check = getattr(cuda, "is_initialized", None)
+    return bool(check()) if callable(check) else False
+
+
+class _Job:
+    def __init__(self, request: dict[str, Any], pid: int, fds: dict[int, str]) -> None:
+        self.request = request
+        self.pid = pid
+        self.fds = fds  # read end -> "stdout" | "stderr" | "record", while open
+        self.data: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray(), "record": bytearray()}
+        self.start = time.monotonic()
+        self.deadline = self.start + float(request.get("timeout", 180.0))
+        self.killed_at: float | None = None
+        self.status: int | None = None
+        self.seconds = 0.0
+
+    def kill(self) -> None:
+        for kill, target in ((os.killpg, self.pid), (os.kill, self.pid)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(target, signal.SIGKILL)
+
+    def reap(self) -> None:
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.status = status
+                self.seconds = time.monotonic() - self.start
+
+    def reply(self) -> dict[str, Any]:
+        try:
+            record = json.loads(bytes(self.data["record"]).decode("utf-8", "replace"))
+        except ValueError:
+            record = None
+        status = self.status if self.status is not None else 0
+        return {
+            "id": self.request.get("id"), "pid": self.pid,
+            "returncode": os.waitstatus_to_exitcode(status),
+            "stdout": self.data["stdout"][-_KEEP:].decode("utf-8", "replace"),
+            "stderr": self.data["stderr"][-_KEEP:].decode("utf-8", "replace"),
+            "seconds": self.seconds, "timed_out": self.killed_at is not None,
+            "record": record if isinstance(record, dict) else None,
+        }
+
+
+class _Server:
+    def __init__(self, requests: int, replies: int) -> None:
+        self.requests = requests
+        self.replies = replies
+        self.pending = b""
+        self.jobs: dict[int, _Job] = {}  # by pid
+        self.by_fd: dict[int, _Job] = {}
+        self.poll = select.poll()
+        self.poll.register(requests, select.POLLIN)
+        self.open = True
+
+    def send(self, message: dict[str, Any]) -> None:
+        _write_all(self.replies, (json.dumps(message) + "\n").encode())
+
+    def serve(self) -> int | None:
+        """The server's loop; returns an exit status in a forked child (None in the server, at the end)."""
+        while self.open or self.jobs:
+            for fd, _event in self.poll.poll(self._wait()):
+                if fd == self.requests:
+                    code = self._read_requests()
+                    if code is not None:
+                        return code
+                else:
+                    self._read_child(fd)
+            self._tend()
+        return None
+
+    def _wait(self) -> int | None:
+        now = time.monotonic()
+        waits: list[float] = []
+        for job in self.jobs.values():
+            if not job.fds or (job.status is None and job.killed_at is not None):
+                waits.append(0.005)  # pipes closed, exit status not yet there: look again soon
+            elif job.killed_at is None:
+                waits.append(job.deadline - now)
+            else:
+                waits.append(job.killed_at + _GRACE - now)
+        return None if not waits else max(0, int(min(waits) * 1000) + 1)
+
+    def _read_requests(self) -> int | None:
+        chunk = os.read(self.requests, 65536)
+        if not chunk:  # the client closed: stop, and take the running children down
+            self.poll.unregister(self.requests)
+            self.open = False
+            for job in self.jobs.values():
+                job.kill()
+                job.killed_at = job.killed_at or time.monotonic()
+            return None
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                code = self._fork(json.loads(line))
+                if code is not None:
+                    return code
+        return None
+
+    def _fork(self, request: dict[str, Any]) -> int | None:
+        pipes = {"stdout": os.pipe(), "stderr": os.pipe(), "record": os.pipe()}
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            return self._child(request, pipes, server)
+        fds: dict[int, str] = {}
+        for what, (read, write) in pipes.items():
+            os.close(write)
+            fds[read] = what
+        job = _Job(request, pid, fds)
+        self.jobs[pid] = job
+        for fd in fds:
+            self.by_fd[fd] = job
+            self.poll.register(fd, select.POLLIN)
+        return None
+
+    def _child(self, request: dict[str, Any], pipes: dict[str, tuple[int, int]], server: int) -> int:
+        try:
+            os.setsid()  # its own session and process group: a timeout kills all it started
+            _die_with_parent()
+            if os.getppid() != server:  # the server died before the line above
+                os._exit(70)
+            os.dup2(pipes["stdout"][1], 1)
+            os.dup2(pipes["stderr"][1], 2)
+            record_fd = pipes["record"][1]
+            for fd in [self.requests, self.replies, *self.by_fd, pipes["stdout"][1], pipes["stderr"][1],
+                       *(read for read, _ in pipes.values())]:
+                os.close(fd)
+            # A fresh interpreter would see what was installed since the server started: forget what the
+            # finders cached (directory listings, and path entries that did not exist then).
+            importlib.invalidate_caches()
+            pre = [str(m) for m in request.get("pre") or []]
+            record = _steps(pre, request.get("path") or None, str(request.get("name") or ""))
+            _write_all(record_fd, json.dumps(record).encode())
+            os.close(record_fd)
+        except BaseException:  # noqa: BLE001 - never let a child return into the server's loop
+            os._exit(70)  # the server's own code failed in the child: an exit without a record
+        # Exit as the probe does, through the interpreter's finalisation.
+        return 0 if record["ok"] else 3
+
+    def _read_child(self, fd: int) -> None:
+        job = self.by_fd[fd]
+        chunk = os.read(fd, 65536)
+        if chunk:
+            buf = job.data[job.fds[fd]]
+            buf += chunk
+            if len(buf) > 4 * _KEEP:
+                del buf[: len(buf) - _KEEP]
+        else:
+            self._close(job, fd)
+
+    def _close(self, job: _Job, fd: int) -> None:
+        self.poll.unregister(fd)
+        os.close(fd)
+        del self.by_fd[fd]
+        del job.fds[fd]
+
+    def _tend(self) -> None:
+        now = time.monotonic()
+        for pid, job in list(self.jobs.items()):
+            job.reap()
+            if job.killed_at is None and now >= job.deadline:
+                job.kill()
+                job.killed_at = now
+            if job.killed_at is not None and now >= job.killed_at + _GRACE:
+                for fd in list(job.fds):  # something outside the group holds the pipes: let go of them
+                    self._close(job, fd)
+            if job.status is not None and not job.fds:
+                job.kill()  # what the child left behind in its group goes with it
+                del self.jobs[pid]
+                if self.open:
+                    self.send(job.reply())
+
+
+def main(preload: str) -> int:
+    """Run the server: import the prerequisites (comma-separated), say whether that worked, then serve."""
+    requests, replies = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    record = _steps([m for m in preload.split(",") if m], None, "")
+    if record["ok"] and _cuda_initialised():
+        record = {"ok": False, "step": "import " + preload, "type": "RuntimeError",
+                  "message": "CUDA was initialised while importing: forked children would share its context"}
+    # Every object alive now is shared with the children until one of them writes to its page. A collection
+    # at the child's exit would touch them all (copy-on-write, most of a second with torch): keep it off them.
+    gc.freeze()
+    server = _Server(requests, replies)
+    if not record["ok"]:
+        server.send({"ready": False, **record})
+        return 0
+    server.send({"ready": True})
+    code = server.serve()
+    return 0 if code is None else code
+
+
+class ServerGone(Exception):
+    """The fork server could not start, or died: the per-process path has to answer."""
+
+
+class ForkServer:
+    """The client: one server process, any number of threads calling ``load`` at once.
+
+    ``ForkServer.start`` returns once the prerequisites are imported, or raises ServerGone saying why not
+    (``import torch`` failed, crashed or hung): then load every module the per-process way, whose verdicts
+    say the same thing module by module.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], python: str) -> None:
+        self._proc = proc
+        self._python = python
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self._ready: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        self._stderr: collections.deque[bytes] = collections.deque(maxlen=256)
+        self._gone = ""
+        self.seconds = 0.0  # how long the prerequisites took to import
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        self._threads = [threading.Thread(target=self._read_replies, args=(proc.stdout,), daemon=True),
+                         threading.Thread(target=self._read_stderr, args=(proc.stderr,), daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @classmethod
+    def start(cls, python: str, *, preload: Sequence[str], env: Mapping[str, str] | None = None,
+              timeout: float = 180.0) -> ForkServer:
+        """Start a server that has imported *preload*; ServerGone (with the reason) if it could not."""
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [python, "-c", _source(), ",".join(preload)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=dict(env) if env is not None else None, start_new_session=True,
+        )
+        server = cls(proc, python)
+        try:
+            ready = server._ready.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            server.close()
+            raise ServerGone(f"importing {', '.join(preload)} took over {timeout:.0f} s") from None
+        except ServerGone as exc:
+            server.close()
+            raise ServerGone(f"the server died while importing {', '.join(preload) or 'nothing'}: {exc}") from None
+        if not ready.get("ready"):
+            server.close()
+            raise ServerGone(f"{ready.get('step', '')} failed: {ready.get('type', '')}: {ready.get('message', '')}")
+        server.seconds = time.monotonic() - started
+        return server
+
+    def load(self, *, path: str | None, name: str, pre_import: Sequence[str] = (),
+             timeout: float = 120.0) -> tuple[LoadFailure | None, Completed]:
+        """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter."""
+        # Imported here: this file also runs as a script (python -c), where there is no package to import from.
+        from compatlab.incell.loadcheck import classify_record
+        from compatlab.incell.proc import Completed
+
+        ident = next(self._ids)
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        request = {"id": ident, "path": path, "name": name, "pre": list(pre_import), "timeout": timeout}
+        with self._lock:
+            if self._gone:
+                raise ServerGone(self._gone)
+            self._pending[ident] = future
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write((json.dumps(request) + "\n").encode())
+                self._proc.stdin.flush()
+            except OSError as exc:
+                self._pending.pop(ident, None)
+                raise ServerGone(f"the server stopped reading: {exc}") from None
+        try:
+            # The server kills the child at *timeout*; this is for a server that stopped answering.
+            reply = future.result(timeout=timeout + 60.0)
+        except concurrent.futures.TimeoutError:
+            self.close()
+            raise ServerGone(f"no answer for {path or name} within {timeout + 60:.0f} s") from None
+        done = Completed(
+            argv=[self._python, f"<fork of server {self.pid}: pid {reply['pid']}>", path or "", name,
+                  ",".join(pre_import)],
+            returncode=int(reply["returncode"]), stdout=str(reply["stdout"]), stderr=str(reply["stderr"]),
+            seconds=float(reply["seconds"]), timed_out=bool(reply["timed_out"]),
+        )
+        return classify_record(done, reply["record"]), done
+
+    def close(self) -> None:
+        """End the server: running children are killed with their groups."""
+        with self._lock:
+            self._gone = self._gone or "the server was closed"
+            with contextlib.suppress(OSError):
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait()
+        if threading.current_thread() not in self._threads:
+            for thread in self._threads:
+                thread.join(timeout=30)
+            for stream in (self._proc.stdout, self._proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read_replies(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # the server writes only JSON lines; nothing else can answer a request
+            if "ready" in message:
+                self._ready.set_result(message)
+                continue
+            with self._lock:
+                future = self._pending.pop(int(message["id"]), None)
+            if future is not None:
+                future.set_result(message)
+        self._proc.wait()
+        tail = b"".join(self._stderr).decode("utf-8", "replace").strip().splitlines()
+        why = f"exit status {self._proc.returncode}" + (f": {tail[-1]}" if tail else "")
+        with self._lock:
+            self._gone = self._gone or why
+            pending, self._pending = list(self._pending.values()), {}
+        for future in [*pending, self._ready]:
+            if not future.done():
+                future.set_exception(ServerGone(why))
+
+    def _read_stderr(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            self._stderr.append(line)
+
+
+def _source() -> str:
+    return Path(__file__).read_text(encoding="utf-8")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else ""))

@@ -1,0 +1,252 @@
+"""forkserver: real gcc-built extension modules loaded in children of one real server, verdicts as per process."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compatlab.incell import loadcheck
+from compatlab.incell.forkserver import ForkServer, ServerGone, enabled
+from fixtures.sofix import abi_broken_module, compile_so, ext_module
+
+_CRASH = ("raise(SIGSEGV);", "#include <signal.h>")
+_HANG = ("for (;;) sleep(1);", "#include <unistd.h>")
+# Writes its pid to $COMPATLAB_TEST_PIDS, then hangs.
+_HANG_PID = (
+    'FILE *f = fopen(getenv("COMPATLAB_TEST_PIDS"), "w"); fprintf(f, "%d", (int)getpid()); fclose(f);\n'
+    "for (;;) sleep(1);",
+    "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>",
+)
+# Forks a grandchild into its process group, writes both pids to $COMPATLAB_TEST_PIDS, then hangs.
+_HANG_WITH_CHILD = (
+    'pid_t g = fork(); if (g == 0) { for (;;) pause(); }\n'
+    'FILE *f = fopen(getenv("COMPATLAB_TEST_PIDS"), "w"); fprintf(f, "%d %d", (int)getpid(), (int)g); fclose(f);\n'
+    "for (;;) sleep(1);",
+    "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    label: str
+    path: str | None
+    name: str
+    pre: tuple[str, ...] = ()
+    timeout: float = 60.0
+
+
+def _cases(tmp: Path) -> list[Case]:
+    lib = compile_so(tmp / "libgone.so.7", "int gone(void) { return 7; }\n", soname="libgone.so.7")
+    needy = ext_module(tmp, "needy", "gone();", str(lib), prelude="int gone(void);")
+    lib.unlink()
+    pkg = tmp / "pypath" / "deep_gemm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import setuptools_that_is_not_there\n", encoding="utf-8")
+    modules = {
+        "good": ext_module(tmp, "good"),
+        "abi": abi_broken_module(tmp / "abi", "abi"),
+        "needy": needy,
+        "crash": ext_module(tmp, "crash", _CRASH[0], prelude=_CRASH[1]),
+        "hang": ext_module(tmp, "hang", _HANG[0], prelude=_HANG[1]),
+        "raiser": ext_module(tmp, "raiser", 'PyErr_SetString(PyExc_ImportError, "needs triton"); return NULL;'),
+        "quitter": ext_module(tmp, "quitter", "exit(5);", prelude="#include <stdlib.h>"),
+        # Loads, then crashes in exit(): a fresh interpreter shows it, and so must a forked child.
+        "crash_at_exit": ext_module(tmp, "crash_at_exit", "atexit(boom);",
+                                    prelude="#include <signal.h>\n#include <stdlib.h>\n"
+                                            "static void boom(void) { raise(SIGSEGV); }"),
+    }
+    return [
+        *(Case(label, str(path), label, timeout=2 if label == "hang" else 60) for label, path in modules.items()),
+        Case("good after json", str(modules["good"]), "good", pre=("json",)),
+        Case("prerequisite fails", str(modules["good"]), "good", pre=("compatlab_no_such_module",)),
+        Case("compatlab_absent_pkg", None, "compatlab_absent_pkg"),
+        Case("json", None, "json"),
+        Case("deep_gemm", None, "deep_gemm"),
+    ]
+
+
+# What the per-process path says of each (the contract both paths keep), as (kind, describe(label, ...)).
+EXPECTED: dict[str, tuple[str, str] | None] = {
+    "good": None,
+    "good after json": None,
+    "json": None,
+    "abi": ("undefined-symbol", "abi: undefined symbol ns::check(int)"),
+    "needy": ("missing-library", "needy: missing shared library libgone.so.7"),
+    "crash": ("signal", "crash: crashed with SIGSEGV while loading"),
+    "crash_at_exit": ("signal", "crash_at_exit: crashed with SIGSEGV while loading"),
+    "hang": ("timeout", "hang: hung while loading, killed after 2 s"),
+    "raiser": ("import-error", "raiser: ImportError: needs triton"),
+    "quitter": ("exit", "quitter: exited with status 5"),
+    "prerequisite fails": ("import-error", "prerequisite fails (import compatlab_no_such_module failed): "
+                                           "ModuleNotFoundError: No module named 'compatlab_no_such_module'"),
+    "compatlab_absent_pkg": ("import-error",
+                             "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'"),
+    "deep_gemm": ("missing-dependency",
+                  "deep_gemm imports setuptools_that_is_not_there, which is not installed: an undeclared dependency"),
+}
+
+
+def _verdict(label: str, failure: loadcheck.LoadFailure | None) -> tuple[str, str] | None:
+    return None if failure is None else (failure.kind, loadcheck.describe(label, failure))
+
+
+def _fields(failure: loadcheck.LoadFailure | None) -> dict[str, Any] | None:
+    # Everything but the stderr tail: a traceback's frames name the probe's code, which differs.
+    return None if failure is None else {k: v for k, v in failure.to_json().items() if k != "raw"}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tmp_path / "pypath"), "COMPATLAB_TEST_PIDS": str(tmp_path / "pids")}
+
+
+@pytest.fixture
+def server(env: dict[str, str]) -> Iterator[ForkServer]:
+    with ForkServer.start(sys.executable, preload=["json"], env=env, timeout=120) as srv:
+        yield srv
+
+
+def test_each_module_is_classified_as_in_its_own_process(tmp_path: Path, env: dict[str, str],
+                                                         server: ForkServer) -> None:
+    """All at once through one server: a crash, a hang and an exit among them take only themselves down."""
+    cases = _cases(tmp_path)
+
+    def forked(case: Case) -> loadcheck.LoadFailure | None:
+        failure, _ = server.load(path=case.path, name=case.name, pre_import=case.pre, timeout=case.timeout)
+        return failure
+
+    def per_process(case: Case) -> loadcheck.LoadFailure | None:
+        failure, _ = loadcheck.load_module(sys.executable, path=case.path, name=case.name, pre_import=case.pre,
+                                           timeout=case.timeout, env=env)
+        return failure
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        through_server = dict(zip([c.label for c in cases], pool.map(forked, cases), strict=True))
+    alone = {c.label: per_process(c) for c in cases}
+    assert {k: _verdict(k, v) for k, v in alone.items()} == EXPECTED
+    assert {k: _fields(v) for k, v in through_server.items()} == {k: _fields(v) for k, v in alone.items()}
+    abi = through_server["abi"]
+    assert abi is not None
+    assert (abi.symbol, abi.demangled) == ("_ZN2ns5checkEi", "ns::check(int)")
+    assert "Traceback" in abi.raw  # the child's own stderr comes back
+
+
+def test_a_crashing_child_leaves_the_server_serving(tmp_path: Path, server: ForkServer) -> None:
+    crash = ext_module(tmp_path, "crash", _CRASH[0], prelude=_CRASH[1])
+    failure, done = server.load(path=str(crash), name="crash")
+    assert failure is not None
+    assert (failure.kind, failure.signal, done.signal_name) == ("signal", "SIGSEGV", "SIGSEGV")
+    good = ext_module(tmp_path, "good")
+    again, done = server.load(path=str(good), name="good", pre_import=["json"])
+    assert again is None, done.stderr
+    assert done.returncode == 0
+
+
+def test_a_hanging_child_is_killed_with_its_process_group_alone(tmp_path: Path, server: ForkServer) -> None:
+    hang = ext_module(tmp_path, "hangfork", _HANG_WITH_CHILD[0], prelude=_HANG_WITH_CHILD[1])
+    good = ext_module(tmp_path, "good")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        hung = pool.submit(server.load, path=str(hang), name="hangfork", timeout=2)
+        loaded = pool.submit(server.load, path=str(good), name="good")
+        (failure, done), (ok, _) = hung.result(), loaded.result()
+    assert ok is None
+    assert failure is not None
+    assert done.timed_out
+    assert (failure.kind, failure.message) == ("timeout", "killed after 2 s")
+    child, grandchild = (int(p) for p in (tmp_path / "pids").read_text(encoding="utf-8").split())
+    assert not _alive(child)
+    assert not _alive(grandchild)
+    assert server.load(path=None, name="json")[0] is None  # and the server goes on
+
+
+def _alive(pid: int) -> bool:
+    """True while *pid* runs (a zombie waiting for its reaper is dead: SIGKILL reached it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_a_prerequisite_that_fails_to_import_keeps_the_server_from_starting(tmp_path: Path,
+                                                                            env: dict[str, str]) -> None:
+    with pytest.raises(ServerGone) as info:
+        ForkServer.start(sys.executable, preload=["compatlab_no_such_module"], env=env)
+    assert str(info.value) == (
+        "import compatlab_no_such_module failed: ModuleNotFoundError: No module named 'compatlab_no_such_module'"
+    )
+    ext_module(tmp_path / "pypath", "crash", _CRASH[0], prelude=_CRASH[1])
+    with pytest.raises(ServerGone) as info:
+        ForkServer.start(sys.executable, preload=["crash"], env=env)
+    assert str(info.value).startswith("the server died while importing crash: exit status -11")
+
+
+def _wait_for(check: Callable[[], bool]) -> bool:
+    """Wait (up to a minute) for something a process does; whether it happened."""
+    for _ in range(600):
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_server_that_dies_fails_the_load_it_owed_and_takes_its_child(tmp_path: Path, server: ForkServer) -> None:
+    hang = ext_module(tmp_path, "hangpid", _HANG_PID[0], prelude=_HANG_PID[1])
+    pids = tmp_path / "pids"
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(server.load, path=str(hang), name="hangpid", timeout=600)
+        assert _wait_for(lambda: pids.is_file() and pids.stat().st_size > 0)
+        os.kill(server.pid, signal.SIGKILL)
+        with pytest.raises(ServerGone) as info:
+            pending.result()
+    assert str(info.value) == "exit status -9"
+    child = int(pids.read_text(encoding="utf-8"))
+    assert _wait_for(lambda: not _alive(child))  # PR_SET_PDEATHSIG: no hung load outlives its server
+    with pytest.raises(ServerGone) as info:
+        server.load(path=None, name="json")
+    assert str(info.value) == "exit status -9"
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, True), ("1", True), ("0", False), ("off", False)])
+def test_the_switch(value: str | None, expected: bool) -> None:
+    assert enabled({} if value is None else {"COMPATLAB_IMPORT_FORKSERVER": value}) is expected
+
+
+def _torch_python() -> str:
+    given = os.environ.get("COMPATLAB_TEST_TORCH_PYTHON")
+    if given:
+        return given
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    pytest.skip("no interpreter with torch: set COMPATLAB_TEST_TORCH_PYTHON to one (CPU torch will do)")
+
+
+def test_real_torch_once_then_its_modules_as_per_process() -> None:
+    python = _torch_python()
+    found = subprocess.run([python, "-c", "import torch; print(torch._C.__file__)"],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert found.returncode == 0, found.stderr
+    cases = [Case("torch/_C", found.stdout.strip(), "torch._C", pre=("torch",)),
+             Case("torch", None, "torch"), Case("torchgen", None, "torchgen", pre=("torch",)),
+             Case("compatlab_absent_pkg", None, "compatlab_absent_pkg", pre=("torch",))]
+    with ForkServer.start(python, preload=["torch"], timeout=300) as server:
+        forked = {c.label: server.load(path=c.path, name=c.name, pre_import=c.pre, timeout=300)[0] for c in cases}
+    alone = {c.label: loadcheck.load_module(python, path=c.path, name=c.name, pre_import=c.pre, timeout=300)[0]
+             for c in cases}
+    assert {k: _verdict(k, v) for k, v in alone.items()} == {
+        "torch/_C": None, "torch": None, "torchgen": None,
+        "compatlab_absent_pkg": ("import-error",
+                                 "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'"),
+    }
+    assert {k: _fields(v) for k, v in forked.items()} == {k: _fields(v) for k, v in alone.items()}
