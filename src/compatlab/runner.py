@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
-import os
-import platform
 import secrets
-import shutil
-import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,10 +14,11 @@ from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError, UsageError
 from compatlab.proc import run
-from compatlab.runs.model import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
+from compatlab.runs.model import CellResult, StageResult, cell_state
+from compatlab.runs.store import RunFolder
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage
 
-__all__ = ["GPU8", "PIPELINE", "aggregate_run", "find_cell", "new_run_id", "run_cell"]
+__all__ = ["GPU8", "PIPELINE", "find_cell", "new_run_id", "run_cell", "run_more_stages"]
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +66,21 @@ def _blocked(stage: Stage, install: StageResult) -> StageResult:
     return StageResult(name=stage.name, state="skip", reason=f"blocked: install {word}")
 
 
-def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
+def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
              stages: tuple[Stage, ...] = PIPELINE) -> CellResult:
-    """Run every stage of *cell* and write ``run_dir/cells/<id>.json``; never raises for a red cell."""
+    """Run every stage of *cell* and write its result into *run*; never raises for a red cell.
+
+    A result that cannot be written raises runs.store.UnsavedResult, which says where it was kept.
+    """
     started, t0 = now_iso(), time.monotonic()
     expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect and cell.na is None else None
     result = CellResult(id=cell.id, axes=cell.axes, state="n/a", expected=expected, started=started)
     if cell.na is not None:
         result.reason = cell.na
         result.finished = now_iso()
-        write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
+        run.write_cell(result)
         return result
-    work = run_dir / "cells" / cell.id
-    work.mkdir(parents=True, exist_ok=True)
+    work = run.work_dir(cell.id)
     try:
         _run_stages(matrix, cell, result, work=work, venv=venv_root / cell.id, stages=stages)
     except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
@@ -93,7 +90,7 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
     _conclude(result)
     result.finished = now_iso()
     result.seconds = round(time.monotonic() - t0, 3)
-    write_json_atomic(run_dir / "cells" / f"{cell.id}.json", result.to_json())
+    run.write_cell(result)
     return result
 
 
@@ -148,17 +145,17 @@ def _disagreement(stages: list[StageResult]) -> str:
     return " [static disagrees: it predicted no load failure]"
 
 
-def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
+def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
                     stages: tuple[Stage, ...]) -> CellResult:
     """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
 
     Without an earlier result or venv the cell is run whole first, so the stages always have a stack.
     """
-    path = run_dir / "cells" / f"{cell.id}.json"
     venv = venv_root / cell.id
-    if not path.exists() or not envs.venv_python(venv).exists():
-        return run_cell(matrix, cell, run_dir=run_dir, venv_root=venv_root, stages=PIPELINE + stages)
-    result = CellResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+    earlier = run.read_cell(cell.id)
+    if earlier is None or not envs.venv_python(venv).exists():
+        return run_cell(matrix, cell, run=run, venv_root=venv_root, stages=PIPELINE + stages)
+    result = earlier
     if result.state == "n/a":
         return result
     t0 = time.monotonic()
@@ -170,14 +167,14 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Pat
                              for s in stages)
     else:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
-                          site_packages=envs.site_packages(venv), work_dir=run_dir / "cells" / cell.id,
+                          site_packages=envs.site_packages(venv), work_dir=run.work_dir(cell.id),
                           freeze=result.freeze, previous=result.stages)
         for stage in stages:
             result.stages.append(_run_stage(stage, ctx))
     _conclude(result)
     result.finished = now_iso()
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
-    write_json_atomic(path, result.to_json())
+    run.write_cell(result)
     return result
 
 
@@ -206,59 +203,3 @@ def is_unexpected(result: CellResult) -> bool:
     if known_bad:
         return result.state in ("pass", "partial")
     return result.state == "fail"
-
-
-def host_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "gpus": [],
-        "driver": None,
-    }
-    smi = shutil.which("nvidia-smi")
-    if smi:
-
-        done = run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"], timeout=30)
-        if done.ok:
-            rows = [[c.strip() for c in line.split(",")] for line in done.stdout.strip().splitlines()]
-            facts["gpus"] = [{"name": r[0], "compute_cap": r[2] if len(r) > 2 else None} for r in rows if r]
-            facts["driver"] = rows[0][1] if rows and len(rows[0]) > 1 else None
-    uv = shutil.which("uv")
-    if uv:
-        done = run([uv, "--version"], timeout=30)
-        facts["uv"] = done.stdout.strip()
-    return facts
-
-
-def aggregate_run(matrix: Matrix, run_dir: Path, *, run_id: str, latest: Path | None) -> dict[str, Any]:
-    """(Re)write ``run_dir/results.json`` from the cell files, and copy it to ``latest``."""
-    meta_path = run_dir / "run.json"
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    else:
-        meta = {"id": run_id, "started": now_iso(), "host": host_facts(), "matrix": matrix.path,
-                "matrix_name": matrix.name}
-        write_json_atomic(meta_path, meta)
-    planned = [c.id for c in expand(matrix)]
-    order = {cid: i for i, cid in enumerate(planned)}
-    cells = []
-    for path in sorted((run_dir / "cells").glob("*.json")):
-        try:
-            cells.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError):
-            log.warning("skipping unreadable %s", path)
-    cells.sort(key=lambda c: order.get(c["id"], len(order)))
-    meta = dict(meta)
-    meta["finished"] = max((c.get("finished", "") for c in cells), default=None)
-    meta["report"] = {"rows": list(matrix.report.rows), "columns": list(matrix.report.columns),
-                      "tables": list(matrix.report.tables)}
-    meta["axes"] = {a.name: [v.version for v in a.values] for a in matrix.axes}
-    meta["planned"] = planned
-    data = {"schema": SCHEMA, "run": meta, "cells": cells}
-    write_json_atomic(run_dir / "results.json", data)
-    if latest is not None:
-        write_json_atomic(latest / "results.json", data)
-    return data

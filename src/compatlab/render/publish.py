@@ -12,6 +12,7 @@ from compatlab.render._grid import Run, load
 from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
 from compatlab.render.html import IndexEntry, render_html, render_index
 from compatlab.render.markdown import compat_md_diff, render_markdown
+from compatlab.runs import store
 
 __all__ = ["main", "publish", "write_run", "write_text_atomic"]
 
@@ -32,22 +33,18 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _copy_atomic(src: Path, dst: Path) -> None:
-    if dst.exists() and src.resolve() == dst.resolve():
-        return
-    write_text_atomic(dst, src.read_text(encoding="utf-8"))
-
-
 def write_run(
     run: Run,
-    results_path: Path,
     out_dir: Path,
     history: list[Run],
     *,
     nav: list[tuple[str, str]] | None = None,
     runs: list[IndexEntry] | None = None,
 ) -> list[Path]:
-    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run)."""
+    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run).
+
+    Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun).
+    """
     previous = previous_run(history, run)
     changes = diff_runs(previous, run) if previous is not None else []
     page = render_html(
@@ -58,13 +55,13 @@ def write_run(
         nav=nav or [],
         runs=runs or [],
     )
+    files = {"index.html": page, "compat.md": render_markdown(run)}
+    if previous is not None:
+        files["changes.md"] = compat_md_diff(previous, run)
+    store.write_latest(out_dir, run.results, files=files)
     written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "results.json"]
-    write_text_atomic(written[0], page)
-    write_text_atomic(written[1], render_markdown(run))
-    _copy_atomic(results_path, written[2])
     if previous is not None:
         written.append(out_dir / "changes.md")
-        write_text_atomic(written[3], compat_md_diff(previous, run))
     log.info("wrote %s", ", ".join(str(p) for p in written))
     return written
 
@@ -72,7 +69,7 @@ def write_run(
 def _site_runs(site_dir: Path) -> list[Run]:
     """Runs already published (possibly ones no longer under runs_dir): kept and listed."""
     found = []
-    for path in sorted((site_dir / "runs").glob("*/results.json")):
+    for path in store.results_in(site_dir / "runs"):
         try:
             found.append(load(path))
         except ConfigError as exc:
@@ -93,10 +90,8 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
             str(runs_dir), ["no runs found (expected <run-id>/results.json); run `nox -s matrix` first"]
         )
     for run in history:
-        src = Path(run.source)
         write_run(
             run,
-            src,
             site_dir / "runs" / _safe(run.id),
             history,
             nav=[("Latest", "../../index.html"), ("All runs", "../index.html")],
@@ -125,7 +120,6 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
     latest = history[-1]
     write_run(
         latest,
-        Path(latest.source),
         site_dir,
         history,
         nav=[(f"Run {latest.id}", f"runs/{_safe(latest.id)}/index.html"), ("All runs", "runs/index.html")],
