@@ -120,6 +120,8 @@ def now_iso() -> str:
 def _write_bytes(path: Path, payload: bytes) -> None:
     """Temp file in the same folder, fsync, os.replace; a failure raises LabError naming *path*."""
     tmp: str | None = None
+    if path.parent.exists() and not path.parent.is_dir():
+        raise LabError(f"cannot write {path}: {path.parent} is not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -293,7 +295,7 @@ def unsaved_dir(run_id: str) -> Path:
     return Path(state) / "compatlab" / "unsaved" / run_id
 
 
-def _keep(run_id: str, result: CellResult, payload: bytes) -> tuple[Path | None, str]:
+def _keep(run_id: str, result: CellResult, data: Mapping[str, Any]) -> tuple[Path | None, str]:
     """Save a result that its run cannot take; returns where and the sentence that says so."""
     tried = []
     candidates = []
@@ -303,14 +305,14 @@ def _keep(run_id: str, result: CellResult, payload: bytes) -> tuple[Path | None,
     for folder in candidates:
         target = folder / CELLS / f"{result.id}.json"
         try:
-            _write_bytes(target, payload)
+            _write_bytes(target, _json_bytes(data))
         except LabError as exc:
             tried.append(str(exc))
             continue
         return target, (f"the result is kept in {target}; to bring it back: compatlab merge <run folder> {folder} "
                         "--out <new run folder>")
     return None, ("it could not be kept anywhere else either (" + "; ".join(tried) + "); here it is: "
-                  + payload.decode("utf-8").replace("\n", " "))
+                  + json.dumps(data))
 
 
 def _probe_held(fd: int) -> bool:
@@ -389,12 +391,12 @@ class RunFolder:
     def write_cell(self, result: CellResult) -> Path:
         """Write ``cells/<id>.json``; when that fails the result is kept elsewhere (UnsavedResult says where)."""
         path = _cell_file(self.path, result.id)
-        payload = _json_bytes({"schema": CELL_SCHEMA, **result.to_json()})
+        data = {"schema": CELL_SCHEMA, **result.to_json()}
         try:
             self.check()
-            _write_bytes(path, payload)
+            _write_bytes(path, _json_bytes(data))
         except LabError as exc:
-            kept, words = _keep(self.id, result, payload)
+            kept, words = _keep(self.id, result, data)
             raise UnsavedResult(f"{exc}; {words}", kept) from None
         return path
 
