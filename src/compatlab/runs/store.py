@@ -613,11 +613,17 @@ def prune_runs(runs_dir: Path, keep: int) -> list[Path]:
     def order(results: Path) -> tuple[int, str]:
         try:
             return _read_run_json(results.parent).order
-        except ConfigError:
-            try:
-                return load_results(results).run.order
-            except ConfigError:
-                return (0, results.parent.name)
+        except ConfigError as exc:
+            log.debug("%s", exc)
+        try:
+            return load_results(results).run.order
+        except ConfigError as exc:
+            log.debug("%s", exc)
+        try:  # a run.json of a lab before schemas: only its start matters here
+            legacy = json.loads((results.parent / RUN_JSON).read_text(encoding="utf-8"))
+            return RunInfo(id=results.parent.name, started=str(legacy["started"])).order
+        except (OSError, ValueError, TypeError, KeyError):
+            return (0, results.parent.name)
 
     runs = sorted((p.parent for p in results_in(runs_dir)), key=lambda d: order(d / RESULTS))
     doomed = []
