@@ -79,17 +79,17 @@ def _lab_env() -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT / "src"), "COMPATLAB_MATRIX": str(MATRIX.path), "UV_PYTHON_DOWNLOADS": "never"}
 
 
-_OWNED: list[RunFolder] = []
+_OWNED: dict[Path, RunFolder] = {}
 
 
-def _run_owner(session: nox.Session) -> str:
+def _run_owner(session: nox.Session, run_dir: Path = RUN_DIR, run_id: str = RUN_ID) -> str:
     """This nox process owns the run while it lives (runs/store.py: ownership); its cells join with this."""
-    if not _OWNED:
+    if run_dir not in _OWNED:
         try:
-            _OWNED.append(store.claim_run(RUN_DIR, run_id=RUN_ID, matrix=MATRIX))
+            _OWNED[run_dir] = store.claim_run(run_dir, run_id=run_id, matrix=MATRIX)
         except LabError as exc:
             session.error(str(exc))
-    return _OWNED[0].owner
+    return _OWNED[run_dir].owner
 
 
 @nox.session(name="matrix", python=False)
@@ -128,7 +128,7 @@ def gpu8_perf(session: nox.Session) -> None:
     news = []
     for cell in chosen:
         args = ["cell", cell.id, "--gpu8", "--matrix", str(MATRIX.path), "--run-dir", str(run_dir), "--run-id",
-                run_id, "--latest", str(LATEST), "--venvs", str(VENVS)]
+                run_id, "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session, run_dir, run_id)]
         session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True,
                     success_codes=[0, 1])
         try:

@@ -24,7 +24,7 @@ Before each write a joined process checks that the lock is still held (a ``LOCK_
 must fail) and that run.json still names its owner. So ``kill -9`` of nox frees the lock at once (the
 kernel drops it with the process) and its orphaned cells stop writing; a second run of the same id
 cannot claim a folder that is held, and once it holds one, a cell of the dead run sees another owner.
-A cell started without ``--owner`` (by hand, the gpu8 stages) claims the run itself for its duration.
+A cell started without ``--owner`` (by hand) claims the run itself for its duration.
 
 latest: ``write_latest`` holds ``flock`` on the latest folder, and replaces its files only for a run at
 least as new as the one its results.json shows (``RunInfo.order``: start time in ns, then id); an older
@@ -507,6 +507,14 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
     Each file is replaced atomically, results.json last, under an flock of the folder; StaleRun (nothing
     written) when the folder shows another run that started later. Returns the files written.
     """
+    if (folder / RUN_JSON).is_file():
+        # A run's own folder (`report` without --out): its results.json and its lock belong to its owner.
+        shown = _shown(folder)
+        if shown is not None and shown.id != results.run.id:
+            raise StaleRun(f"{folder} is the folder of run {shown.id}, not of run {results.run.id}: left as it is")
+        for name, text in (files or {}).items():
+            _write_bytes(folder / name, text.encode("utf-8"))
+        return [folder / name for name in files or {}]
     fd = _open_dir(folder)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

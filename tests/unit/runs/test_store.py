@@ -195,6 +195,16 @@ def test_an_older_run_never_replaces_a_newer_latest(tmp_path: Path, matrix: Matr
     assert not (tmp_path / "reports" / "latest" / "index.html").exists()
 
 
+def test_report_into_a_run_in_progress_leaves_its_results_to_the_owner(tmp_path: Path, matrix: Matrix) -> None:
+    assert lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1").returncode == 0
+    before = (tmp_path / "reports" / "runs" / "r1" / "results.json").read_bytes()
+    with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
+        done = lab(tmp_path, "report", "reports/runs/r1/results.json", "--no-history")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (tmp_path / "reports" / "runs" / "r1" / "index.html").is_file()
+    assert (tmp_path / "reports" / "runs" / "r1" / "results.json").read_bytes() == before
+
+
 def test_a_second_process_cannot_write_a_run_in_use(tmp_path: Path, matrix: Matrix) -> None:
     with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
         done = lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1")
