@@ -17,7 +17,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from compatlab.cells import Cell, expand  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
-from compatlab.errors import ConfigError  # noqa: E402
+from compatlab.errors import ConfigError, LabError  # noqa: E402
+from compatlab.runs import store  # noqa: E402
+from compatlab.runs.store import RunFolder  # noqa: E402
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
@@ -77,6 +79,19 @@ def _lab_env() -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT / "src"), "COMPATLAB_MATRIX": str(MATRIX.path), "UV_PYTHON_DOWNLOADS": "never"}
 
 
+_OWNED: dict[Path, RunFolder] = {}
+
+
+def _run_owner(session: nox.Session, run_dir: Path = RUN_DIR, run_id: str = RUN_ID) -> str:
+    """This nox process owns the run while it lives (runs/store.py: ownership); its cells join with this."""
+    if run_dir not in _OWNED:
+        try:
+            _OWNED[run_dir] = store.claim_run(run_dir, run_id=run_id, matrix=MATRIX)
+        except LabError as exc:
+            session.error(str(exc))
+    return _OWNED[run_dir].owner
+
+
 @nox.session(name="matrix", python=False)
 # Tags name each axis value (`nox -t flashinfer-0.7.4`); `-k` matches id substrings (`-k "cu13 and torch2"`).
 @nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()]) for c in CELLS])
@@ -84,7 +99,7 @@ def matrix(session: nox.Session, cell: str) -> None:
     """One matrix cell: its own uv venv, the pins, then every stage; fails only on unexpected verdicts."""
     session.notify("matrix_summary")
     args = ["cell", cell, "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
-            "--latest", str(LATEST), "--venvs", str(VENVS)]
+            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session)]
     session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
 
 
@@ -96,14 +111,15 @@ def gpu8_perf(session: nox.Session) -> None:
     to the run of COMPATLAB_RUN_ID, else to reports/latest's run of this matrix (reusing its venvs), and
     takes cell ids or parts of them as posargs: `nox -s gpu8_perf -- cuda13.0`.
     """
-    import json
-
     run_id, run_dir = RUN_ID, RUN_DIR
     latest = LATEST / "results.json"
     if not USER_RUN_ID and latest.exists():
-        previous = json.loads(latest.read_text())["run"]
-        if previous.get("matrix") == str(MATRIX.path):
-            run_id, run_dir = previous["id"], REPORTS / "runs" / previous["id"]
+        try:
+            previous = store.load_results(latest).run
+        except LabError as exc:
+            session.error(str(exc))
+        if previous.matrix == str(MATRIX.path):
+            run_id, run_dir = previous.id, REPORTS / "runs" / previous.id
     wanted = session.posargs
     chosen = [c for c in CELLS if c.na is None and (not wanted or any(w in c.id for w in wanted))]
     if not chosen:
@@ -112,10 +128,14 @@ def gpu8_perf(session: nox.Session) -> None:
     news = []
     for cell in chosen:
         args = ["cell", cell.id, "--gpu8", "--matrix", str(MATRIX.path), "--run-dir", str(run_dir), "--run-id",
-                run_id, "--latest", str(LATEST), "--venvs", str(VENVS)]
+                run_id, "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session, run_dir, run_id)]
         session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True,
                     success_codes=[0, 1])
-        if json.loads((run_dir / "cells" / f"{cell.id}.json").read_text()).get("unexpected"):
+        try:
+            result = store.read_cell(run_dir, cell.id)
+        except LabError as exc:
+            session.error(str(exc))
+        if result is None or result.unexpected:
             news.append(cell.id)
     _summarize(session, run_dir / "results.json")
     if news:

@@ -5,29 +5,24 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
-import json
 import logging
 import os
-import platform
 import secrets
 import shutil
-import socket
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from compatlab import envs
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError, UsageError
-from compatlab.proc import run
-from compatlab.runs.model import SCHEMA, CellResult, StageResult, cell_state, write_json_atomic
+from compatlab.runs.model import CellResult, StageResult, cell_state
+from compatlab.runs.store import RunFolder
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
 from compatlab.stages.base import blocked
 
-__all__ = ["GPU8", "PIPELINE", "aggregate_run", "cell_venv", "find_cell", "new_run_id", "run_cell"]
+__all__ = ["GPU8", "PIPELINE", "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages"]
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +82,13 @@ def _flock(path: Path, *, wait: bool) -> Iterator[bool]:
         os.close(fd)
 
 
-def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
+def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
              stages: tuple[Stage, ...] = PIPELINE) -> CellResult:
-    """Run *cell* through *stages* and write ``run_dir/cells/<id>.json``; never raises for a red cell.
+    """Run *cell* through *stages* and write its result into *run*; never raises for a red cell.
 
-    A signal (SIGINT, SIGTERM, SIGHUP: KeyboardInterrupt) propagates: the cell's processes are killed and
-    waited for on the way out, and nothing is written for the interrupted cell.
+    A result that cannot be written raises runs.store.UnsavedResult, which says where it was kept. A signal
+    (SIGINT, SIGTERM, SIGHUP: KeyboardInterrupt) propagates: the cell's processes are killed and waited for
+    on the way out, and nothing is written for the interrupted cell.
     """
     started, t0 = now_iso(), time.monotonic()
     expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect and cell.na is None else None
@@ -100,43 +96,42 @@ def run_cell(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
     if cell.na is not None:
         result.reason = cell.na
         result.finished = now_iso()
-        _write_cell(run_dir, result)
+        run.write_cell(result)
         return result
-    work = run_dir / "cells" / cell.id
-    work.mkdir(parents=True, exist_ok=True)
-    with own_venv(venv_root, run_dir.name, cell) as venv:
+    work = run.work_dir(cell.id)
+    with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
                           previous=result.stages)
         _run_pipeline(ctx, result, stages)
     result.seconds = round(time.monotonic() - t0, 3)
-    _write_cell(run_dir, result)
+    run.write_cell(result)
     return result
 
 
-def run_more_stages(matrix: Matrix, cell: Cell, *, run_dir: Path, venv_root: Path,
+def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
                     stages: tuple[Stage, ...]) -> CellResult:
     """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
 
     Without an earlier result or a complete venv the cell is run whole first, so the stages always have
     a stack.
     """
-    path = run_dir / "cells" / f"{cell.id}.json"
-    venv = cell_venv(venv_root, run_dir.name, cell)
-    if not path.exists() or not install.is_complete(venv):
-        return run_cell(matrix, cell, run_dir=run_dir, venv_root=venv_root, stages=PIPELINE + stages)
-    result = CellResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+    earlier = run.read_cell(cell.id)
+    venv = cell_venv(venv_root, run.id, cell)
+    if earlier is None or earlier.unreadable or not install.is_complete(venv):
+        return run_cell(matrix, cell, run=run, venv_root=venv_root, stages=PIPELINE + stages)
+    result = earlier
     if result.state == "n/a":
         return result
     t0 = time.monotonic()
     names = {s.name for s in stages}
     result.stages = [s for s in result.stages if s.name not in names]
-    with own_venv(venv_root, run_dir.name, cell) as venv:
+    with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
-                          work_dir=run_dir / "cells" / cell.id, site_packages=envs.site_packages(venv),
+                          work_dir=run.work_dir(cell.id), site_packages=envs.site_packages(venv),
                           freeze=result.freeze, install=result.install, previous=result.stages)
         _run_pipeline(ctx, result, stages)
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
-    _write_cell(run_dir, result)
+    run.write_cell(result)
     return result
 
 
@@ -160,10 +155,6 @@ def _run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...
     result.freeze = ctx.freeze
     _conclude(result)
     result.finished = now_iso()
-
-
-def _write_cell(run_dir: Path, result: CellResult) -> None:
-    write_json_atomic(run_dir / "cells" / f"{result.id}.json", result.to_json())
 
 
 def _conclude(result: CellResult) -> None:
@@ -219,59 +210,3 @@ def is_unexpected(result: CellResult) -> bool:
     if known_bad:
         return result.state in ("pass", "partial")
     return result.state == "fail"
-
-
-def host_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "gpus": [],
-        "driver": None,
-    }
-    smi = shutil.which("nvidia-smi")
-    if smi:
-
-        done = run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"], timeout=30)
-        if done.ok:
-            rows = [[c.strip() for c in line.split(",")] for line in done.stdout.strip().splitlines()]
-            facts["gpus"] = [{"name": r[0], "compute_cap": r[2] if len(r) > 2 else None} for r in rows if r]
-            facts["driver"] = rows[0][1] if rows and len(rows[0]) > 1 else None
-    uv = shutil.which("uv")
-    if uv:
-        done = run([uv, "--version"], timeout=30)
-        facts["uv"] = done.stdout.strip()
-    return facts
-
-
-def aggregate_run(matrix: Matrix, run_dir: Path, *, run_id: str, latest: Path | None) -> dict[str, Any]:
-    """(Re)write ``run_dir/results.json`` from the cell files, and copy it to ``latest``."""
-    meta_path = run_dir / "run.json"
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    else:
-        meta = {"id": run_id, "started": now_iso(), "host": host_facts(), "matrix": matrix.path,
-                "matrix_name": matrix.name}
-        write_json_atomic(meta_path, meta)
-    planned = [c.id for c in expand(matrix)]
-    order = {cid: i for i, cid in enumerate(planned)}
-    cells = []
-    for path in sorted((run_dir / "cells").glob("*.json")):
-        try:
-            cells.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError):
-            log.warning("skipping unreadable %s", path)
-    cells.sort(key=lambda c: order.get(c["id"], len(order)))
-    meta = dict(meta)
-    meta["finished"] = max((c.get("finished", "") for c in cells), default=None)
-    meta["report"] = {"rows": list(matrix.report.rows), "columns": list(matrix.report.columns),
-                      "tables": list(matrix.report.tables)}
-    meta["axes"] = {a.name: [v.version for v in a.values] for a in matrix.axes}
-    meta["planned"] = planned
-    data = {"schema": SCHEMA, "run": meta, "cells": cells}
-    write_json_atomic(run_dir / "results.json", data)
-    if latest is not None:
-        write_json_atomic(latest / "results.json", data)
-    return data

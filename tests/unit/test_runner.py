@@ -10,6 +10,7 @@ from pathlib import Path
 from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.runner import cell_venv, own_venv, run_cell
+from compatlab.runs import store
 from compatlab.runs.model import StageResult
 from compatlab.stages import PIPELINE, CellContext, Stage
 
@@ -63,7 +64,8 @@ def test_install_is_the_first_stage_and_a_red_install_blocks_the_rest_in_one_spe
 
     stages = (Stage(name="install", run=broken_install), Stage(name="pins", run=never, needs=("install",)),
               Stage(name="static", run=never, needs=("install", "pins")))
-    result = run_cell(matrix, cell, run_dir=tmp_path / "run", venv_root=tmp_path / "venvs", stages=stages)
+    with store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as run:
+        result = run_cell(matrix, cell, run=run, venv_root=tmp_path / "venvs", stages=stages)
     assert [(s.name, s.state, s.reason) for s in result.stages] == [
         ("install", "fail", "no matching distribution"),
         ("pins", "skip", "blocked: install failed"),

@@ -9,8 +9,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compatlab.errors import LabError, UsageError
+
+if TYPE_CHECKING:
+    from compatlab.runs.model import Results
 
 __all__ = ["main"]
 
@@ -66,67 +70,71 @@ def _fmt_line(result: object) -> str:
 
 def _cmd_cell(args: argparse.Namespace) -> int:
     from compatlab.config.matrix import load_matrix
-    from compatlab.runner import aggregate_run, find_cell, run_cell
+    from compatlab.runner import find_cell, run_cell
+    from compatlab.runs import store
 
     matrix = load_matrix(_matrix_path(args))
     cell = find_cell(matrix, args.cell)
     run_dir = Path(args.run_dir)
     latest = Path(args.latest) if args.latest else None
-    if not (run_dir / "results.json").exists():
-        # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
-        aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
-    print(f"[compatlab] start {cell.id}", flush=True)
-    from compatlab.proc import signals_interrupt
+    # Under nox the session owns the run and hands down --owner; by hand, this process owns it.
+    run = (store.join_run(run_dir, owner=args.owner) if args.owner
+           else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix))
+    with run:
+        if not run.results_path.exists():
+            # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
+            run.aggregate(matrix, latest=latest)
+        print(f"[compatlab] start {cell.id}", flush=True)
+        from compatlab.proc import signals_interrupt
 
-    with signals_interrupt():
-        if args.gpu8:
-            from compatlab.runner import GPU8, run_more_stages
+        with signals_interrupt():
+            if args.gpu8:
+                from compatlab.runner import GPU8, run_more_stages
 
-            result = run_more_stages(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs), stages=GPU8)
-        else:
-            result = run_cell(matrix, cell, run_dir=run_dir, venv_root=Path(args.venvs))
-    aggregate_run(matrix, run_dir, run_id=args.run_id or run_dir.name, latest=latest)
+                result = run_more_stages(matrix, cell, run=run, venv_root=Path(args.venvs), stages=GPU8)
+            else:
+                result = run_cell(matrix, cell, run=run, venv_root=Path(args.venvs))
+        run.aggregate(matrix, latest=latest)
     print(_fmt_line(result), flush=True)
     return 1 if result.unexpected else 0
 
 
-def summary_table(data: dict[str, object]) -> tuple[str, int]:
-    """A plain-text table of a run and the number of unexpected verdicts."""
-    cells = data.get("cells", [])
-    assert isinstance(cells, list)
-    run_meta = data.get("run", {})
-    planned = run_meta.get("planned", []) if isinstance(run_meta, dict) else []
-    seen = {c["id"] for c in cells}
+def summary_table(results: Results) -> tuple[str, int]:
+    """A plain-text table of a run and the number of unexpected verdicts (unreadable results included)."""
+    seen = {c.id for c in results.cells}
     rows = [("cell", "state", "seconds", "reason")]
     unexpected = 0
-    for c in cells:
-        state = c["state"] + (" (known)" if c.get("expected") else "") + (" !" if c.get("unexpected") else "")
-        unexpected += bool(c.get("unexpected"))
-        rows.append((c["id"], state, f"{c.get('seconds', 0):.1f}", (c.get("reason") or "")[:100]))
-    for cid in planned:
+    for c in results.cells:
+        state = c.state + (" (known)" if c.expected else "") + (" !" if c.unexpected or c.unreadable else "")
+        unexpected += bool(c.unexpected or c.unreadable)
+        rows.append((c.id, state, f"{c.seconds:.1f}", c.reason[:100]))
+    for cid in results.run.planned:
         if cid not in seen:
             rows.append((cid, "not run", "", "no result for this cell (interrupted or not selected)"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
     counts: dict[str, int] = {}
-    for c in cells:
-        counts[c["state"]] = counts.get(c["state"], 0) + 1
+    for c in results.cells:
+        counts[c.state] = counts.get(c.state, 0) + 1
     lines.append("")
+    unreadable = len(results.unreadable)
     lines.append("totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-                 + f"; unexpected {unexpected}")
+                 + f"; unexpected {unexpected}" + (f"; unreadable {unreadable}" if unreadable else ""))
     return "\n".join(lines), unexpected
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from compatlab.runs.model import load_run
+    from compatlab.runs.store import load_results
 
-    data = load_run(Path(args.results))
-    text, unexpected = summary_table(data)
+    results = load_results(Path(args.results))
+    text, unexpected = summary_table(results)
     print(text)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file and args.github_summary:
         with open(summary_file, "a", encoding="utf-8") as fh:
             fh.write("```\n" + text + "\n```\n")
+    for c in results.unreadable:
+        print(f"error: {c.reason}", file=sys.stderr)
     return 1 if unexpected else 0
 
 
@@ -142,25 +150,23 @@ def _cmd_ci_matrix(args: argparse.Namespace) -> int:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from compatlab.config.matrix import load_matrix
-    from compatlab.shard import merge_runs
+    from compatlab.runs.store import merge_runs
 
     dirs = [Path(d) for d in args.shard_dirs]
-    for d in dirs:
-        if not (d / "cells").is_dir():
-            raise UsageError(f"{d}: not a run folder (no cells/ inside); pass reports/runs/<run-id> of each shard")
     out = Path(args.out)
-    data = merge_runs(load_matrix(_matrix_path(args)), dirs, out, run_id=args.run_id or out.name)
-    if args.latest:
-        from compatlab.runs.model import write_json_atomic
-
-        write_json_atomic(Path(args.latest) / "results.json", data)
-    missing = sum(1 for c in data["cells"] if c["reason"].startswith("missing:"))
-    print(f"merged {len(dirs)} shard(s) into {out / 'results.json'}: {len(data['cells'])} cells, {missing} missing")
-    return 1 if missing else 0
+    results = merge_runs(load_matrix(_matrix_path(args)), dirs, out, run_id=args.run_id or out.name,
+                         prefer=[Path(p) for p in args.prefer], latest=Path(args.latest) if args.latest else None)
+    missing = sum(1 for c in results.cells if c.reason.startswith("missing:"))
+    unreadable = results.unreadable
+    print(f"merged {len(dirs)} shard(s) into {out / 'results.json'}: {len(results.cells)} cells, {missing} missing"
+          + (f", {len(unreadable)} unreadable" if unreadable else ""))
+    for c in unreadable:
+        print(f"error: {c.reason}", file=sys.stderr)
+    return 1 if missing or unreadable else 0
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
-    from compatlab.shard import prune_runs
+    from compatlab.runs.store import prune_runs
 
     for path in prune_runs(Path(args.runs), args.keep):
         print(f"removed {path}")
@@ -192,7 +198,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--matrix")
     s.add_argument("--out", required=True, help="the merged run folder")
     s.add_argument("--run-id")
-    s.add_argument("--latest", help="also write the merged results.json here")
+    s.add_argument("--latest", help="also show the merged run here, unless it shows a newer run")
+    s.add_argument("--prefer", action="append", default=[], metavar="DIR",
+                   help="when shards disagree on a cell, this shard's result wins (repeat: first wins)")
     s.set_defaults(func=_cmd_merge)
 
     s = sub.add_parser("prune", help="keep only the newest N runs")
@@ -205,7 +213,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--matrix")
     s.add_argument("--run-dir", required=True)
     s.add_argument("--run-id")
-    s.add_argument("--latest", help="folder whose results.json mirrors the run")
+    s.add_argument("--latest", help="folder whose results.json mirrors the run (unless it shows a newer run)")
+    s.add_argument("--owner", help="the run's owner, as the process that claimed the run hands it down")
     s.add_argument("--venvs", default=".compatlab/venvs", help="where cell venvs live")
     s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
     s.set_defaults(func=_cmd_cell)

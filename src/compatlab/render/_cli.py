@@ -12,6 +12,7 @@ from compatlab.errors import ConfigError, LabError
 from compatlab.render._grid import Run, load
 from compatlab.render.history import load_runs
 from compatlab.render.publish import publish, write_run
+from compatlab.runs.store import StaleRun
 
 __all__ = ["main", "publish_main", "render_run"]
 
@@ -32,7 +33,7 @@ def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None) -
         if not history_dir.is_dir():
             raise ConfigError(str(history_dir), ["history: not a directory of runs (<run-id>/results.json)"])
         history = load_runs(history_dir)
-    return write_run(run, results_path, out_dir, history)
+    return write_run(run, out_dir, history)
 
 
 def _default_history(results: Path) -> Path | None:
@@ -102,9 +103,18 @@ def _report(args: argparse.Namespace) -> None:
     results: Path = args.results
     out: Path = args.out if args.out is not None else results.parent
     history = None if args.no_history else (args.history or _default_history(results))
-    written = render_run(results, out, history_dir=history)
+    try:
+        written = render_run(results, out, history_dir=history)
+    except StaleRun as exc:
+        # Two runs at once: the newer one's grid stays; this is not a failure of the older run.
+        print(f"note: {exc}", file=sys.stderr)
+        return
     for path in written:
         print(path)
+    unreadable = load(results).results.unreadable
+    if unreadable:
+        raise LabError(f"{results}: {len(unreadable)} cell result(s) could not be read, shown as errors: "
+                       + "; ".join(c.reason for c in unreadable))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if args.github_summary and summary:
         text = next((p for p in written if p.name == "changes.md"), written[1]).read_text(encoding="utf-8")
@@ -113,7 +123,11 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _publish(args: argparse.Namespace) -> None:
-    publish(args.site, args.runs)
+    try:
+        publish(args.site, args.runs)
+    except StaleRun as exc:
+        print(f"note: {exc}", file=sys.stderr)
+        return
     print(args.site / "index.html")
 
 

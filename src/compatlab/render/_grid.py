@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.errors import ConfigError
-from compatlab.runs.model import CELL_STATES, CellResult, StageResult, load_run
+from compatlab.runs import store
+from compatlab.runs.model import CELL_STATES, CellResult, Results, ShapeError, StageResult
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class Run:
     """One run's results.json, checked and typed."""
 
     source: str
-    data: Mapping[str, Any]
+    results: Results
     id: str
     started: str
     finished: str | None
@@ -77,79 +78,37 @@ def parse_time(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _names(value: Any, where: str, problems: list[str]) -> tuple[str, ...] | None:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    problems.append(f"{where}: expected a list of axis names, got {value!r}")
-    return None
-
-
-def run_from_json(data: Mapping[str, Any], source: str) -> Run:
-    """Check a loaded results.json (see results.load_run) and type it; every problem at once."""
-    problems: list[str] = []
-    meta = data.get("run")
-    if not isinstance(meta, dict):
-        raise ConfigError(source, [f"run: expected a table of run metadata, got {meta!r}"])
-    report = meta.get("report") or {}
-    if not isinstance(report, dict):
-        problems.append(f"run.report: expected a table, got {report!r}")
-        report = {}
-    layout: dict[str, tuple[str, ...]] = {}
-    for part, default in DEFAULT_REPORT.items():
-        names = _names(report.get(part, list(default)), f"run.report.{part}", problems)
-        layout[part] = names if names is not None else default
-    axes: dict[str, tuple[str, ...]] = {}
-    raw_axes = meta.get("axes") or {}
-    if not isinstance(raw_axes, dict):
-        problems.append(f"run.axes: expected a table of axis -> versions, got {raw_axes!r}")
-        raw_axes = {}
-    for name, values in raw_axes.items():
-        if isinstance(values, list):
-            axes[str(name)] = tuple(str(v) for v in values)
-        else:
-            problems.append(f"run.axes.{name}: expected a list of versions, got {values!r}")
-    raw_cells = data.get("cells")
-    cells: list[CellResult] = []
-    if not isinstance(raw_cells, list):
-        problems.append(f"cells: expected a list, got {type(raw_cells).__name__}")
-        raw_cells = []
-    for i, raw in enumerate(raw_cells):
-        try:
-            cell = CellResult.from_json(raw)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            what = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
-            problems.append(f"cells[{i}]: {what}")
-            continue
-        if cell.state not in CELL_STATES:
-            problems.append(
-                f"cells[{i}] ({cell.id}): state: expected one of {', '.join(CELL_STATES)}, got {cell.state!r}"
-            )
-            continue
-        cells.append(cell)
-    if problems:
-        raise ConfigError(source, problems)
-    host = meta.get("host")
+def run_from_results(results: Results, source: str) -> Run:
+    """Type a checked run for the renderers; the layout keys the run leaves out take DEFAULT_REPORT."""
+    meta = results.run
+    layout = {part: meta.report.get(part, default) for part, default in DEFAULT_REPORT.items()}
     return Run(
         source=source,
-        data=data,
-        id=str(meta.get("id") or Path(source).parent.name),
-        started=str(meta.get("started") or ""),
-        finished=str(meta["finished"]) if meta.get("finished") else None,
-        matrix_name=str(meta.get("matrix_name") or meta.get("matrix") or ""),
-        host=host if isinstance(host, dict) else {},
+        results=results,
+        id=meta.id or Path(source).parent.name,
+        started=meta.started,
+        finished=meta.finished or None,
+        matrix_name=meta.matrix_name or meta.matrix,
+        host=meta.host,
         rows=layout["rows"],
         columns=layout["columns"],
         tables=layout["tables"],
-        axes=axes,
-        cells=tuple(cells),
+        axes=meta.axes,
+        cells=results.cells,
     )
 
 
+def run_from_json(data: Mapping[str, Any], source: str) -> Run:
+    """Check a loaded results.json and type it; every problem at once, as ConfigError naming *source*."""
+    try:
+        return run_from_results(Results.from_json(data), source)
+    except ShapeError as exc:
+        raise ConfigError(source, exc.problems) from None
+
+
 def load(path: Path) -> Run:
-    """Read and check one results.json; a bad file raises ConfigError naming it."""
-    return run_from_json(load_run(path), str(path))
+    """Read and check one results.json (through runs/store.py); a bad file raises ConfigError naming it."""
+    return run_from_results(store.load_results(path), str(path))
 
 
 # --- layout -----------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from compatlab.errors import ConfigError
 from compatlab.render._grid import Run, figures, label, load, reason
+from compatlab.runs import store
 from compatlab.runs.model import CellResult
 
 __all__ = ["CHANGE_KINDS", "Change", "diff_runs", "figure_series", "load_runs", "previous_run"]
@@ -43,9 +44,7 @@ class Change:
 def load_runs(runs_dir: Path) -> list[Run]:
     """Every readable run under *runs_dir*, oldest first (by start time). Unreadable ones are logged."""
     runs: list[Run] = []
-    if not runs_dir.is_dir():
-        return runs
-    for path in sorted(runs_dir.glob("*/results.json")):
+    for path in store.results_in(runs_dir):
         try:
             runs.append(load(path))
         except ConfigError as exc:

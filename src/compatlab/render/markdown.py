@@ -214,7 +214,8 @@ def compat_md_diff(
 ) -> str:
     """A Markdown summary of what changed between two runs: newly red first, then newly green, etc.
 
-    Each argument is a results.json path, its loaded JSON (``results.load_run``), or a loaded Run.
+    Each argument is a results.json path, its loaded JSON (checked by ``runs.model.Results.from_json``), or a
+    loaded Run.
     Perf figures that moved by 5% or more get their own section.
     """
     old = _as_run(old_results, "old results")

@@ -12,7 +12,7 @@ from compatlab.render._grid import Run, load
 from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
 from compatlab.render.html import IndexEntry, render_html, render_index
 from compatlab.render.markdown import compat_md_diff, render_markdown
-from compatlab.urls import redact_text
+from compatlab.runs import store
 
 __all__ = ["main", "publish", "write_run", "write_text_atomic"]
 
@@ -33,27 +33,18 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _copy_atomic(src: Path, dst: Path) -> None:
-    """Copy a results file, URL credentials redacted: a run written before the lab kept them out of its
-    results must not put them on a public site."""
-    text = src.read_text(encoding="utf-8")
-    if dst.exists() and src.resolve() == dst.resolve():
-        if text != (clean := redact_text(text)):
-            write_text_atomic(dst, clean)
-        return
-    write_text_atomic(dst, redact_text(text))
-
-
 def write_run(
     run: Run,
-    results_path: Path,
     out_dir: Path,
     history: list[Run],
     *,
     nav: list[tuple[str, str]] | None = None,
     runs: list[IndexEntry] | None = None,
 ) -> list[Path]:
-    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run)."""
+    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run).
+
+    Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun).
+    """
     previous = previous_run(history, run)
     changes = diff_runs(previous, run) if previous is not None else []
     page = render_html(
@@ -64,13 +55,13 @@ def write_run(
         nav=nav or [],
         runs=runs or [],
     )
+    files = {"index.html": page, "compat.md": render_markdown(run)}
+    if previous is not None:
+        files["changes.md"] = compat_md_diff(previous, run)
+    store.write_latest(out_dir, run.results, files=files)
     written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "results.json"]
-    write_text_atomic(written[0], page)
-    write_text_atomic(written[1], render_markdown(run))
-    _copy_atomic(results_path, written[2])
     if previous is not None:
         written.append(out_dir / "changes.md")
-        write_text_atomic(written[3], compat_md_diff(previous, run))
     log.info("wrote %s", ", ".join(str(p) for p in written))
     return written
 
@@ -78,7 +69,7 @@ def write_run(
 def _site_runs(site_dir: Path) -> list[Run]:
     """Runs already published (possibly ones no longer under runs_dir): kept and listed."""
     found = []
-    for path in sorted((site_dir / "runs").glob("*/results.json")):
+    for path in store.results_in(site_dir / "runs"):
         try:
             found.append(load(path))
         except ConfigError as exc:
@@ -99,10 +90,8 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
             str(runs_dir), ["no runs found (expected <run-id>/results.json); run `nox -s matrix` first"]
         )
     for run in history:
-        src = Path(run.source)
         write_run(
             run,
-            src,
             site_dir / "runs" / _safe(run.id),
             history,
             nav=[("Latest", "../../index.html"), ("All runs", "../index.html")],
@@ -131,7 +120,6 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
     latest = history[-1]
     write_run(
         latest,
-        Path(latest.source),
         site_dir,
         history,
         nav=[(f"Run {latest.id}", f"runs/{_safe(latest.id)}/index.html"), ("All runs", "runs/index.html")],

@@ -595,7 +595,7 @@ def test_python_m_compatlab_publish(tmp_path: Path) -> None:
             "cells[0] (c): state: expected one of pass, fail, partial, error, n/a, got 'green'",
         ),
         (
-            json.dumps({"schema": SCHEMA, "run": {"id": "x"}, "cells": [{"axes": {}}]}),
+            json.dumps({"schema": SCHEMA, "run": {"id": "x"}, "cells": [{"axes": {}, "state": "pass"}]}),
             "cells[0]: missing key 'id'",
         ),
     ],

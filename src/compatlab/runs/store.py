@@ -1,0 +1,676 @@
+"""The run folder, read and written here only.
+
+Layout (``reports/`` is ``$COMPATLAB_REPORTS``):
+
+    runs/<run-id>/run.json          RUN_SCHEMA: id, start, host, matrix and the run's owner
+    runs/<run-id>/cells/<id>.json   CELL_SCHEMA: one cell's result, written as the cell finishes
+    runs/<run-id>/cells/<id>/       the cell's work folder (install spec, logs): not a result
+    runs/<run-id>/results.json      SCHEMA: the run and every cell, rewritten after each cell
+    latest/results.json             the newest run's results.json, beside its rendered grid
+
+Every file is written to a temporary file in its folder, fsynced, then ``os.replace``d over the old one:
+a reader sees the old file or the new one, never half of one.
+
+Reading: a ``cells/*.json`` entry that is a symbolic link, a folder or anything but a regular file is
+refused without being followed, and one that cannot be read or is not a cell result of CELL_SCHEMA
+(bad JSON, a list, no ``id``, an ``id`` other than its file name) becomes an ``error`` cell whose reason
+is ``unreadable result: FILE: why``; it is never dropped, and summary, merge and report exit non-zero.
+
+Ownership: one process owns a run. It holds ``flock(LOCK_EX)`` on the run folder itself (an fd of the
+directory: no lock file to publish or prune) for as long as the run lasts, and run.json records it as
+``owner`` (``host:pid:token``). ``nox -s matrix`` is that process: it claims the run (claim_run) and
+passes the owner string to every cell process (``compatlab cell --owner``), which joins it (join_run).
+Before each write a joined process checks that the lock is still held (a ``LOCK_SH|LOCK_NB`` probe that
+must fail) and that run.json still names its owner. So ``kill -9`` of nox frees the lock at once (the
+kernel drops it with the process) and its orphaned cells stop writing; a second run of the same id
+cannot claim a folder that is held, and once it holds one, a cell of the dead run sees another owner.
+A cell started without ``--owner`` (by hand) claims the run itself for its duration.
+
+latest: ``write_latest`` holds ``flock`` on the latest folder, and replaces its files only for a run at
+least as new as the one its results.json shows (``RunInfo.order``: start time in ns, then id); an older
+run never overwrites a newer latest.
+
+A failed write (read-only or full disk, no permission) is a LabError naming the path. A finished cell's
+result is never lost with it: write_cell then keeps it in
+``$XDG_STATE_HOME/compatlab/unsaved/<run-id>/cells/<id>.json`` (``~/.local/state`` by default, else the
+temporary folder) and the error says where; where nothing can be written, the error carries the JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import platform
+import secrets
+import shutil
+import socket
+import stat
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from compatlab.cells import Cell, expand
+from compatlab.config.matrix import Matrix
+from compatlab.errors import ConfigError, LabError, UsageError
+from compatlab.runs.model import (
+    CELL_SCHEMA,
+    RUN_SCHEMA,
+    UNREADABLE,
+    CellResult,
+    CellState,
+    Results,
+    RunInfo,
+    ShapeError,
+)
+from compatlab.urls import redact_text
+
+__all__ = [
+    "NotOwner",
+    "RunFolder",
+    "StaleRun",
+    "UnsavedResult",
+    "claim_run",
+    "host_facts",
+    "join_run",
+    "load_results",
+    "merge_runs",
+    "prune_runs",
+    "read_cell",
+    "read_cells",
+    "results_in",
+    "unsaved_dir",
+    "write_latest",
+]
+
+log = logging.getLogger(__name__)
+
+RESULTS = "results.json"
+RUN_JSON = "run.json"
+CELLS = "cells"
+CLAIM_TRIES = 20  # a joined cell's probe holds the lock for microseconds; a claim waits that out
+
+
+class NotOwner(LabError):
+    """This process may not write the run: its owner died, or another process owns the run now."""
+
+
+class StaleRun(LabError):
+    """A folder shows a newer run than the one offered to it; it was left as it is."""
+
+
+class UnsavedResult(LabError):
+    """A finished cell's result could not be written into its run; ``kept`` is where it is instead."""
+
+    def __init__(self, message: str, kept: Path | None) -> None:
+        super().__init__(message)
+        self.kept = kept
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _write_bytes(path: Path, payload: bytes) -> None:
+    """Temp file in the same folder, fsync, os.replace; a failure raises LabError naming *path*."""
+    tmp: str | None = None
+    if path.parent.exists() and not path.parent.is_dir():
+        raise LabError(f"cannot write {path}: {path.parent} is not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # results are not secret; a static host must read them (mkstemp makes 0600)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _json_bytes(data: Mapping[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2) + "\n").encode("utf-8")
+
+
+def _read_json(path: Path) -> object:
+    """Parse one file; raises ConfigError(path, [why]) with the reader's words."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(str(path), ["no such file; run `nox -s matrix` first"]) from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), ["is a directory; give the run's results.json"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    return _parse(raw, str(path))
+
+
+def _parse(raw: bytes, where: str) -> object:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(where, [f"not UTF-8 text: {exc.reason} at byte {exc.start}"]) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(where, [f"not valid JSON: {exc}"]) from None
+
+
+def load_results(path: Path) -> Results:
+    """Read and check one results.json; any problem raises ConfigError naming the file."""
+    data = _read_json(path)
+    try:
+        return Results.from_json(data)
+    except ShapeError as exc:
+        raise ConfigError(str(path), exc.problems) from None
+
+
+def results_in(runs_dir: Path) -> list[Path]:
+    """``<run-id>/results.json`` of every run folder under *runs_dir* (symbolic links not followed)."""
+    if not runs_dir.is_dir():
+        return []
+    found = []
+    for entry in sorted(os.scandir(runs_dir), key=lambda e: e.name):
+        if entry.is_dir(follow_symlinks=False) and (Path(entry.path) / RESULTS).is_file():
+            found.append(Path(entry.path) / RESULTS)
+    return found
+
+
+def _read_run_json(run_dir: Path) -> RunInfo:
+    path = run_dir / RUN_JSON
+    data = _read_json(path)
+    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(str(path), [f"schema: expected {RUN_SCHEMA!r}, got {got!r}"])
+    try:
+        return RunInfo.from_json({k: v for k, v in data.items() if k != "schema"})
+    except ShapeError as exc:
+        raise ConfigError(str(path), exc.problems) from None
+
+
+def _write_run_json(run_dir: Path, info: RunInfo) -> None:
+    _write_bytes(run_dir / RUN_JSON, _json_bytes({"schema": RUN_SCHEMA, **info.to_json()}))
+
+
+def _cell_file(run_dir: Path, cell_id: str) -> Path:
+    if not cell_id or "/" in cell_id or "\0" in cell_id or cell_id.startswith("."):
+        raise UsageError(f"{cell_id!r}: not a cell id (a cell id is one file name)")
+    return run_dir / CELLS / f"{cell_id}.json"
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _read_cell_file(path: Path) -> CellResult:
+    """One ``cells/<id>.json``, never following a link; raises _Unreadable(why)."""
+    try:
+        st = path.lstat()
+    except OSError as exc:
+        raise _Unreadable(f"cannot read: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise _Unreadable("a symbolic link, not followed (a cell result must be a regular file)")
+    if stat.S_ISDIR(st.st_mode):
+        raise _Unreadable("a folder, not a cell result (a cell result must be a regular file)")
+    if not stat.S_ISREG(st.st_mode):
+        raise _Unreadable("not a regular file (a cell result must be a regular file)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise _Unreadable(f"cannot read: {exc.strerror}") from None
+    try:
+        data = _parse(raw, str(path))
+    except ConfigError as exc:
+        raise _Unreadable("; ".join(exc.problems)) from None
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else type(data).__name__
+        raise _Unreadable(f"expected a cell result (a JSON object), got {kind}")
+    if data.get("schema") != CELL_SCHEMA:
+        raise _Unreadable(f"schema: expected {CELL_SCHEMA!r}, got {data.get('schema')!r}")
+    try:
+        cell = CellResult.from_json({k: v for k, v in data.items() if k != "schema"})
+    except ShapeError as exc:
+        raise _Unreadable("; ".join(exc.problems)) from None
+    if cell.id != path.stem:
+        raise _Unreadable(f"id: {cell.id!r} is not this file's cell ({path.stem!r})")
+    return cell
+
+
+def _error_cell(cell_id: str, path: Path, why: str, planned: Mapping[str, Cell]) -> CellResult:
+    cell = planned.get(cell_id)
+    expected = {"state": cell.expect, "reason": cell.expect_reason} if cell and cell.expect else None
+    return CellResult(id=cell_id, axes=dict(cell.axes) if cell else {}, state=CellState.ERROR, unexpected=True,
+                      expected=expected, reason=f"{UNREADABLE}{path}: {why}")
+
+
+def read_cells(run_dir: Path, planned: Mapping[str, Cell] | None = None) -> list[tuple[Path, CellResult]]:
+    """Every ``cells/*.json`` of a run, as (file, result); an unreadable one as an ``error`` cell.
+
+    *planned* (cell id -> Cell) gives an unreadable cell its axes and expectation.
+    """
+    cells_dir = run_dir / CELLS
+    try:
+        entries = sorted(os.scandir(cells_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(str(cells_dir), [f"cannot read: {exc.strerror}"]) from None
+    out = []
+    for entry in entries:
+        if not entry.name.endswith(".json") or entry.name.startswith("."):
+            continue  # the cells' work folders, and temporary files of writes in flight
+        path = Path(entry.path)
+        try:
+            out.append((path, _read_cell_file(path)))
+        except _Unreadable as exc:
+            out.append((path, _error_cell(path.stem, path, str(exc), planned or {})))
+    return out
+
+
+def read_cell(run_dir: Path, cell_id: str) -> CellResult | None:
+    """One cell's result, None when the run has none; an unreadable file raises ConfigError."""
+    path = _cell_file(run_dir, cell_id)
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        return _read_cell_file(path)
+    except _Unreadable as exc:
+        raise ConfigError(str(path), [str(exc)]) from None
+
+
+def unsaved_dir(run_id: str) -> Path:
+    """Where a cell result goes that its run folder cannot take (see the module docstring)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "compatlab" / "unsaved" / run_id
+
+
+def _keep(run_id: str, result: CellResult, data: Mapping[str, Any]) -> tuple[Path | None, str]:
+    """Save a result that its run cannot take; returns where and the sentence that says so."""
+    tried = []
+    candidates = []
+    with contextlib.suppress(RuntimeError):  # no home folder to put ~/.local/state in
+        candidates.append(unsaved_dir(run_id))
+    candidates.append(Path(tempfile.gettempdir()) / f"compatlab-unsaved-{os.getuid()}" / run_id)
+    for folder in candidates:
+        target = folder / CELLS / f"{result.id}.json"
+        try:
+            _write_bytes(target, _json_bytes(data))
+        except LabError as exc:
+            tried.append(str(exc))
+            continue
+        return target, (f"the result is kept in {target}; to bring it back: compatlab merge <run folder> {folder} "
+                        "--out <new run folder>")
+    return None, ("it could not be kept anywhere else either (" + "; ".join(tried) + "); here it is: "
+                  + json.dumps(data))
+
+
+def _probe_held(fd: int) -> bool:
+    """Whether another open file holds the lock (without taking it for longer than the probe)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def _owner_words(owner: str) -> str:
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    return f"pid {pid} on {host}" if pid else "another process"
+
+
+class RunFolder:
+    """The right to write one run folder: held as its owner, or checked before each write as its cell.
+
+    Use as a context manager, or close(); closing an owner releases the run's lock.
+    """
+
+    def __init__(self, path: Path, info: RunInfo, *, fd: int, owns: bool) -> None:
+        self.path = path
+        self.id = info.id
+        self.owner = info.owner
+        self._fd: int | None = fd
+        self._owns = owns
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the fd drops the flock
+            self._fd = None
+
+    @property
+    def results_path(self) -> Path:
+        return self.path / RESULTS
+
+    def check(self) -> None:
+        """Raise NotOwner unless this process may write the run now."""
+        if self._fd is None:
+            raise NotOwner(f"{self.path}: this handle on run {self.id} is closed")
+        if self._owns:
+            return
+        if not _probe_held(self._fd):
+            raise NotOwner(f"run {self.id} has no owner any more (the process that started it, "
+                           f"{_owner_words(self.owner)}, exited or was killed): nothing is written into {self.path}")
+        try:
+            now = _read_run_json(self.path).owner
+        except ConfigError as exc:
+            raise NotOwner(f"run {self.id}: cannot tell who owns it: {exc}") from None
+        if now != self.owner:
+            raise NotOwner(f"run {self.id} now belongs to another process ({_owner_words(now)}): "
+                           f"nothing is written into {self.path}")
+
+    def work_dir(self, cell_id: str) -> Path:
+        """The cell's work folder ``cells/<id>/``, made; LabError naming it when it cannot be."""
+        path = self.path / CELLS / _cell_file(self.path, cell_id).stem
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return path
+
+    def read_cell(self, cell_id: str) -> CellResult | None:
+        return read_cell(self.path, cell_id)
+
+    def write_cell(self, result: CellResult) -> Path:
+        """Write ``cells/<id>.json``; when that fails the result is kept elsewhere (UnsavedResult says where)."""
+        path = _cell_file(self.path, result.id)
+        data = {"schema": CELL_SCHEMA, **result.to_json()}
+        try:
+            self.check()
+            _write_bytes(path, _json_bytes(data))
+        except LabError as exc:
+            kept, words = _keep(self.id, result, data)
+            raise UnsavedResult(f"{exc}; {words}", kept) from None
+        return path
+
+    def aggregate(self, matrix: Matrix, *, latest: Path | None) -> Results:
+        """(Re)write results.json from the cell files, and offer it to *latest* (see write_latest)."""
+        self.check()
+        info = _read_run_json(self.path)
+        cells = expand(matrix)
+        planned = {c.id: c for c in cells}
+        order = {c.id: i for i, c in enumerate(cells)}
+        found = [r for _, r in read_cells(self.path, planned)]
+        found.sort(key=lambda c: (order.get(c.id, len(order)), c.id))
+        run = dataclasses.replace(
+            info, owner="", finished=max((c.finished for c in found if c.finished), default=None),
+            report={"rows": tuple(matrix.report.rows), "columns": tuple(matrix.report.columns),
+                    "tables": tuple(matrix.report.tables)},
+            axes={a.name: tuple(v.version for v in a.values) for a in matrix.axes},
+            planned=tuple(c.id for c in cells),
+        )
+        results = Results(run=run, cells=tuple(found))
+        self.check()
+        _write_bytes(self.results_path, _json_bytes(results.to_json()))
+        if latest is not None:
+            try:
+                write_latest(latest, results)
+            except StaleRun as exc:
+                log.warning("%s", exc)
+        return results
+
+
+def _open_dir(path: Path) -> int:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def claim_run(run_dir: Path, *, run_id: str, matrix: Matrix, restart: bool = False,
+              host: Mapping[str, Any] | None = None, shards: Sequence[str] = (),
+              hosts: Sequence[Mapping[str, Any]] = ()) -> RunFolder:
+    """Own *run_dir* until the returned folder is closed; writes run.json naming this process.
+
+    An existing run keeps its start and host (more stages added to it later), unless *restart* (a merge
+    writes a new run). LabError when another process owns the run or the folder cannot be written.
+    """
+    fd = _open_dir(run_dir)
+    for attempt in range(CLAIM_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if attempt == CLAIM_TRIES - 1:
+                os.close(fd)
+                try:
+                    who = _owner_words(_read_run_json(run_dir).owner)
+                except ConfigError:
+                    who = "another process"
+                raise LabError(f"{run_dir}: run {run_id} is in use by {who}; one run belongs to one process at a "
+                               "time: wait for it to finish, or choose another run id (COMPATLAB_RUN_ID)") from None
+            time.sleep(0.05)
+    try:
+        owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+        before = _read_run_json(run_dir) if (run_dir / RUN_JSON).exists() and not restart else None
+        if before is not None:
+            info = dataclasses.replace(before, owner=owner)
+        else:
+            info = RunInfo(id=run_id, started=now_iso(), started_ns=time.time_ns(), matrix=matrix.path,
+                           matrix_name=matrix.name, host=dict(host_facts() if host is None else host), owner=owner,
+                           shards=tuple(shards), hosts=tuple(dict(h) for h in hosts))
+        _write_run_json(run_dir, info)
+    except BaseException:
+        os.close(fd)
+        raise
+    return RunFolder(run_dir, info, fd=fd, owns=True)
+
+
+def join_run(run_dir: Path, *, owner: str) -> RunFolder:
+    """Write into a run that *owner* (claim_run's ``owner`` string, handed down) holds; NotOwner if not."""
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise NotOwner(f"{run_dir}: no run to join ({exc.strerror}); its owner creates it") from None
+    try:
+        info = _read_run_json(run_dir)
+        folder = RunFolder(run_dir, dataclasses.replace(info, owner=owner), fd=fd, owns=False)
+        folder.check()
+    except BaseException:
+        os.close(fd)
+        raise
+    return folder
+
+
+def _shown(folder: Path) -> RunInfo | None:
+    path = folder / RESULTS
+    if not path.exists():
+        return None
+    try:
+        return load_results(path).run
+    except ConfigError as exc:
+        log.warning("replacing an unreadable %s", exc)
+        return None
+
+
+def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | None = None) -> list[Path]:
+    """Show *results* in *folder* (reports/latest, a site root): its results.json plus *files* (name -> text).
+
+    Each file is replaced atomically, results.json last, under an flock of the folder; StaleRun (nothing
+    written) when the folder shows another run that started later. Returns the files written.
+    """
+    if (folder / RUN_JSON).is_file():
+        # A run's own folder (`report` without --out): its results.json and its lock belong to its owner.
+        shown = _shown(folder)
+        if shown is not None and shown.id != results.run.id:
+            raise StaleRun(f"{folder} is the folder of run {shown.id}, not of run {results.run.id}: left as it is")
+        for name, text in (files or {}).items():
+            _write_bytes(folder / name, text.encode("utf-8"))
+        return [folder / name for name in files or {}]
+    fd = _open_dir(folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        shown = _shown(folder)
+        if shown is not None and shown.id != results.run.id and shown.order > results.run.order:
+            raise StaleRun(f"{folder} shows run {shown.id} (started {shown.started}), newer than run "
+                           f"{results.run.id} (started {results.run.started}): left as it is")
+        written = []
+        for name, text in (files or {}).items():
+            _write_bytes(folder / name, text.encode("utf-8"))
+            written.append(folder / name)
+        # Redacted again: a run written before the lab kept credentials out must not publish them.
+        _write_bytes(folder / RESULTS, redact_text(_json_bytes(results.to_json()).decode("utf-8")).encode("utf-8"))
+        written.append(folder / RESULTS)
+        return written
+    finally:
+        os.close(fd)
+
+
+def _canonical(cell: CellResult) -> str:
+    return json.dumps(cell.to_json(), sort_keys=True)
+
+
+def merge_runs(matrix: Matrix, shard_dirs: Sequence[Path], out_dir: Path, *, run_id: str,
+               prefer: Sequence[Path] = (), latest: Path | None = None) -> Results:
+    """Combine shard run folders into one run; a planned cell no shard produced is an error, never green.
+
+    Two different results for one cell are refused (LabError naming both files) unless one of them comes
+    from a folder of *prefer* (the first listed wins); identical copies are one result. Nothing is written
+    before the shards are known to agree.
+    """
+    shard_set = {d.resolve() for d in shard_dirs}
+    for p in prefer:
+        if p.resolve() not in shard_set:
+            raise UsageError(f"--prefer {p}: not one of the shard folders given")
+    cells = expand(matrix)
+    planned = {c.id: c for c in cells}
+    hosts: list[dict[str, Any]] = []
+    found: dict[str, list[tuple[Path, Path, CellResult]]] = {}
+    for d in shard_dirs:
+        if not (d / CELLS).is_dir():
+            raise UsageError(f"{d}: not a run folder (no cells/ inside); pass reports/runs/<run-id> of each shard")
+        if (d / RUN_JSON).exists():
+            try:
+                hosts.append(dict(_read_run_json(d).host))
+            except ConfigError as exc:
+                log.warning("shard host unknown: %s", exc)
+        for path, result in read_cells(d, planned):
+            found.setdefault(result.id, []).append((d.resolve(), path, result))
+    chosen: dict[str, CellResult] = {}
+    conflicts = []
+    for cid, candidates in found.items():
+        if len({_canonical(r) for _, _, r in candidates}) == 1:
+            chosen[cid] = candidates[0][2]
+            continue
+        pick = next((r for p in prefer for d, _, r in candidates if d == p.resolve()), None)
+        if pick is None:
+            files = " and ".join(f"{path} ({r.state})" for _, path, r in candidates)
+            conflicts.append(f"cell {cid}: different results in {files}")
+        else:
+            chosen[cid] = pick
+    if conflicts:
+        raise LabError("; ".join(conflicts) + "; say which shard wins with --prefer DIR")
+    with claim_run(out_dir, run_id=run_id, matrix=matrix, restart=True, host=hosts[0] if hosts else {},
+                   shards=[str(d) for d in shard_dirs], hosts=hosts) as run:
+        results = []
+        for cell in cells:
+            if cell.id in chosen:
+                results.append(chosen.pop(cell.id))
+            elif cell.na is not None:
+                results.append(CellResult(id=cell.id, axes=cell.axes, state=CellState.NA, reason=cell.na,
+                                          finished=now_iso()))
+            else:
+                results.append(CellResult(
+                    id=cell.id, axes=cell.axes, state=CellState.ERROR, unexpected=True, finished=now_iso(),
+                    reason="missing: no shard produced a result for this cell (lost runner or interrupted shard)",
+                    expected={"state": cell.expect, "reason": cell.expect_reason} if cell.expect else None,
+                ))
+        results.extend(chosen.values())  # cells the matrix no longer plans: shown, not dropped
+        keep = {r.id for r in results}
+        for path, old in read_cells(out_dir):
+            if old.id not in keep and path.is_file() and not path.is_symlink():
+                path.unlink()  # a cell of an earlier merge into this folder
+        for result in results:
+            run.write_cell(result)
+        return run.aggregate(matrix, latest=latest)
+
+
+def _in_use(run_dir: Path) -> bool:
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        return _probe_held(fd)
+    finally:
+        os.close(fd)
+
+
+def prune_runs(runs_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest *keep* runs (by start); a run in use is kept. Returns what was removed."""
+    if keep < 1:
+        raise UsageError(f"--keep: expected a positive number of runs, got {keep}")
+
+    def order(results: Path) -> tuple[int, str]:
+        try:
+            return _read_run_json(results.parent).order
+        except ConfigError as exc:
+            log.debug("%s", exc)
+        try:
+            return load_results(results).run.order
+        except ConfigError as exc:
+            log.debug("%s", exc)
+        try:  # a run.json of a lab before schemas: only its start matters here
+            legacy = json.loads((results.parent / RUN_JSON).read_text(encoding="utf-8"))
+            return RunInfo(id=results.parent.name, started=str(legacy["started"])).order
+        except (OSError, ValueError, TypeError, KeyError):
+            return (0, results.parent.name)
+
+    runs = sorted((p.parent for p in results_in(runs_dir)), key=lambda d: order(d / RESULTS))
+    doomed = []
+    for path in runs[:-keep]:
+        if _in_use(path):
+            log.warning("%s: in use by a running process; kept", path)
+            continue
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            raise LabError(f"cannot remove {exc.filename or path}: {exc.strerror or exc}") from None
+        doomed.append(path)
+    return doomed
+
+
+def host_facts() -> dict[str, Any]:
+    """The machine a run ran on, for the report: host, platform, CPUs, GPUs and driver, uv."""
+    from compatlab.proc import run
+
+    facts: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "gpus": [],
+        "driver": None,
+    }
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        done = run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"], timeout=30)
+        if done.ok:
+            rows = [[c.strip() for c in line.split(",")] for line in done.stdout.strip().splitlines()]
+            facts["gpus"] = [{"name": r[0], "compute_cap": r[2] if len(r) > 2 else None} for r in rows if r]
+            facts["driver"] = rows[0][1] if rows and len(rows[0]) > 1 else None
+    uv = shutil.which("uv")
+    if uv:
+        done = run([uv, "--version"], timeout=30)
+        facts["uv"] = done.stdout.strip()
+    return facts
