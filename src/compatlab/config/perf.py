@@ -23,7 +23,8 @@ PROTOCOLS = ("generate", "openai")
 HEALTH_PATHS = ("/health_generate", "/health")
 _PERF_KEYS = frozenset({"servers", "protocol", "concurrency", "trials", "output-len", "warmup", "requests",
                         "seed", "prompts", "request-timeout", "stall-timeout"})
-_SERVER_KEYS = frozenset({"argv", "port", "env", "startup-timeout", "stop-timeout", "health"})
+_SERVER_KEYS = frozenset({"argv", "port", "env", "startup-timeout", "stop-timeout", "release-timeout",
+                          "health"})
 _THRESHOLD_KEYS = frozenset({"min-speedup", "min-tok-s", "min-accept-length", "max-spread"})
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -40,6 +41,7 @@ class ServerSpec:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     startup_timeout: float = 1200.0
     stop_timeout: float = 60.0
+    release_timeout: float = 120.0  # after SIGKILL: until the whole group is gone and the port is free
     health: str = "/health_generate"
 
 
@@ -70,10 +72,13 @@ class PerfConfig:
     stall_timeout: float = 60.0
 
     def requests_at(self, concurrency: int) -> int:
-        """Requests per level: ``requests`` (at least one per slot), or twice the concurrency, at least 8."""
+        """Requests per level: ``requests`` (at least one per slot), or four waves (4 x concurrency), at least 8.
+
+        Fewer waves at concurrency 16 leave the level's figures to the ramp-up and the tail.
+        """
         if self.requests is not None:
             return max(self.requests, concurrency)
-        return max(8, 2 * concurrency)
+        return max(8, 4 * concurrency)
 
 
 def _number(ck: _Checker, table: Mapping[str, Any], where: str, name: str, *, integer: bool = False,
@@ -145,6 +150,7 @@ def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
             env[key] = value
     startup = _number(ck, raw, where, "startup-timeout")
     stop = _number(ck, raw, where, "stop-timeout")
+    release = _number(ck, raw, where, "release-timeout")
     health = raw.get("health", "/health_generate")
     if health not in HEALTH_PATHS:
         known = ", ".join(map(repr, HEALTH_PATHS))
@@ -153,7 +159,7 @@ def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
         return None
     return ServerSpec(name=name, argv=tuple(argv), port=port, env=env,
                       startup_timeout=float(startup or 1200.0), stop_timeout=float(stop or 60.0),
-                      health=str(health))
+                      release_timeout=float(release or 120.0), health=str(health))
 
 
 def _per_level(ck: _Checker, raw: Mapping[str, Any], name: str, levels: Sequence[int]) -> dict[int, float]:

@@ -1,10 +1,22 @@
 """A streaming load client for SGLang-style servers, on asyncio streams (stdlib only).
 
 Two protocols: SGLang's native ``/generate`` (SSE events whose ``meta_info.completion_tokens`` counts the
-tokens so far and, with speculative decoding, ``meta_info.spec_verify_ct`` the verify steps) and the
-OpenAI-style ``/v1/completions`` (token counts from the final ``usage`` event). A level runs *requests*
-requests with *concurrency* in flight and measures output tokens per second over its wall time, time to
-first token, and inter-token latency per request.
+tokens so far; with speculative decoding the final event's ``meta_info.spec_verify_ct`` counts the verify
+steps) and the OpenAI-style ``/v1/completions`` (token counts from ``usage``, per chunk where the server
+honours ``stream_options.continuous_usage_stats``, else from the final usage event). A level runs
+*requests* requests with *concurrency* in flight.
+
+The figures are SGLang's benchmark's (``sglang.benchmark.serving``), computed the same way: output tokens
+per second over the level's wall time; TTFT, the time to the first chunk with a token; ITL pooled over
+tokens, where each chunk after the first contributes its gap divided by the tokens it added, once per
+token (chunks without a per-chunk token count contribute one gap each, as SGLang's benchmark does for
+OpenAI streams); TPOT per request, ``(latency - ttft) / (tokens - 1)``, with latency taken at the last
+chunk (``[DONE]``). Means, medians and 99th percentiles are numpy's (linear interpolation).
+
+A stream that carries an error (SGLang answers 200 and sends ``data: {"error": {...}}`` then
+``data: [DONE]``; the OpenAI routes send ``{"object": "error", ...}``) or ends in an abort
+(``meta_info.finish_reason.type == "abort"``, ``choices[0].finish_reason == "abort"``) is a failed
+request, never a short success; so is a stream whose token counts are missing.
 
 The client reads in blocks and parses chunked encoding and SSE lines itself, so that under load it handles
 many events per wake-up; ``benchmarks/bench_perf_client.py`` shows it is not the bottleneck.
@@ -17,12 +29,13 @@ import contextlib
 import dataclasses
 import http.client
 import json
+import math
 import statistics
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-__all__ = ["LevelResult", "RequestResult", "Target", "get_json", "run_level"]
+__all__ = ["LevelResult", "RequestResult", "Target", "get_json", "percentile", "post", "run_level"]
 
 Protocol = Literal["generate", "openai"]
 _READ = 1 << 16
@@ -39,6 +52,17 @@ class Target:
     model: str = "default"  # the OpenAI protocol's "model" field
 
 
+def percentile(data: Sequence[float], q: float) -> float:
+    """numpy's default percentile (linear interpolation between the closest ranks); 0.0 for no data."""
+    s = sorted(data)
+    if not s:
+        return 0.0
+    pos = (len(s) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class RequestResult:
     """One streamed request; times in seconds from sending it."""
@@ -46,12 +70,30 @@ class RequestResult:
     prompt: int
     ok: bool
     error: str = ""
-    tokens: int = 0
-    events: int = 0
+    tokens: int = 0  # output tokens as the server counts them
+    events: int = 0  # SSE data events, [DONE] aside
+    first_tokens: int = 0  # tokens the first chunk carried (SGLang: exactly one, from prefill)
     ttft: float = 0.0
-    latency: float = 0.0
-    itl: float = 0.0  # mean time per output token after the first event
+    latency: float = 0.0  # to the last chunk, [DONE], as SGLang's benchmark measures it
+    itl: tuple[float, ...] = ()  # one entry per token after the first chunk (see the module docstring)
     spec_verify_ct: int | None = None
+    finish_reason: str | None = None
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first: SGLang's TPOT."""
+        return (self.latency - self.ttft) / (self.tokens - 1) if self.ok and self.tokens > 1 else None
+
+
+STATS = ("mean", "median", "p99")
+
+
+def _summary(name: str, data: Sequence[float]) -> dict[str, float | None]:
+    """``mean_{name}_ms``, ``median_{name}_ms``, ``p99_{name}_ms`` as SGLang's benchmark names them."""
+    if not data:
+        return dict.fromkeys((f"{stat}_{name}_ms" for stat in STATS), None)
+    return {f"mean_{name}_ms": statistics.fmean(data) * 1000, f"median_{name}_ms": statistics.median(data) * 1000,
+            f"p99_{name}_ms": percentile(data, 99) * 1000}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,14 +118,21 @@ class LevelResult:
         return self.tokens / self.wall if self.wall > 0 else 0.0
 
     @property
-    def ttft(self) -> float:
-        ok = [r.ttft for r in self.requests if r.ok]
-        return statistics.median(ok) if ok else 0.0
+    def ttfts(self) -> list[float]:
+        return [r.ttft for r in self.requests if r.ok]
 
     @property
-    def itl(self) -> float:
-        ok = [r.itl for r in self.requests if r.ok and r.tokens > 1]
-        return statistics.median(ok) if ok else 0.0
+    def itls(self) -> list[float]:
+        """Inter-token latencies pooled over every token of every successful request."""
+        return [gap for r in self.requests if r.ok for gap in r.itl]
+
+    @property
+    def tpots(self) -> list[float]:
+        return [t for r in self.requests if (t := r.tpot) is not None]
+
+    def latency_stats(self) -> dict[str, float | None]:
+        """TTFT, ITL and TPOT: mean, median and p99 in milliseconds, named as SGLang's benchmark does."""
+        return {**_summary("ttft", self.ttfts), **_summary("itl", self.itls), **_summary("tpot", self.tpots)}
 
     @property
     def accept_length(self) -> float | None:
@@ -157,7 +206,8 @@ def _request_bytes(target: Target, prompt: str, output_len: int, seed: int) -> b
         path = "/v1/completions"
         body = {
             "model": target.model, "prompt": prompt, "max_tokens": output_len, "temperature": 0,
-            "seed": seed, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+            "seed": seed, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
     else:
         path = "/generate"
@@ -173,15 +223,123 @@ def _request_bytes(target: Target, prompt: str, output_len: int, seed: int) -> b
     return head.encode() + payload
 
 
+def _message(error: object) -> str:
+    """The human part of an SGLang or OpenAI error object."""
+    if isinstance(error, dict):
+        text = error.get("message")
+        return str(text) if text else json.dumps(error)[:300]
+    return str(error)[:300]
+
+
+class _Progress:
+    """One stream's events turned into SGLang's benchmark's figures; ``failure`` once it went wrong."""
+
+    def __init__(self, protocol: Protocol) -> None:
+        self.protocol = protocol
+        self.tokens = 0
+        self.chunks = 0  # chunks that carried tokens
+        self.events = 0
+        self.first_tokens = 0
+        self.ttft = 0.0
+        self.last = 0.0  # arrival of the latest chunk that carried tokens
+        self.end = 0.0  # arrival of the latest event, [DONE] included
+        self.itl: list[float] = []
+        self.verify: int | None = None
+        self.usage: int | None = None
+        self.finish: str | None = None
+        self.failure: str | None = None
+
+    def _advance(self, count: int, now: float) -> None:
+        """A chunk that brings the count to *count*: its gap is split over the tokens it added."""
+        new = count - self.tokens
+        if new <= 0:
+            return  # no new token: SGLang's benchmark skips the chunk, its time included
+        if self.chunks == 0:
+            self.ttft, self.first_tokens = now, count
+        else:
+            self.itl.extend([(now - self.last) / new] * new)
+        self.chunks += 1
+        self.last, self.tokens = now, count
+
+    def _where(self) -> str:
+        return f"after {self.tokens} tokens"
+
+    def event(self, event: Any, now: float) -> None:
+        self.events += 1
+        if not isinstance(event, dict):
+            self.failure = f"unexpected event {json.dumps(event)[:100]} {self._where()}"
+        elif "error" in event or event.get("object") == "error":
+            error = event.get("error", event)
+            self.failure = f"the server sent an error in the stream {self._where()}: {_message(error)}"
+        elif self.protocol == "openai":
+            self._openai(event, now)
+        else:
+            self._generate(event, now)
+
+    def _generate(self, event: dict[str, Any], now: float) -> None:
+        meta = event.get("meta_info")
+        if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
+            self.failure = f"a chunk without meta_info.completion_tokens {self._where()}"
+            return
+        finish = meta.get("finish_reason")
+        if isinstance(finish, dict):
+            self.finish = str(finish.get("type"))
+            if self.finish == "abort":
+                self.failure = (f"the server aborted the request {self._where()}: "
+                                f"{finish.get('message') or 'no message'}")
+                return
+        if meta.get("spec_verify_ct") is not None:
+            self.verify = int(meta["spec_verify_ct"])
+        self._advance(int(meta["completion_tokens"]), now)
+
+    def _openai(self, event: dict[str, Any], now: float) -> None:
+        usage = event.get("usage")
+        count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(count, int):
+            self.usage = count
+        choices = event.get("choices") or ()
+        if not choices:
+            return  # the final usage event
+        choice = choices[0]
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish = str(finish)
+            if finish == "abort":
+                self.failure = f"the server aborted the request {self._where()} (finish_reason abort)"
+                return
+        if not choice.get("text"):
+            return
+        if isinstance(count, int):
+            self._advance(count, now)  # continuous usage: the chunk's own token count
+        else:
+            # No per-chunk count: one gap per chunk, as SGLang's benchmark does for OpenAI streams.
+            if self.chunks == 0:
+                self.ttft, self.first_tokens = now, 1
+            else:
+                self.itl.append(now - self.last)
+            self.chunks += 1
+            self.tokens += 1
+            self.last = now
+
+    def result(self, index: int) -> RequestResult:
+        tokens = self.tokens
+        if self.protocol == "openai":
+            if self.usage is None:
+                return RequestResult(prompt=index, ok=False, tokens=tokens, error=(
+                    f"the stream carried no usage {self._where()}; the server ignores "
+                    "stream_options.include_usage, so its output tokens are unknown"))
+            tokens = self.usage
+        return RequestResult(prompt=index, ok=True, tokens=tokens, events=self.events,
+                             first_tokens=self.first_tokens, ttft=self.ttft, latency=self.end,
+                             itl=tuple(self.itl), spec_verify_ct=self.verify, finish_reason=self.finish)
+
+
 async def _one(target: Target, index: int, prompt: str, *, output_len: int, seed: int, timeout: float,
                idle: float) -> RequestResult:
     loop = asyncio.get_running_loop()
     start = time.perf_counter()
     deadline = loop.time() + timeout
-    tokens = first_tokens = events = 0
-    first = last = 0.0
-    verify: int | None = None
-    usage: int | None = None
+    progress = _Progress(target.protocol)
     writer = None
     try:
         async with asyncio.timeout(min(idle, timeout)) as cm:
@@ -200,53 +358,38 @@ async def _one(target: Target, index: int, prompt: str, *, output_len: int, seed
                 raise _StreamError(f"HTTP {status}: {text[:300]}")
             body = _Body(chunked="chunked" in headers.get("transfer-encoding", ""))
             done = False
-            while not done:
+            while not done and progress.failure is None:
                 data = await reader.read(_READ)
                 now = time.perf_counter() - start
                 cm.reschedule(min(deadline, loop.time() + idle))
                 if not data:
                     break
                 for payload in body.feed(data):
+                    progress.end = now
                     if payload == b"[DONE]":
                         done = True
                         break
-                    events += 1
-                    event = json.loads(payload)
-                    if target.protocol == "openai":
-                        if event.get("usage"):
-                            usage = int(event["usage"].get("completion_tokens") or 0)
-                        choices = event.get("choices") or ()
-                        new = 1 if choices and choices[0].get("text") else 0
-                        count = tokens + new
-                    else:
-                        meta = event.get("meta_info") or {}
-                        count = int(meta.get("completion_tokens", tokens + 1))
-                        if meta.get("spec_verify_ct") is not None:
-                            verify = int(meta["spec_verify_ct"])
-                    if count > tokens:
-                        if tokens == 0:
-                            first, first_tokens = now, count
-                        last = now
-                        tokens = count
+                    progress.event(json.loads(payload), now)
+                    if progress.failure is not None:
+                        break
+            if progress.failure is not None:
+                raise _StreamError(progress.failure)
             if not done:
-                raise _StreamError(f"stream ended before [DONE] after {tokens} tokens")
+                raise _StreamError(f"stream ended before [DONE] after {progress.tokens} tokens")
     except TimeoutError:
         limit = "request timeout" if loop.time() >= deadline else f"no data for {idle:g} s (stalled)"
-        return RequestResult(prompt=index, ok=False, error=f"{limit} after {tokens} tokens", tokens=tokens)
+        return RequestResult(prompt=index, ok=False, error=f"{limit} after {progress.tokens} tokens",
+                             tokens=progress.tokens)
     except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, _StreamError,
             ValueError) as exc:
         error = str(exc) if isinstance(exc, _StreamError) else f"{type(exc).__name__}: {exc}"
-        return RequestResult(prompt=index, ok=False, error=error, tokens=tokens)
+        return RequestResult(prompt=index, ok=False, error=error, tokens=progress.tokens)
     finally:
         if writer is not None:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
-    if usage is not None:
-        tokens = usage
-    itl = (last - first) / (tokens - first_tokens) if tokens > first_tokens else 0.0
-    return RequestResult(prompt=index, ok=True, tokens=tokens, events=events, ttft=first,
-                         latency=time.perf_counter() - start, itl=itl, spec_verify_ct=verify)
+    return progress.result(index)
 
 
 async def _level(target: Target, prompts: Sequence[str], order: Sequence[int], *, concurrency: int,
@@ -287,14 +430,24 @@ def run_level(target: Target, prompts: Sequence[str], *, concurrency: int, reque
 
 def get_json(host: str, port: int, path: str, *, timeout: float) -> tuple[int, Any]:
     """GET *path*; the status and the decoded JSON body (None when it is not JSON)."""
+    status, raw = _request("GET", host, port, path, timeout=timeout)
+    try:
+        return status, json.loads(raw) if raw else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return status, None
+
+
+def post(host: str, port: int, path: str, *, timeout: float) -> tuple[int, str]:
+    """POST to *path* with an empty body; the status and the body as text."""
+    status, raw = _request("POST", host, port, path, timeout=timeout)
+    return status, raw.decode("utf-8", "replace")
+
+
+def _request(method: str, host: str, port: int, path: str, *, timeout: float) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path, headers={"Accept": "application/json"})
+        conn.request(method, path, headers={"Accept": "application/json"})
         response = conn.getresponse()
-        raw = response.read()
+        return response.status, response.read()
     finally:
         conn.close()
-    try:
-        return response.status, json.loads(raw) if raw else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return response.status, None

@@ -1,4 +1,13 @@
-"""One perf server's life: started in its own process group, polled for health, always stopped."""
+"""One perf server's life: started in its own process group, polled for health, always stopped.
+
+SGLang's lifecycle, which this follows: the port stays closed while the model loads; then ``/health`` and
+``/health_generate`` answer 503 until SGLang's own warm-up request is done; ``/model_info`` and
+``/server_info`` (``/get_model_info`` and ``/get_server_info`` are deprecated aliases, tried second) answer
+as soon as the port is open. ``/flush_cache`` empties the radix cache and resets the speculative counters
+behind ``internal_states[i].avg_spec_accept_length``; it answers 400 while requests run (``?timeout=``
+makes it wait for them). Stopping is done when the whole process group is gone, tensor-parallel workers
+included (they can hold GPU memory for tens of seconds after the leader exits), and the port is free.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from compatlab.errors import LabError
-from compatlab.stages.perf.client import get_json
+from compatlab.stages.perf.client import get_json, post
 
 if TYPE_CHECKING:
     from compatlab.config.perf import ServerSpec
@@ -24,6 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("compatlab.stages.perf.stage")
 
 _LOG_TAIL = 40
+MODEL_INFO = ("/model_info", "/get_model_info")
+SERVER_INFO = ("/server_info", "/get_server_info")
+NOT_LOGGED = "not logged yet"
 
 
 class ServerFailure(LabError):
@@ -54,6 +66,41 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    """Whether a server could listen on *port* now (SO_REUSEADDR, as uvicorn binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))  # noqa: S104 - a probe, closed at once; SGLang may listen on any address
+        except OSError:
+            return False
+        return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group *pgid*: from /proc, else whether the group exists."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    alive = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            alive.append(int(entry.name))
+    return sorted(alive)
+
+
 class ServerProcess:
     """A server in its own process group, its output in a log file; a context manager that always stops it.
 
@@ -69,6 +116,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self.returncode: int | None = None
+        self.leftover: str | None = None  # what stop() found still running or listening
 
     def __enter__(self) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,7 +156,10 @@ class ServerProcess:
         return ServerFailure("fail", f"{self.spec.name} server exited with {how} {when}", self.tail())
 
     def wait_ready(self) -> dict[str, Any]:
-        """Poll health, then the model info, until ``startup-timeout``; return the model info."""
+        """Poll health until 200, then the model info, until ``startup-timeout``; return the model info.
+
+        A closed port (loading) and 503 (SGLang's own warm-up) both mean "not yet".
+        """
         deadline = time.monotonic() + self.spec.startup_timeout
         pause = 0.02
         while True:
@@ -123,27 +174,72 @@ class ServerProcess:
             try:
                 status, _ = get_json("127.0.0.1", self.port, self.spec.health, timeout=min(5.0, left))
                 if status == 200:
-                    for path in ("/get_model_info", "/model_info"):
-                        status, info = get_json("127.0.0.1", self.port, path, timeout=min(5.0, left))
-                        if status == 200 and isinstance(info, dict):
-                            return info
+                    info = self._first_json(MODEL_INFO, timeout=min(5.0, left))
+                    if info is not None:
+                        return info
             except (OSError, http.client.HTTPException):
                 pass
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 1.5, 1.0)
 
-    def server_accept_length(self) -> float | None:
-        for path in ("/get_server_info", "/server_info"):
-            try:
-                status, info = get_json("127.0.0.1", self.port, path, timeout=10.0)
-            except (OSError, http.client.HTTPException):
-                return None
+    def _first_json(self, paths: tuple[str, ...], *, timeout: float) -> dict[str, Any] | None:
+        """The first of *paths* that answers 200 with a JSON object: the current name before the old one."""
+        for path in paths:
+            status, info = get_json("127.0.0.1", self.port, path, timeout=timeout)
             if status == 200 and isinstance(info, dict):
-                states = info.get("internal_states")
-                state = states[0] if isinstance(states, list) and states else info
-                value = state.get("avg_spec_accept_length") if isinstance(state, dict) else None
-                return float(value) if isinstance(value, (int, float)) and value > 0 else None
+                return info
         return None
+
+    def server_info(self) -> dict[str, Any]:
+        """``/server_info`` (else ``/get_server_info``); a ServerFailure (error) when neither answers."""
+        try:
+            info = self._first_json(SERVER_INFO, timeout=10.0)
+        except (OSError, http.client.HTTPException) as exc:
+            raise ServerFailure("error", f"{self.spec.name} server: /server_info failed: {exc}",
+                                self.tail()) from None
+        if info is None:
+            raise ServerFailure("error", f"{self.spec.name} server answers neither /server_info nor "
+                                         "/get_server_info; is it an SGLang server?", self.tail())
+        return info
+
+    def openai_model(self, info: dict[str, Any]) -> str:
+        """The name the OpenAI routes answer to: ``/v1/models``, else the model info's names."""
+        try:
+            status, models = get_json("127.0.0.1", self.port, "/v1/models", timeout=10.0)
+        except (OSError, http.client.HTTPException):
+            status, models = 0, None
+        data = models.get("data") if status == 200 and isinstance(models, dict) else None
+        if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
+            return str(data[0]["id"])
+        return str(info.get("served_model_name") or info.get("model_path") or "default")
+
+    def flush_cache(self, when: str, *, timeout: float = 60.0) -> None:
+        """``/flush_cache``, waiting up to *timeout* for running requests; a ServerFailure if it refuses."""
+        try:
+            status, text = post("127.0.0.1", self.port, f"/flush_cache?timeout={timeout:g}",
+                                timeout=timeout + 10)
+        except (OSError, http.client.HTTPException) as exc:
+            status, text = 0, str(exc)
+        if status != 200:
+            raise ServerFailure("error", f"{self.spec.name} server did not flush its cache {when}: "
+                                         f"HTTP {status}: {text.strip()[:300]}", self.tail())
+
+    def server_accept_length(self) -> tuple[float | None, str | None]:
+        """``internal_states[0].avg_spec_accept_length`` of ``/server_info``, or None and why not.
+
+        SGLang's figure is lifetime (since the start or the last ``/flush_cache``) and decode-only, and the
+        key is absent until the scheduler has logged it (every 40 decode batches): "not logged yet".
+        """
+        info = self.server_info()
+        decode = info.get("decode")
+        if isinstance(decode, list) and decode and isinstance(decode[0], dict):
+            info = decode[0]  # a prefill/decode split: the decode side speculates
+        states = info.get("internal_states")
+        state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+        value = state.get("avg_spec_accept_length")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            return None, NOT_LOGGED
+        return float(value), None
 
     def _signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
@@ -151,7 +247,11 @@ class ServerProcess:
             os.killpg(self.proc.pid, sig)
 
     def stop(self) -> None:
-        """SIGTERM the group, wait ``stop-timeout``, then SIGKILL whatever of the group is left."""
+        """SIGTERM the group, wait ``stop-timeout``, SIGKILL whatever of it is left, then wait (up to
+        ``release-timeout``) until no process of the group is alive and the port is free.
+
+        Whatever is still there after that is described in ``leftover``, for the caller to report.
+        """
         if self.proc is None:
             return
         try:
@@ -167,6 +267,27 @@ class ServerProcess:
             self.proc.wait(timeout=30)
             if self.returncode is None:
                 self.returncode = self.proc.returncode
+            self.leftover = self._wait_released()
         finally:
             if self._log is not None:
                 self._log.close()
+
+    def _wait_released(self) -> str | None:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.spec.release_timeout
+        pause = 0.01
+        while True:
+            members = group_members(self.proc.pid)
+            if members:
+                self._signal(signal.SIGKILL)
+            elif port_is_free(self.port):
+                return None
+            if time.monotonic() >= deadline:
+                if members:
+                    return (f"{self.spec.name} server's process group {self.proc.pid} still has live "
+                            f"processes {members} {self.spec.release_timeout:g} s after SIGKILL (a worker "
+                            "stuck in the driver?); the next server would start against a busy GPU")
+                return (f"port {self.port} is still in use {self.spec.release_timeout:g} s after the "
+                        f"{self.spec.name} server's process group exited")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)

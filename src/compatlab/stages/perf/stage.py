@@ -7,6 +7,13 @@ Trials alternate baseline/EAGLE-3 in an ABBA order so that drift of the box does
 verdict per concurrency level compares medians; when the trials spread wider than ``max-spread`` *and*
 their range straddles a floor, the level is *inconclusive*: a rerun, not a red.
 
+Before measuring, ``/server_info`` must show that the eagle3 server runs EAGLE3 and the baseline does not
+speculate. ``/flush_cache`` runs after warm-up and before each level, so that the server's lifetime
+``avg_spec_accept_length`` (the fallback accept length) covers that level only, and every level starts
+from an empty prefix cache: TTFT is a cold-prefix figure. A level with a failed request (an error or an
+abort inside a 200 stream included) is ``error``, naming the server's message: never a pass, never a
+"too slow" fail. Latency figures are SGLang's benchmark's, by its names (see ``perf_client``).
+
 Outputs: ``perf.json`` (everything, versioned), ``benchmark.json`` (pytest-benchmark format; throughput as
 seconds per output token so that "higher is worse" holds for ``pytest-benchmark compare``), server logs,
 and the cell's ``perf`` StageResult with flat ``details.figures``.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import platform
@@ -37,8 +45,8 @@ from compatlab.errors import ConfigError, LabError
 from compatlab.proc import ProgramNotFound
 from compatlab.runs.model import StageResult, write_json_atomic
 from compatlab.stages.base import CellContext, cell_env
-from compatlab.stages.perf.client import LevelResult, Target, run_level
-from compatlab.stages.perf.server import ServerFailure, ServerProcess
+from compatlab.stages.perf.client import STATS, LevelResult, Target, run_level
+from compatlab.stages.perf.server import NOT_LOGGED, ServerFailure, ServerProcess, group_members, port_is_free
 
 __all__ = [
     "PERF_SCHEMA",
@@ -48,9 +56,11 @@ __all__ = [
     "ServerProcess",
     "ServerSpec",
     "Thresholds",
+    "group_members",
     "load_prompts",
     "main",
     "parse_perf",
+    "port_is_free",
     "resolve_argv",
     "run_perf",
     "run_perf_stage",
@@ -60,32 +70,55 @@ log = logging.getLogger(__name__)
 
 PERF_SCHEMA = "compatlab.perf/1"
 FIELD_META = "meta_info.completion_tokens / meta_info.spec_verify_ct"
-FIELD_SERVER = "get_server_info.internal_states[0].avg_spec_accept_length"
+FIELD_SERVER = "server_info.internal_states[0].avg_spec_accept_length"
+SPECULATIVE = "EAGLE3"
+# The latency figures of a level, as SGLang's benchmark names them (milliseconds).
+LATENCY = tuple(f"{stat}_{what}_ms" for what in ("ttft", "itl", "tpot") for stat in STATS)
 
 
 # -- trials ------------------------------------------------------------------------------------------
 
 
-def _level_record(level: LevelResult, server_accept: float | None) -> dict[str, Any]:
+def _level_record(level: LevelResult, server_accept: float | None, note: str | None) -> dict[str, Any]:
     accept, field = level.accept_length, FIELD_META
     if accept is None and server_accept is not None:
         accept, field = server_accept, FIELD_SERVER
     return {
         "concurrency": level.concurrency,
-        "tok_s": level.tok_s,
+        "tok_s": level.tok_s,  # SGLang's output_throughput
         "s_per_token": 1 / level.tok_s if level.tok_s else None,
-        "ttft_ms": level.ttft * 1000,
-        "itl_ms": level.itl * 1000,
+        **level.latency_stats(),
         "tokens": level.tokens,
         "requests": len(level.requests),
         "wall_s": level.wall,
         "accept_length": accept,
         "accept_length_field": field if accept is not None else None,
         "server_accept_length": server_accept,
-        # prompt, tokens, ttft s, latency s, itl s, verify steps: one row per request
-        "per_request": [[r.prompt, r.tokens, round(r.ttft, 6), round(r.latency, 6), round(r.itl, 7),
-                         r.spec_verify_ct] for r in level.requests],
+        "server_accept_length_note": note,
+        # prompt, tokens, ttft s, latency s, tpot s, tokens in the first chunk, verify steps: one row a request
+        "per_request": [[r.prompt, r.tokens, round(r.ttft, 6), round(r.latency, 6),
+                         None if r.tpot is None else round(r.tpot, 7), r.first_tokens, r.spec_verify_ct]
+                        for r in level.requests],
     }
+
+
+def _check_speculation(server: ServerProcess, name: str, record: dict[str, Any]) -> None:
+    """The eagle3 server must run EAGLE3 and the baseline must not speculate, as ``/server_info`` says."""
+    info = server.server_info()
+    if "speculative_algorithm" not in info:
+        raise ServerFailure("error", f"{name} server's /server_info has no speculative_algorithm; cannot tell "
+                                     "whether it speculates", server.tail())
+    algorithm = info["speculative_algorithm"]
+    record["speculative_algorithm"] = algorithm
+    if name == "eagle3" and str(algorithm).upper() != SPECULATIVE:
+        raise ServerFailure("error", f"the eagle3 server does not run {SPECULATIVE}: /server_info reports "
+                                     f"speculative_algorithm {json.dumps(algorithm)}; add "
+                                     f"\"--speculative-algorithm\", \"{SPECULATIVE}\" to perf.servers.eagle3.argv",
+                            server.tail())
+    if name == "baseline" and algorithm not in (None, "", "NONE"):
+        raise ServerFailure("error", "the baseline server speculates: /server_info reports "
+                                     f"speculative_algorithm {json.dumps(algorithm)}; drop "
+                                     "--speculative-algorithm from perf.servers.baseline.argv", server.tail())
 
 
 def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: dict[str, str],
@@ -101,8 +134,11 @@ def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: di
             info = server.wait_ready()
             record["startup_s"] = time.monotonic() - start
             record["model"] = info.get("model_path")
+            _check_speculation(server, name, record)
+            model = server.openai_model(info) if config.protocol == "openai" else "default"
+            record["served_model"] = model
             target = Target(port=server.port, protocol=config.protocol,  # type: ignore[arg-type]
-                            model=str(info.get("model_path") or "default"))
+                            model=model)
 
             def measure(concurrency: int, requests: int) -> LevelResult:
                 return run_level(target, prompts, concurrency=concurrency, requests=requests, order=order,
@@ -112,12 +148,18 @@ def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: di
             if config.warmup:
                 _check_level(server, measure(1, config.warmup), "during warm-up")
             for c in config.concurrency:
+                server.flush_cache(f"before concurrency {c}")
                 level = measure(c, config.requests_at(c))
                 _check_level(server, level, f"at concurrency {c}")
-                record["levels"][str(c)] = _level_record(level, server.server_accept_length())
-                log.info("%s trial %d c%d: %.1f tok/s, ttft %.1f ms", name, trial + 1, c, level.tok_s,
-                         level.ttft * 1000)
+                accept, note = server.server_accept_length() if name == "eagle3" else (None, None)
+                record["levels"][str(c)] = _level_record(level, accept, note)
+                log.info("%s trial %d c%d: %.1f tok/s, median ttft %.1f ms", name, trial + 1, c, level.tok_s,
+                         record["levels"][str(c)]["median_ttft_ms"] or 0.0)
+        if server.leftover:
+            raise ServerFailure("error", server.leftover)
     except ServerFailure as failure:
+        if server.leftover:
+            log.warning("%s", server.leftover)
         if not failure.tail:
             failure.tail = server.tail()
         raise
@@ -167,11 +209,12 @@ def _verdicts(config: PerfConfig, lives: list[dict[str, Any]]) -> tuple[dict[str
         for name in SERVERS:
             levels = [life["levels"][str(c)] for life in lives if life["server"] == name]
             per[name] = {k: [lv[k] for lv in levels if lv[k] is not None]
-                         for k in ("tok_s", "ttft_ms", "itl_ms", "accept_length")}
+                         for k in ("tok_s", *LATENCY, "accept_length")}
             tok = per[name]["tok_s"]
             figures[f"{name}_tok_s_c{c}"] = statistics.median(tok)
-            figures[f"{name}_ttft_ms_c{c}"] = statistics.median(per[name]["ttft_ms"])
-            figures[f"{name}_itl_ms_c{c}"] = statistics.median(per[name]["itl_ms"])
+            for key in LATENCY:  # the median over trials of each level figure
+                if per[name][key]:
+                    figures[f"{name}_{key}_c{c}"] = statistics.median(per[name][key])
             figures[f"{name}_spread_c{c}"] = _spread(tok)
         b, e = per["baseline"]["tok_s"], per["eagle3"]["tok_s"]
         mb, me = statistics.median(b), statistics.median(e)
@@ -199,10 +242,10 @@ def _verdicts(config: PerfConfig, lives: list[dict[str, Any]]) -> tuple[dict[str
                 checks.append({"check": "min-accept-length", "floor": th.min_accept_length, "value": value,
                                "range": [min(accept), max(accept)], "verdict": verdict})
             else:
+                # /server_info showed EAGLE3 on: no figure means the server has not logged one yet.
                 checks.append({"check": "min-accept-length", "floor": th.min_accept_length, "value": None,
-                               "verdict": "fail"})
-        states = {ch["verdict"] for ch in checks}
-        verdict = "fail" if "fail" in states else "inconclusive" if "inconclusive" in states else "pass"
+                               "verdict": "unknown"})
+        verdict = _worst({str(ch["verdict"]) for ch in checks})
         verdicts[str(c)] = {"verdict": verdict, "spread": spread, "noisy": noisy, "checks": checks}
     return figures, verdicts
 
@@ -221,7 +264,10 @@ def _explain(c: int, check: dict[str, Any], figures: Mapping[str, float], max_sp
     if name == "min-tok-s":
         return f"EAGLE-3 at concurrency {c}: {value:.1f} tok/s is below min-tok-s {floor:g}"
     if value is None:
-        return "the eagle3 server reported no accept length; is speculative decoding on?"
+        return (f"EAGLE-3 accept length at concurrency {c} is unknown: the streams carry no "
+                f"meta_info.spec_verify_ct and the eagle3 server's avg_spec_accept_length is {NOT_LOGGED} "
+                "(/server_info; SGLang logs it every 40 decode batches): use protocol \"generate\" or more "
+                "requests")
     return f"EAGLE-3 accept length at concurrency {c}: {value:.2f} is below min-accept-length {floor:g}"
 
 
@@ -311,7 +357,7 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
         figures, verdicts = _verdicts(config, lives)
         report.figures, report.verdicts = figures, verdicts
         report.verdict = _overall(verdicts)
-        report.state = {"pass": "pass", "fail": "fail", "inconclusive": "error"}[report.verdict]
+        report.state = {"pass": "pass", "fail": "fail", "error": "error", "inconclusive": "error"}[report.verdict]
         report.reason = _reason(config, figures, verdicts)
         fields = {lv["accept_length_field"] for life in lives if life["server"] == "eagle3"
                   for lv in life["levels"].values() if lv["accept_length_field"]}
@@ -331,13 +377,20 @@ def _config_json(config: PerfConfig) -> dict[str, Any]:
     return data
 
 
+def _worst(states: set[str]) -> str:
+    """fail (an answer: too slow) over error (no answer) over inconclusive (noise) over pass."""
+    for state in ("fail", "error", "inconclusive"):
+        if state in states or (state == "error" and "unknown" in states):
+            return state
+    return "pass"
+
+
 def _overall(verdicts: Mapping[str, Any]) -> str:
-    states = {v["verdict"] for v in verdicts.values()}
-    return "fail" if "fail" in states else "inconclusive" if "inconclusive" in states else "pass"
+    return _worst({v["verdict"] for v in verdicts.values()})
 
 
 def _reason(config: PerfConfig, figures: Mapping[str, float], verdicts: Mapping[str, Any]) -> str:
-    for want in ("fail", "inconclusive"):
+    for want in ("fail", "unknown", "inconclusive"):
         for c in config.concurrency:
             for check in verdicts[str(c)]["checks"]:
                 if check["verdict"] == want:
@@ -383,11 +436,13 @@ def _stats(data: list[float]) -> dict[str, Any]:
     }
 
 
+_WHAT = {"ttft": "time to first token", "itl": "inter-token latency, pooled per token",
+         "tpot": "time per output token after the first, per request"}
 _METRICS = (
     # key in a level record, benchmark suffix, scale to seconds, what it is
     ("s_per_token", "s_per_token", 1.0, "seconds per output token = 1 / (output tok/s of all streams)"),
-    ("ttft_ms", "ttft", 0.001, "median time to first token, seconds"),
-    ("itl_ms", "itl", 0.001, "median inter-token latency, seconds"),
+    *((key, key.removesuffix("_ms"), 0.001,
+       f"{key.split('_')[0]} {_WHAT[key.split('_')[1]]}, seconds (SGLang's {key})") for key in LATENCY),
 )
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
+import itertools
 import json
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tomllib
@@ -24,9 +28,11 @@ from compatlab.stages.perf.stage import (
     FIELD_SERVER,
     PerfConfig,
     ServerProcess,
+    group_members,
     load_prompts,
     main,
     parse_perf,
+    port_is_free,
     resolve_argv,
     run_perf,
     run_perf_stage,
@@ -134,7 +140,7 @@ def test_readme_example_parses() -> None:
     assert config.thresholds.min_tok_s == {1: 80.0, 16: 600.0}
     assert config.thresholds.min_speedup == {1: 1.0, 16: 1.0}
     assert config.requests_at(1) == 8
-    assert config.requests_at(16) == 32
+    assert config.requests_at(16) == 64  # four waves
     resolved = resolve_argv(config, {"TARGET_MODEL": "/models/target", "DRAFT_MODEL": "/models/draft"})
     argv, extra = resolved["eagle3"]
     assert argv[4] == "/models/target"
@@ -230,8 +236,8 @@ def test_pass_eagle3_faster(tmp_path: Path) -> None:
     assert f["speedup_c1"] > 1.5
     assert f["speedup_c4"] > 1.5
     assert 2.5 < f["accept_length_c1"] <= 3.0
-    assert f["baseline_ttft_ms_c1"] > 0
-    assert f["eagle3_itl_ms_c4"] > 0
+    assert f["baseline_median_ttft_ms_c1"] > 0
+    assert f["eagle3_median_itl_ms_c4"] > 0
     assert report.accept_length_field == FIELD_META
     assert [(t["server"], t["trial"]) for t in report.trials] == [
         ("baseline", 1), ("eagle3", 1), ("eagle3", 2), ("baseline", 2)]  # ABBA
@@ -352,10 +358,13 @@ def test_benchmark_json_works_with_pytest_benchmark_compare(tmp_path: Path) -> N
     _assert_gone(report.pids)
     first = json.loads((tmp_path / "run1" / "benchmark.json").read_text())
     names = [b["name"] for b in first["benchmarks"]]
-    assert names == ["perf_s_per_token[baseline-c1]", "perf_ttft[baseline-c1]", "perf_itl[baseline-c1]",
-                     "perf_s_per_token[eagle3-c1]", "perf_ttft[eagle3-c1]", "perf_itl[eagle3-c1]"]
+    latency = [f"{stat}_{what}" for what in ("ttft", "itl", "tpot") for stat in ("mean", "median", "p99")]
+    assert names == [f"perf_{metric}[{server}-c1]" for server in ("baseline", "eagle3")
+                     for metric in ("s_per_token", *latency)]
     tok_s = report.figures["eagle3_tok_s_c1"]
-    assert first["benchmarks"][3]["stats"]["ops"] == pytest.approx(tok_s)
+    assert first["benchmarks"][10]["stats"]["ops"] == pytest.approx(tok_s)
+    assert first["benchmarks"][5]["extra_info"]["unit"] == (
+        "median inter-token latency, pooled per token, seconds (SGLang's median_itl_ms)")
     # A second run 20 % slower: more seconds per token, which pytest-benchmark's "higher is worse" reads
     # as the regression it is (ops, its inverse, is the throughput).
     slower = json.loads(json.dumps(first))
@@ -383,6 +392,232 @@ def test_client_counts_tokens_and_ttft(tmp_path: Path) -> None:
     assert level.tokens == 600
     assert all(r.events == 100 and r.ttft >= 0.05 for r in level.requests)
     assert level.accept_length is None
+
+
+# -- what a real SGLang server does that the stand-in now does too ----------------------------------------
+
+ERROR = "CUDA error: out of memory (stand-in --error-after)"
+ABORT = "Request aborted by the scheduler (stand-in --abort-after)"
+
+
+@pytest.mark.parametrize(("protocol", "flag", "told"), [
+    ("generate", "--error-after", f"the server sent an error in the stream after 15 tokens: {ERROR}"),
+    ("openai", "--error-after", f"the server sent an error in the stream after 15 tokens: {ERROR}"),
+    ("generate", "--abort-after", f"the server aborted the request after 15 tokens: {ABORT}"),
+    ("openai", "--abort-after", "the server aborted the request after 15 tokens (finish_reason abort)"),
+])
+def test_an_error_or_abort_inside_a_200_stream_is_an_error_never_a_pass(
+        tmp_path: Path, protocol: str, flag: str, told: str) -> None:
+    # SGLang answers 200, then sends data: {"error": ...} (or a final chunk whose finish_reason is an
+    # abort), then data: [DONE]. A server that fails every request this way must not pass the stage.
+    failing = ["--tok-s", "3000", flag, "0"]
+    config = _config(tmp_path, failing, [*failing, "--accept-length", "3"], perf={"protocol": protocol},
+                     thresholds={"min-speedup": 0.1})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert (report.state, report.verdict) == ("error", "error")
+    assert report.reason == f"baseline server failed a request during warm-up: {told}"
+    assert report.figures == {}
+    assert not (tmp_path / "out" / "benchmark.json").exists()
+
+
+def test_a_failed_request_mid_run_names_the_servers_message(tmp_path: Path) -> None:
+    # Warm-up (1) and concurrency 1 (4 requests) pass; from the sixth request on the stream errs.
+    config = _config(tmp_path, ["--tok-s", "3000"], ["--tok-s", "3000", "--accept-length", "3", "--error-after", "5",
+                                                     "--fault-message", "KV cache pool is full"])
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert report.state == "error"
+    assert report.reason == ("eagle3 server failed a request at concurrency 4: the server sent an error in the "
+                             "stream after 13 tokens: KV cache pool is full")
+
+
+PROMPT_ROW, TOKENS_ROW, FIRST_TOKENS_ROW, VERIFY_ROW = 0, 1, 5, 6  # columns of a level's per_request rows
+
+
+def test_itl_is_pooled_per_token_as_sglangs_benchmark_does(tmp_path: Path) -> None:
+    # EAGLE-3 verify steps of 1-4 tokens: each chunk's gap counts once per token it added, pooled over all
+    # requests (SGLang's median ITL), not a median of per-request means.
+    config = _config(tmp_path, ["--tok-s", "0"], ["--tok-s", "4000", "--accept-length", "1-4", "--seed", "7"])
+    argv, _ = resolve_argv(config, os.environ)["eagle3"]
+    server = ServerProcess(config.servers["eagle3"], argv, dict(os.environ), tmp_path / "s.log")
+    with server:
+        server.wait_ready()
+        level = run_level(Target(port=server.port), ["a b c"], concurrency=2, requests=4, output_len=64)
+    _assert_gone([server.pid])
+    assert level.errors == []
+    pooled = [gap for r in level.requests for gap in r.itl]
+    assert level.itls == pooled
+    for r in level.requests:
+        assert r.tokens == 64
+        assert r.first_tokens == 1  # the first chunk is the prefill's one token
+        assert len(r.itl) == r.tokens - 1  # one entry per token after the first
+        assert r.tpot == (r.latency - r.ttft) / (r.tokens - 1)
+        assert r.spec_verify_ct is not None
+        assert 63 / 4 <= r.spec_verify_ct <= 63
+    stats = level.latency_stats()
+    assert stats["mean_itl_ms"] == statistics.fmean(pooled) * 1000
+    assert stats["median_itl_ms"] == statistics.median(pooled) * 1000
+    assert stats["p99_itl_ms"] == pytest.approx(statistics.quantiles(pooled, n=100, method="inclusive")[98] * 1000)
+    assert stats["median_tpot_ms"] == statistics.median(r.tpot or 0.0 for r in level.requests) * 1000
+    assert stats["median_ttft_ms"] == statistics.median(r.ttft for r in level.requests) * 1000
+    assert level.accept_length == 4 * 64 / sum(r.spec_verify_ct or 0 for r in level.requests)
+
+
+def test_level_records_carry_sglangs_names(tmp_path: Path) -> None:
+    config = _config(tmp_path, ["--tok-s", "3000"], ["--tok-s", "3000", "--accept-length", "3"],
+                     perf={"trials": 1, "concurrency": [2]}, thresholds={"min-speedup": 0.1})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert report.state == "pass", report.reason
+    latency = {f"{stat}_{what}_ms" for what in ("ttft", "itl", "tpot") for stat in ("mean", "median", "p99")}
+    level = report.trials[0]["levels"]["2"]
+    assert latency <= set(level)
+    assert {f"{server}_{key}_c2" for server in ("baseline", "eagle3") for key in latency} <= set(report.figures)
+    assert {row[FIRST_TOKENS_ROW] for row in level["per_request"]} == {1}
+
+
+def test_the_servers_accept_length_covers_one_level_after_a_flush(tmp_path: Path) -> None:
+    # avg_spec_accept_length is lifetime and decode-only: /flush_cache before each level makes it that
+    # level's own figure, which the per-request counts reproduce exactly (the stand-in logs every step).
+    eagle = ["--tok-s", "3000", "--accept-length", "1-4", "--seed", "3", "--log-interval", "1"]
+    config = _config(tmp_path, ["--tok-s", "3000"], eagle, perf={"trials": 1, "warmup": 2},
+                     thresholds={"min-speedup": 0.1})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert report.state == "pass", report.reason
+    eagle3 = next(t for t in report.trials if t["server"] == "eagle3")
+    for c in ("1", "4"):
+        level = eagle3["levels"][c]
+        rows = level["per_request"]
+        own = sum(row[TOKENS_ROW] - 1 for row in rows) / sum(row[VERIFY_ROW] for row in rows)
+        assert level["server_accept_length"] == own
+    assert eagle3["log_tail"].count("cache flushed") == 2  # after warm-up (before c1) and before c4
+
+
+def test_an_accept_length_not_logged_yet_is_unknown_not_a_fail(tmp_path: Path) -> None:
+    # The OpenAI protocol has no per-request verify counts; early on SGLang has not logged the key.
+    config = _config(tmp_path, ["--tok-s", "3000"], ["--tok-s", "3000", "--accept-length", "3",
+                                                     "--log-interval", "100000"],
+                     perf={"protocol": "openai", "trials": 1, "concurrency": [1]},
+                     thresholds={"min-accept-length": 2.0, "min-speedup": 0.1})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert (report.state, report.verdict) == ("error", "error")
+    assert report.reason == (
+        "EAGLE-3 accept length at concurrency 1 is unknown: the streams carry no meta_info.spec_verify_ct and "
+        "the eagle3 server's avg_spec_accept_length is not logged yet (/server_info; SGLang logs it every 40 "
+        'decode batches): use protocol "generate" or more requests')
+    eagle3 = next(t for t in report.trials if t["server"] == "eagle3")
+    assert eagle3["levels"]["1"]["server_accept_length_note"] == "not logged yet"
+
+
+@pytest.mark.parametrize(("baseline", "eagle3", "reason"), [
+    ([], ["--accept-length", "3", "--speculative-algorithm", "none"],
+     'the eagle3 server does not run EAGLE3: /server_info reports speculative_algorithm null; add '
+     '"--speculative-algorithm", "EAGLE3" to perf.servers.eagle3.argv'),
+    (["--speculative-algorithm", "EAGLE3"], ["--accept-length", "3"],
+     'the baseline server speculates: /server_info reports speculative_algorithm "EAGLE3"; drop '
+     "--speculative-algorithm from perf.servers.baseline.argv"),
+])
+def test_server_info_must_show_eagle3_on_and_the_baseline_off(tmp_path: Path, baseline: list[str],
+                                                              eagle3: list[str], reason: str) -> None:
+    config = _config(tmp_path, ["--tok-s", "3000", *baseline], ["--tok-s", "3000", *eagle3],
+                     perf={"trials": 1, "concurrency": [1]})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert (report.state, report.reason) == ("error", reason)
+
+
+@pytest.mark.parametrize("routes", ["both", "none", "only"])
+def test_current_route_names_first_the_deprecated_ones_as_fallbacks(tmp_path: Path, routes: str) -> None:
+    # "none": a newer SGLang without /get_model_info and /get_server_info; "only": an older one.
+    flags = ["--legacy-routes", routes, "--tok-s", "3000"]
+    config = _config(tmp_path, flags, [*flags, "--accept-length", "3"],
+                     perf={"trials": 1, "concurrency": [1], "protocol": "openai"}, thresholds={"min-speedup": 0.1})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert report.state == "pass", report.reason
+    assert report.accept_length_field == "server_info.internal_states[0].avg_spec_accept_length"
+    assert [t["speculative_algorithm"] for t in report.trials] == [None, "EAGLE3"]
+    for trial in report.trials:
+        assert "is deprecated" not in trial["log_tail"]
+
+
+def test_openai_requests_name_the_model_of_v1_models(tmp_path: Path) -> None:
+    flags = ["--tok-s", "3000", "--model", "/models/target", "--served-model-name", "target-served"]
+    config = _config(tmp_path, flags, [*flags, "--accept-length", "3"],
+                     perf={"trials": 1, "concurrency": [1], "protocol": "openai"})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    assert [(t["model"], t["served_model"]) for t in report.trials] == [("/models/target", "target-served")] * 2
+
+
+def test_stop_waits_until_the_port_is_free(tmp_path: Path) -> None:
+    # A process outside the group keeps the listening socket for 1.5 s: the next server could not bind.
+    config = _config(tmp_path, ["--port-holder", "1.5"], [], server={"release-timeout": 30})
+    argv, _ = resolve_argv(config, os.environ)["baseline"]
+    server = ServerProcess(config.servers["baseline"], argv, dict(os.environ), tmp_path / "s.log")
+    with server:
+        server.wait_ready()
+    _assert_gone([server.pid])
+    assert group_members(server.pid) == []
+    assert port_is_free(server.port)
+    assert server.leftover is None
+
+
+def test_a_port_still_held_after_release_timeout_is_an_error(tmp_path: Path) -> None:
+    config = _config(tmp_path, ["--tok-s", "3000", "--port-holder", "5"], ["--accept-length", "3"],
+                     perf={"trials": 1, "concurrency": [1]}, server={"release-timeout": 0.3})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    port = report.trials[0]["port"]
+    assert (report.state, report.reason) == (
+        "error", f"port {port} is still in use 0.3 s after the baseline server's process group exited")
+
+
+def test_health_is_503_during_sglangs_own_warm_up(tmp_path: Path) -> None:
+    config = _config(tmp_path, ["--startup-delay", "0.2", "--warmup", "0.5", "--verbose"], [])
+    argv, _ = resolve_argv(config, os.environ)["baseline"]
+    server = ServerProcess(config.servers["baseline"], argv, dict(os.environ), tmp_path / "s.log")
+    with server:
+        info = server.wait_ready()
+    _assert_gone([server.pid])
+    assert info["model_path"] == "standin/model"
+    log = server.tail(200)
+    assert '"GET /health_generate HTTP/1.1" 503' in log
+    assert log.index("503") < log.index('"GET /health_generate HTTP/1.1" 200')
+    assert '"GET /model_info HTTP/1.1" 200' in log
+
+
+def test_the_standin_streams_sglangs_wire_format(tmp_path: Path) -> None:
+    config = _config(tmp_path, [], ["--tok-s", "0", "--accept-length", "1-4"])
+    argv, _ = resolve_argv(config, os.environ)["eagle3"]
+    server = ServerProcess(config.servers["eagle3"], argv, dict(os.environ), tmp_path / "s.log")
+    with server:
+        server.wait_ready()
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        body = {"text": "a b", "stream": True, "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}}
+        conn.request("POST", "/generate", json.dumps(body), {"Content-Type": "application/json"})
+        lines = conn.getresponse().read().decode().split("\n\n")
+        conn.close()
+        backlog = None
+        if shutil.which("ss"):
+            listing = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True,
+                                     text=True, timeout=10, check=True).stdout.split()
+            backlog = int(listing[2])  # Send-Q of a listening socket: its backlog
+    _assert_gone([server.pid])
+    assert lines[-2:] == ["data: [DONE]", ""]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines[:-2]]
+    metas = [e["meta_info"] for e in events]
+    assert metas[0]["completion_tokens"] == 1  # prefill: exactly one token
+    assert all(1 <= b["completion_tokens"] - a["completion_tokens"] <= 4 for a, b in itertools.pairwise(metas))
+    assert [len(e["output_ids"]) for e in events] == [m["completion_tokens"] for m in metas]
+    assert ["spec_verify_ct" in m for m in metas] == [False] * (len(metas) - 1) + [True]  # final chunk only
+    assert metas[-1]["finish_reason"] == {"type": "length", "length": 20}
+    assert metas[-1]["spec_verify_ct"] == len(events) - 1
+    if backlog is not None:
+        assert backlog == min(2048, int(Path("/proc/sys/net/core/somaxconn").read_text()))
 
 
 # -- the stage and the command line ---------------------------------------------------------------------
