@@ -581,7 +581,7 @@ def load_matrix(path: str | Path) -> Matrix:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ConfigError(shown, [f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset "
-                                  f"{exc.start}) is not UTF-8; save the file as UTF-8"]) from None
+                                  f"{exc.start}) cannot be decoded; save the file as UTF-8"]) from None
     text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors write
     try:
         data = tomllib.loads(text)
