@@ -70,7 +70,7 @@ def type_name(value: object) -> str:
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
-        return "an array"
+        return "an array" if value else "an empty array"
     if isinstance(value, dict):
         return "a table"
     if isinstance(value, datetime.datetime):

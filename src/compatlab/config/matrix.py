@@ -278,9 +278,13 @@ def _unknown_axis(ck: Checker, name: str, where: str) -> None:
                     f'with package = "..." on each value, or write [axes.{name}] with package and values')
 
 
-def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> list[Axis]:
+def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> tuple[list[Axis], set[str]]:
+    """The axes, and the names of those with a problem (rules do not repeat it as a missing value)."""
     raw_axes = ck.table(data, "", "axes")
-    axes = []
+    axes: list[Axis] = []
+    broken: set[str] = set()
+    if not isinstance(data.get("axes", {}), dict):
+        return axes, broken  # said once: not a table
     for name, raw in raw_axes.items():
         where = f"axes.{name}"
         if not _AXIS_NAME.fullmatch(name) or name in RULE_META_KEYS:
@@ -315,6 +319,7 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> list[Axis]:
             sub = f"{item_where}[{i}]" if item_where else where
             value = _parse_value(ck, name, item, sub, package)
             if value is None:
+                broken.add(name)
                 continue
             if kind is None and value.package is None:
                 unnamed.append(sub)
@@ -324,6 +329,8 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> list[Axis]:
                 continue
             seen.add(parsed)
             values.append(value)
+        if unnamed:
+            broken.add(name)
         if unnamed and len(unnamed) == len(items):
             _unknown_axis(ck, name, where)
         else:
@@ -334,10 +341,10 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> list[Axis]:
     for required in REQUIRED_AXES:
         if required not in raw_axes:
             ck.error(f"axes.{required}", "missing; the lab needs the axes " + ", ".join(REQUIRED_AXES))
-    return axes
+    return axes, broken
 
 
-def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> list[Rule]:
+def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken: set[str]) -> list[Rule]:
     raw_rules = ck.table(data, "", "rules")
     ck.keys(raw_rules, "rules", {"exclude", "include", "expect"})
     by_name = {a.name: a for a in axes}
@@ -375,7 +382,7 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> list
                     at = f"{sub}[{j}]" if isinstance(raw, list) else sub
                     if not isinstance(version, str):
                         ck.error(at, f"expected a version string, got {show(version)}")
-                    elif ck.text(version, at) is None:
+                    elif ck.text(version, at) is None or key in broken:
                         continue
                     elif by_name[key].find(version) is None:
                         known = ", ".join(v.version for v in by_name[key].values)
@@ -398,7 +405,7 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> list
             elif kind == "expect":
                 ck.error(f"{where}.expect", 'missing; write expect = "fail"')
             if kind == "include":
-                missing = [a.name for a in axes if a.name not in entry]
+                missing = [a.name for a in axes if a.name not in entry and a.name not in broken]
                 if missing:
                     ck.error(where, "an included cell names a value for every axis; missing " + ", ".join(missing))
             elif not any(k for k in entry if k not in RULE_META_KEYS):
@@ -541,9 +548,9 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml") -> Matrix:
             ck.error("schema", f"this lab reads schema {SCHEMA_VERSION} (an integer), got {show(schema)}; "
                                f"write schema = {SCHEMA_VERSION}")
     name = ck.string(data, "", "name") or Path(path).stem
-    axes = _parse_axes(ck, data)
+    axes, broken = _parse_axes(ck, data)
     max_cells = _parse_cap(ck, data, axes)
-    rules = _parse_rules(ck, data, axes)
+    rules = _parse_rules(ck, data, axes, broken)
     install = _parse_install(ck, data)
     targets = _parse_targets(ck, data)
     report = _parse_report(ck, data, axes)

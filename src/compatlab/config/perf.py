@@ -151,8 +151,12 @@ def _parse_server(ck: Checker, name: str, raw: object) -> ServerSpec | None:
     return ServerSpec(name=name, argv=tuple(argv), env=env, **fields)
 
 
-def _per_level(ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[int]) -> dict[int, float]:
-    """A floor given once for every level, or per level as a table {"1" = 80.0, "16" = 600.0}."""
+def _per_level(ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[int],
+               levels_known: bool = True) -> dict[int, float]:
+    """A floor given once for every level, or per level as a table {"1" = 80.0, "16" = 600.0}.
+
+    Levels are checked against *levels* only when they are known (``[perf] concurrency`` had no problem).
+    """
     where = "thresholds.perf"
     if name not in raw:
         return {}
@@ -161,7 +165,7 @@ def _per_level(ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[
         out = {}
         for key, floor in value.items():
             sub = f"{where}.{name}.{key}"
-            if not _LEVEL.fullmatch(key) or int(key) not in levels:
+            if not _LEVEL.fullmatch(key) or (levels_known and int(key) not in levels):
                 known = ", ".join(str(c) for c in levels)
                 ck.error(sub, f"{key!r} is not a concurrency level of [perf] ({known})")
                 continue
@@ -173,15 +177,16 @@ def _per_level(ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[
     return {} if got is None else dict.fromkeys(levels, float(got))
 
 
-def parse_perf_thresholds(ck: Checker, thresholds: Mapping[str, Any], levels: Sequence[int]) -> PerfThresholds:
+def parse_perf_thresholds(ck: Checker, thresholds: Mapping[str, Any], levels: Sequence[int],
+                          levels_known: bool = True) -> PerfThresholds:
     """Validate ``[thresholds.perf]`` (inside the raw ``[thresholds]``) for the concurrency *levels*."""
     raw = ck.table(thresholds, "thresholds", "perf")
     ck.keys(raw, "thresholds.perf", _THRESHOLD_KEYS)
     if "min-speedup" in raw:
-        min_speedup = _per_level(ck, raw, "min-speedup", levels)
+        min_speedup = _per_level(ck, raw, "min-speedup", levels, levels_known)
     else:
         min_speedup = dict.fromkeys(levels, PerfThresholds.DEFAULT_MIN_SPEEDUP)
-    fields: dict[str, Any] = {"min_tok_s": _per_level(ck, raw, "min-tok-s", levels)}
+    fields: dict[str, Any] = {"min_tok_s": _per_level(ck, raw, "min-tok-s", levels, levels_known)}
     for key, field in (("min-accept-length", "min_accept_length"), ("max-spread", "max_spread")):
         got = ck.number(raw, "thresholds.perf", key)
         if got is not None:
@@ -221,14 +226,17 @@ def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping
         else:
             fields["protocol"] = perf["protocol"]
     levels: list[int] = []
+    levels_known = True
     raw_levels = perf.get("concurrency", list(field_default(PerfConfig, "concurrency")))
     if not isinstance(raw_levels, list) or not raw_levels:
         ck.error("perf.concurrency",
                  f"expected a non-empty array of positive integers, got {show(raw_levels)}")
+        levels_known = False
     else:
         for i, c in enumerate(raw_levels):
             got = ck.number_value(c, f"perf.concurrency[{i}]", integer=True)
             if got is None:
+                levels_known = False
                 continue
             if got in levels:
                 ck.error(f"perf.concurrency[{i}]", f"{got} is listed twice")
@@ -251,8 +259,8 @@ def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping
         if not prompts.is_file():
             ck.error("perf.prompts", f"{prompts_name!r}: no such file (relative to the matrix file)")
         fields["prompts"] = prompts
-    return PerfConfig(path=path, servers=servers, thresholds=parse_perf_thresholds(ck, thresholds, levels),
-                      **fields)
+    return PerfConfig(path=path, servers=servers,
+                      thresholds=parse_perf_thresholds(ck, thresholds, levels, levels_known), **fields)
 
 
 def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str = "matrix.toml",
