@@ -236,7 +236,6 @@ def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping
         for i, c in enumerate(raw_levels):
             got = ck.number_value(c, f"perf.concurrency[{i}]", integer=True)
             if got is None:
-                levels_known = False
                 continue
             if got in levels:
                 ck.error(f"perf.concurrency[{i}]", f"{got} is listed twice")
