@@ -111,9 +111,6 @@ class Checker:
     def error(self, key: str, message: str) -> None:
         self._found.append((key, message))
 
-    def extend(self, other: Checker) -> None:
-        self._found.extend(other._found)
-
     def raise_if_any(self, path: str) -> None:
         if self._found:
             raise ConfigError(path, self.problems)
