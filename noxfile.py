@@ -28,11 +28,12 @@ nox.options.error_on_external_run = True
 MATRIX_PATH = os.environ.get("COMPATLAB_MATRIX", "matrix.toml")
 try:
     MATRIX = load_matrix(ROOT / MATRIX_PATH if not Path(MATRIX_PATH).is_absolute() else MATRIX_PATH)
+    CELLS: list[Cell] = expand(MATRIX)
 except ConfigError as exc:
-    # One clear message and exit 2, before any session or subprocess starts; no traceback.
+    # One clear message and exit 2, before any session or subprocess starts; no traceback. A matrix over
+    # max-cells is refused here, counted from its axis sizes, so that `nox -l` returns at once.
     print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
     sys.exit(exc.exit_code)
-CELLS: list[Cell] = expand(MATRIX)
 SHARD = os.environ.get("COMPATLAB_SHARD", "")
 if SHARD:
     from compatlab.errors import UsageError

@@ -7,7 +7,8 @@ import itertools
 import re
 from collections.abc import Mapping
 
-from compatlab.config.matrix import AxisValue, Matrix, _cuda_compatible
+from compatlab.config.matrix import AxisValue, Matrix, cuda_compatible, size_problem
+from compatlab.errors import ConfigError
 
 __all__ = ["Cell", "expand"]
 
@@ -61,7 +62,7 @@ def _na_reason(matrix: Matrix, assignment: Mapping[str, str], values: tuple[Axis
     cuda = assignment.get("cuda")
     if cuda is not None:
         for v in values:
-            if v.cuda and not _cuda_compatible(v.cuda, cuda):
+            if v.cuda and not cuda_compatible(v.cuda, cuda):
                 return f"{v.package or v.axis} {v.version} is built for CUDA {v.cuda}, this column is CUDA {cuda}"
     return None
 
@@ -74,7 +75,14 @@ def _expectation(matrix: Matrix, assignment: Mapping[str, str]) -> tuple[str | N
 
 
 def expand(matrix: Matrix) -> list[Cell]:
-    """Every cell of the matrix in a stable order; excluded ones carry ``na``."""
+    """Every cell of the matrix in a stable order; excluded ones carry ``na``.
+
+    Refused (ConfigError) when the matrix has more cells than its ``max-cells``, counted from the axis sizes
+    before anything is built: ``load_matrix`` says so already, this holds for a Matrix made in code too.
+    """
+    problem = size_problem(matrix.axes, matrix.max_cells)
+    if problem:
+        raise ConfigError(matrix.path, [f"axes: {problem}"])
     cells: dict[str, Cell] = {}
     for combo in itertools.product(*(axis.values for axis in matrix.axes)):
         values = tuple(combo)

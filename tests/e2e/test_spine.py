@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fixtures.labutil import closed_port, nox, uv_dir
+from fixtures.matrices import EXPECTED_ONLY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,39 +32,6 @@ def cells_by_axes(tmp_path: Path) -> dict[str, dict[str, Any]]:
 
 def stage(cell: dict[str, Any], name: str) -> dict[str, Any]:
     return next(s for s in cell["stages"] if s["name"] == name)
-
-
-EXPECTED_ONLY = """
-name = "spine-a"
-[[axes.torch]]
-version = "2.9.1+cu130"
-index = "{url}/torch/simple"
-cuda = "13.0"
-[[axes.torch]]
-version = "2.9.1+cu128"
-index = "{url}/torch/simple"
-cuda = "12.8"
-[[axes.sgl-kernel]]
-version = "0.3.21"
-[[axes.flashinfer]]
-version = "0.6.4"
-[[axes.flashinfer]]
-version = "0.7.4"
-[[axes.cuda]]
-version = "12.8"
-[[axes.cuda]]
-version = "13.0"
-[[rules.expect]]
-torch = "2.9.1+cu128"
-flashinfer = "0.7.4"
-expect = "fail"
-reason = "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"
-[install]
-index-url = "{url}/public/simple"
-[targets.box]
-arch = ["sm_90"]
-min-driver = "570.86"
-"""
 
 
 def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) -> None:

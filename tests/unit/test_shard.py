@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spine import EXPECTED_ONLY
 
 from compatlab.cells import expand
 from compatlab.config.matrix import load_matrix, parse_matrix
 from compatlab.errors import UsageError
 from compatlab.shard import ci_matrix, parse_shard, shard_cells
 from fixtures.labutil import ROOT, nox
+from fixtures.matrices import EXPECTED_ONLY
 
 
 def big_matrix() -> Any:

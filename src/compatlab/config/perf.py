@@ -13,10 +13,15 @@ import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from compatlab.config.matrix import _Checker, _show
+from compatlab.config.check import Checker, field_default, show
 from compatlab.errors import ConfigError
+
+__all__ = [
+    "HEALTH_PATHS", "PROTOCOLS", "SERVERS", "PerfConfig", "PerfThresholds", "ServerSpec", "load_prompts",
+    "parse_perf", "parse_perf_section", "parse_perf_thresholds", "resolve_argv",
+]
 
 SERVERS = ("baseline", "eagle3")
 PROTOCOLS = ("generate", "openai")
@@ -28,7 +33,7 @@ _SERVER_KEYS = frozenset({"argv", "port", "env", "startup-timeout", "stop-timeou
 _THRESHOLD_KEYS = frozenset({"min-speedup", "min-tok-s", "min-accept-length", "max-spread"})
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
+_LEVEL = re.compile(r"[0-9]+")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,8 +51,10 @@ class ServerSpec:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Thresholds:
-    """Floors per concurrency level (missing: not checked) and the noise limit."""
+class PerfThresholds:
+    """``[thresholds.perf]``: floors per concurrency level (missing: not checked) and the noise limit."""
+
+    DEFAULT_MIN_SPEEDUP: ClassVar[float] = 1.0  # at every level not given: EAGLE-3 must not be slower
 
     min_speedup: Mapping[int, float]
     min_tok_s: Mapping[int, float] = dataclasses.field(default_factory=dict)
@@ -55,11 +62,15 @@ class Thresholds:
     max_spread: float = 0.10
 
 
+# The name the perf stage has always used.
+Thresholds = PerfThresholds
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class PerfConfig:
     path: str
     servers: Mapping[str, ServerSpec]
-    thresholds: Thresholds
+    thresholds: PerfThresholds
     protocol: str = "generate"
     concurrency: tuple[int, ...] = (1, 16)
     trials: int = 3
@@ -81,36 +92,17 @@ class PerfConfig:
         return max(8, 4 * concurrency)
 
 
-def _number(ck: _Checker, table: Mapping[str, Any], where: str, name: str, *, integer: bool = False,
-            minimum: float = 0, strict: bool = True) -> Any:
-    """A TOML number (never a bool) above (or at, when not *strict*) *minimum*; None when absent or bad."""
-    if name not in table:
-        return None
-    value = table[name]
-    key = f"{where}.{name}"
-    kinds = (int,) if integer else (int, float)
-    below = value <= minimum if strict else value < minimum
-    if isinstance(value, bool) or not isinstance(value, kinds) or below:
-        if integer:
-            what = "a positive integer" if strict and minimum == 0 else f"an integer >= {minimum:g}"
-        else:
-            what = "a positive number" if strict and minimum == 0 else f"a number >= {minimum:g}"
-        ck.error(key, f"expected {what}, got {_show(value)}")
-        return None
-    return value
-
-
-def _strings_with_vars(ck: _Checker, value: str, where: str) -> None:
+def _strings_with_vars(ck: Checker, value: str, where: str) -> None:
     for match in _VAR.finditer(value):
         if not _VAR_NAME.fullmatch(match.group(1)):
             ck.error(where, f"{match.group(0)!r} is not a variable reference; write ${{NAME}} with a name "
                             "of letters, digits and '_'")
 
 
-def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
+def _parse_server(ck: Checker, name: str, raw: object) -> ServerSpec | None:
     where = f"perf.servers.{name}"
     if not isinstance(raw, dict):
-        ck.error(where, f"expected a table ([{where}]), got {_show(raw)}")
+        ck.error(where, f"expected a table ([{where}]), got {show(raw)}")
         return None
     ck.keys(raw, where, _SERVER_KEYS)
     argv: list[str] = []
@@ -119,24 +111,24 @@ def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
                                   '"sglang.launch_server", "--port", "{port}"]')
     elif not isinstance(raw["argv"], list):
         ck.error(f"{where}.argv",
-                 f"expected an array of strings (never a shell string), got {_show(raw['argv'])}")
+                 f"expected an array of strings (never a shell string), got {show(raw['argv'])}")
     elif not raw["argv"]:
         ck.error(f"{where}.argv", "must not be empty")
     else:
         for i, item in enumerate(raw["argv"]):
             if not isinstance(item, str):
-                ck.error(f"{where}.argv[{i}]", f"expected a string, got {_show(item)}")
-            else:
+                ck.error(f"{where}.argv[{i}]", f"expected a string, got {show(item)}")
+            elif ck.text(item, f"{where}.argv[{i}]") is not None:
                 _strings_with_vars(ck, item, f"{where}.argv[{i}]")
                 argv.append(item)
-    port = None
+    fields: dict[str, Any] = {}
     if "port" in raw:
         p = raw["port"]
         if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
-            ck.error(f"{where}.port", f"expected a port number 1-65535, got {_show(p)}")
+            ck.error(f"{where}.port", f"expected a port number 1-65535, got {show(p)}")
         else:
-            port = p
-    if argv and port is None and not any("{port}" in a for a in argv):
+            fields["port"] = p
+    if argv and "port" not in fields and not any("{port}" in a for a in argv):
         ck.error(f"{where}.argv",
                  "has no '{port}' and no port is set; add \"--port\", \"{port}\" or set port")
     env: dict[str, str] = {}
@@ -144,26 +136,33 @@ def _parse_server(ck: _Checker, name: str, raw: object) -> ServerSpec | None:
         if not _VAR_NAME.fullmatch(key):
             ck.error(f"{where}.env.{key}", "expected an environment variable name like CUDA_VISIBLE_DEVICES")
         elif not isinstance(value, str):
-            ck.error(f"{where}.env.{key}", f"expected a string, got {_show(value)}")
-        else:
+            ck.error(f"{where}.env.{key}", f"expected a string, got {show(value)}")
+        elif ck.text(value, f"{where}.env.{key}") is not None:
             _strings_with_vars(ck, value, f"{where}.env.{key}")
             env[key] = value
-    startup = _number(ck, raw, where, "startup-timeout")
-    stop = _number(ck, raw, where, "stop-timeout")
-    release = _number(ck, raw, where, "release-timeout")
-    health = raw.get("health", "/health_generate")
-    if health not in HEALTH_PATHS:
-        known = ", ".join(map(repr, HEALTH_PATHS))
-        ck.error(f"{where}.health", f"expected one of {known}, got {_show(health)}")
+    for key, field in (("startup-timeout", "startup_timeout"), ("stop-timeout", "stop_timeout"),
+                       ("release-timeout", "release_timeout")):
+        got = ck.number(raw, where, key)
+        if got is not None:
+            fields[field] = float(got)
+    if "health" in raw:
+        health = raw["health"]
+        if health not in HEALTH_PATHS:
+            known = ", ".join(map(repr, HEALTH_PATHS))
+            ck.error(f"{where}.health", f"expected one of {known}, got {show(health)}")
+        else:
+            fields["health"] = health
     if not argv:
         return None
-    return ServerSpec(name=name, argv=tuple(argv), port=port, env=env,
-                      startup_timeout=float(startup or 1200.0), stop_timeout=float(stop or 60.0),
-                      release_timeout=float(release or 120.0), health=str(health))
+    return ServerSpec(name=name, argv=tuple(argv), env=env, **fields)
 
 
-def _per_level(ck: _Checker, raw: Mapping[str, Any], name: str, levels: Sequence[int]) -> dict[int, float]:
-    """A floor given once for every level, or per level as a table {"1" = 80.0, "16" = 600.0}."""
+def _per_level(ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[int],
+               levels_known: bool = True) -> dict[int, float]:
+    """A floor given once for every level, or per level as a table {"1" = 80.0, "16" = 600.0}.
+
+    Levels are checked against *levels* only when they are known (``[perf] concurrency`` had no problem).
+    """
     where = "thresholds.perf"
     if name not in raw:
         return {}
@@ -172,28 +171,44 @@ def _per_level(ck: _Checker, raw: Mapping[str, Any], name: str, levels: Sequence
         out = {}
         for key, floor in value.items():
             sub = f"{where}.{name}.{key}"
-            if not key.isdigit() or int(key) not in levels:
+            if not _LEVEL.fullmatch(key) or (levels_known and int(key) not in levels):
                 known = ", ".join(str(c) for c in levels)
                 ck.error(sub, f"{key!r} is not a concurrency level of [perf] ({known})")
-            elif isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor <= 0:
-                ck.error(sub, f"expected a positive number, got {_show(floor)}")
-            else:
-                out[int(key)] = float(floor)
+                continue
+            got = ck.number_value(floor, sub)
+            if got is not None:
+                out[int(key)] = float(got)
         return out
-    got = _number(ck, raw, where, name)
+    got = ck.number(raw, where, name)
     return {} if got is None else dict.fromkeys(levels, float(got))
 
 
-def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str = "matrix.toml",
-               base_dir: Path | None = None) -> PerfConfig | None:
-    """Validate ``[perf]`` and ``[thresholds.perf]``; None when the matrix has no ``[perf]``.
+def parse_perf_thresholds(ck: Checker, thresholds: Mapping[str, Any], levels: Sequence[int],
+                          levels_known: bool = True) -> PerfThresholds:
+    """Validate ``[thresholds.perf]`` (inside the raw ``[thresholds]``) for the concurrency *levels*."""
+    raw = ck.table(thresholds, "thresholds", "perf")
+    ck.keys(raw, "thresholds.perf", _THRESHOLD_KEYS)
+    if "min-speedup" in raw:
+        min_speedup = _per_level(ck, raw, "min-speedup", levels, levels_known)
+    else:
+        min_speedup = dict.fromkeys(levels, PerfThresholds.DEFAULT_MIN_SPEEDUP)
+    fields: dict[str, Any] = {"min_tok_s": _per_level(ck, raw, "min-tok-s", levels, levels_known)}
+    for key, field in (("min-accept-length", "min_accept_length"), ("max-spread", "max_spread")):
+        got = ck.number(raw, "thresholds.perf", key)
+        if got is not None:
+            fields[field] = float(got)
+    return PerfThresholds(min_speedup=min_speedup, **fields)
 
-    Raises ConfigError listing every problem with its key path. Environment variables are not looked at
-    here (see resolve_argv), so that a matrix validates on a machine without the models.
+
+def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str,
+                       base_dir: Path) -> PerfConfig | None:
+    """Validate ``[perf]`` and ``[thresholds.perf]`` into *ck*; None when there is no ``[perf]``.
+
+    Environment variables are not looked at here (see resolve_argv), so that a matrix validates on a
+    machine without the models.
     """
     if not perf:
         return None
-    ck = _Checker()
     ck.keys(perf, "perf", _PERF_KEYS)
     servers: dict[str, ServerSpec] = {}
     raw_servers = ck.table(perf, "perf", "servers")
@@ -210,56 +225,60 @@ def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str
     for name in SERVERS:
         if name not in raw_servers:
             ck.error(f"perf.servers.{name}", f"missing; the suite needs [perf.servers.{name}]")
-    protocol = perf.get("protocol", "generate")
-    if protocol not in PROTOCOLS:
-        ck.error("perf.protocol", f"expected \"generate\" or \"openai\", got {_show(protocol)}")
+    fields: dict[str, Any] = {}
+    if "protocol" in perf:
+        if perf["protocol"] not in PROTOCOLS:
+            ck.error("perf.protocol", f"expected \"generate\" or \"openai\", got {show(perf['protocol'])}")
+        else:
+            fields["protocol"] = perf["protocol"]
     levels: list[int] = []
-    raw_levels = perf.get("concurrency", [1, 16])
+    levels_known = True
+    raw_levels = perf.get("concurrency", list(field_default(PerfConfig, "concurrency")))
     if not isinstance(raw_levels, list) or not raw_levels:
         ck.error("perf.concurrency",
-                 f"expected a non-empty array of positive integers, got {_show(raw_levels)}")
+                 f"expected a non-empty array of positive integers, got {show(raw_levels)}")
+        levels_known = False
     else:
         for i, c in enumerate(raw_levels):
-            if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-                ck.error(f"perf.concurrency[{i}]", f"expected a positive integer, got {_show(c)}")
-            elif c in levels:
-                ck.error(f"perf.concurrency[{i}]", f"{c} is listed twice")
+            got = ck.number_value(c, f"perf.concurrency[{i}]", integer=True)
+            if got is None:
+                continue
+            if got in levels:
+                ck.error(f"perf.concurrency[{i}]", f"{got} is listed twice")
             else:
-                levels.append(c)
-    trials = _number(ck, perf, "perf", "trials", integer=True)
-    output_len = _number(ck, perf, "perf", "output-len", integer=True)
-    warmup = _number(ck, perf, "perf", "warmup", integer=True, strict=False)
-    requests = _number(ck, perf, "perf", "requests", integer=True)
-    seed = _number(ck, perf, "perf", "seed", integer=True, strict=False)
-    request_timeout = _number(ck, perf, "perf", "request-timeout")
-    stall_timeout = _number(ck, perf, "perf", "stall-timeout")
-    prompts = None
+                levels.append(got)
+    fields["concurrency"] = tuple(levels)
+    for key, field, strict in (("trials", "trials", True), ("output-len", "output_len", True),
+                               ("warmup", "warmup", False), ("requests", "requests", True),
+                               ("seed", "seed", False)):
+        got = ck.number(perf, "perf", key, integer=True, strict=strict)
+        if got is not None:
+            fields[field] = got
+    for key, field in (("request-timeout", "request_timeout"), ("stall-timeout", "stall_timeout")):
+        got = ck.number(perf, "perf", key)
+        if got is not None:
+            fields[field] = float(got)
     prompts_name = ck.string(perf, "perf", "prompts")
     if prompts_name is not None:
-        prompts = (base_dir or Path(path).parent) / prompts_name
+        prompts = base_dir / prompts_name
         if not prompts.is_file():
             ck.error("perf.prompts", f"{prompts_name!r}: no such file (relative to the matrix file)")
-    raw_thresholds = ck.table(thresholds, "thresholds", "perf")
-    ck.keys(raw_thresholds, "thresholds.perf", _THRESHOLD_KEYS)
-    min_speedup = _per_level(ck, raw_thresholds, "min-speedup", levels)
-    if "min-speedup" not in raw_thresholds:
-        min_speedup = dict.fromkeys(levels, 1.0)
-    min_tok_s = _per_level(ck, raw_thresholds, "min-tok-s", levels)
-    min_accept = _number(ck, raw_thresholds, "thresholds.perf", "min-accept-length")
-    max_spread = _number(ck, raw_thresholds, "thresholds.perf", "max-spread")
-    if ck.problems:
-        raise ConfigError(path, ck.problems)
-    return PerfConfig(
-        path=path, servers=servers, protocol=str(protocol), concurrency=tuple(levels),
-        trials=trials or 3, output_len=output_len or 256, warmup=2 if warmup is None else warmup,
-        requests=requests, seed=seed or 0, prompts=prompts,
-        request_timeout=float(request_timeout or 600.0), stall_timeout=float(stall_timeout or 60.0),
-        thresholds=Thresholds(
-            min_speedup=min_speedup, min_tok_s=min_tok_s,
-            min_accept_length=float(min_accept) if min_accept is not None else None,
-            max_spread=float(max_spread) if max_spread is not None else 0.10,
-        ),
-    )
+        fields["prompts"] = prompts
+    return PerfConfig(path=path, servers=servers,
+                      thresholds=parse_perf_thresholds(ck, thresholds, levels, levels_known), **fields)
+
+
+def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str = "matrix.toml",
+               base_dir: Path | None = None) -> PerfConfig | None:
+    """Validate ``[perf]`` and ``[thresholds.perf]`` on their own; None when there is no ``[perf]``.
+
+    A matrix does this at load (``Matrix.perf``); this is the same for the two raw tables, raising
+    ConfigError listing every problem with its key path.
+    """
+    ck = Checker()
+    config = parse_perf_section(ck, perf, thresholds, path, base_dir or Path(path).parent)
+    ck.raise_if_any(path)
+    return config
 
 
 def _expand(text: str, env: Mapping[str, str], where: str, problems: list[str]) -> str:

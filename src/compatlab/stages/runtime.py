@@ -13,10 +13,11 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from compatlab.config.matrix import DEFAULT_PACKAGES
+from compatlab.config.thresholds import Thresholds, suite_thresholds
 from compatlab.errors import LabError, UsageError
 from compatlab.runs.model import CellResult, StageResult, cell_state, write_json_atomic
 from compatlab.stages.base import CellContext
@@ -77,11 +78,11 @@ def context_for_venv(
     target_archs: Sequence[str] = (),
     min_driver: str | None = None,
     python: Path | None = None,
-    thresholds: Mapping[str, float] | None = None,
+    thresholds: Thresholds | None = None,
 ) -> CellContext:
     """A CellContext for an existing venv, with the installed versions of *packages* as the cell's axes."""
     from compatlab.cells import Cell, cell_id
-    from compatlab.config.matrix import Axis, AxisValue, Install, Matrix, Report, Target
+    from compatlab.config.matrix import Axis, AxisValue, Matrix, Target
     from compatlab.proc import run
 
     py = python or venv / "bin" / "python"
@@ -101,11 +102,8 @@ def context_for_venv(
     targets: tuple[Target, ...] = ()
     if target_archs or min_driver:
         targets = (Target(name="this-box", arch=tuple(target_archs), min_driver=min_driver),)
-    matrix = Matrix(
-        path="<command line>", name="adhoc", axes=tuple(Axis(name=v.axis, values=(v,)) for v in values),
-        rules=(), install=Install(), targets=targets, thresholds=dict(thresholds or {}), report=Report(),
-        perf={},
-    )
+    matrix = Matrix(path="<command line>", name="adhoc", axes=tuple(Axis(name=v.axis, values=(v,)) for v in values),
+                    targets=targets, thresholds=thresholds or Thresholds())
     cell = Cell(id=cell_id(tuple(values)), values=tuple(values))
     work_dir.mkdir(parents=True, exist_ok=True)
     return CellContext(matrix=matrix, cell=cell, venv=venv, python=py, site_packages=Path(info["purelib"]),
@@ -131,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
     try:
-        thresholds = _thresholds(args.threshold)
+        thresholds = suite_thresholds(_thresholds(args.threshold), source="--threshold")
         packages = args.package or _installed_defaults(args.venv, args.python)
         ctx = context_for_venv(args.venv.absolute(), packages=packages, work_dir=args.out.absolute() / "work",
                                cuda=args.cuda, target_archs=args.arch, min_driver=args.min_driver,

@@ -36,7 +36,7 @@ def context_json(ctx: CellContext) -> dict[str, Any]:
             }
             for t in ctx.matrix.targets
         ],
-        "thresholds": dict(ctx.matrix.thresholds),
+        "thresholds": ctx.matrix.thresholds.for_suites(),
         "previous": {s.name: {"state": s.state, "reason": s.reason} for s in ctx.previous},
     }
 

@@ -296,7 +296,6 @@ class _StageStop(Exception):
 
 
 def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
-    from compatlab.errors import ConfigError
     from compatlab.stages.base import cell_env
 
     targets = ctx.matrix.targets
@@ -309,11 +308,7 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
                                       f"{ctx.matrix.path} ({known})")
     else:
         target = targets[0] if targets else None
-    try:
-        thresholds = nccl_thresholds(ctx.matrix.thresholds, target=target.name if target else None,
-                                     targets=[t.name for t in targets], path=ctx.matrix.path)
-    except ConfigError as exc:
-        raise _StageStop("error", str(exc)) from None
+    thresholds = ctx.matrix.thresholds.nccl.for_target(target.name if target else None)
     env = cell_env(ctx.venv, dict(target.nccl_env) if target else None)
     try:
         seen = _probe(ctx.python, env)

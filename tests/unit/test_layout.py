@@ -1,0 +1,146 @@
+"""The import rules of DESIGN.md, read from the source with ast, and incell/ on the standard library alone.
+
+- no import circles among compatlab's modules (module-level imports);
+- no module imports another module's underscore names (a private module's public names are fine);
+- config/ imports nothing above it; stages/ never imports cli/, runner or render/; render/ reads runs/ only;
+- incell/ imports only the standard library and itself (its pytest plugin and suites also pytest, which
+  the lab adds to the cell), proven by importing each module in a fresh interpreter that cannot import
+  the lab's dependencies.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compatlab.stages.base import incell_path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "compatlab"
+
+
+def _name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(path: Path, *, top_level_only: bool) -> list[tuple[str, list[str], int]]:
+    """(module, imported names, line) for each import; relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    me = _name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out: list[tuple[str, list[str], int]] = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, [], node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names = [a.name for a in node.names]
+            # `from compatlab.stages import install` imports a module, not a name
+            submodules = [n for n in names if f"{base}.{n}" in MODULES]
+            out.extend((f"{base}.{n}", [], node.lineno) for n in submodules)
+            rest = [n for n in names if n not in submodules]
+            if rest or not submodules:
+                out.append((base, rest, node.lineno))
+    return out
+
+
+def _internal(module: str) -> str | None:
+    while module and module not in MODULES:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def test_no_import_circles() -> None:
+    graph = {m: sorted({t for imp, _, _ in _imports(p, top_level_only=True)
+                        if (t := _internal(imp)) and t != m}) for m, p in MODULES.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in graph[m]:
+            if state.get(n) == 1:
+                cycles.append([*stack[stack.index(n):], n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m)
+    assert cycles == []
+
+
+def test_no_module_imports_another_modules_underscore_names() -> None:
+    bad: list[str] = []
+    for m, p in MODULES.items():
+        for imp, names, line in _imports(p, top_level_only=False):
+            if _internal(imp) and imp != m:
+                bad.extend(f"{p.relative_to(SRC)}:{line}: {imp}.{n}" for n in names if n.startswith("_"))
+    assert bad == []
+
+
+RULES = {
+    # (importing package, forbidden prefix)
+    "compatlab.config": ("compatlab.stages", "compatlab.runs", "compatlab.runner", "compatlab.render",
+                         "compatlab.cli", "compatlab.cells", "compatlab.envs", "compatlab.shard"),
+    "compatlab.stages": ("compatlab.cli", "compatlab.runner", "compatlab.render"),
+    "compatlab.render": ("compatlab.stages", "compatlab.runner", "compatlab.cli", "compatlab.config",
+                         "compatlab.cells", "compatlab.envs", "compatlab.shard"),
+}
+
+
+def test_who_may_import_whom() -> None:
+    bad: list[str] = []
+    for m, p in MODULES.items():
+        for package, forbidden in RULES.items():
+            if m == package or m.startswith(package + "."):
+                bad.extend(f"{m} imports {imp} (line {line})" for imp, _, line in _imports(p, top_level_only=False)
+                           if imp.startswith(forbidden))
+    assert bad == []
+
+
+INCELL = sorted(m for m in MODULES if m.startswith("compatlab.incell"))
+UNDER_PYTEST = ("compatlab.incell.plugin", "compatlab.incell.suites.")
+
+
+def test_incell_imports_only_the_standard_library_and_itself() -> None:
+    bad: list[str] = []
+    for m in INCELL:
+        allowed = {"pytest"} if m.startswith(UNDER_PYTEST) else set()
+        for imp, _, line in _imports(MODULES[m], top_level_only=False):
+            top = imp.split(".")[0]
+            if imp.startswith("compatlab.incell") or top in sys.stdlib_module_names or top in allowed:
+                continue
+            if top == "torch" or top in {"sgl_kernel", "flashinfer"}:
+                continue  # the cell's own stack, imported where the cell is the point
+            bad.append(f"{m}:{line}: {imp}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("module", [m for m in INCELL if not m.startswith(UNDER_PYTEST)])
+def test_each_incell_module_imports_with_the_labs_dependencies_blocked(module: str) -> None:
+    blocked = ["packaging", "elftools", "tomli_w", "pytest", "compatlab.config", "compatlab.runs",
+               "compatlab.stages", "compatlab.errors", "compatlab.proc"]
+    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
+            f"import importlib; importlib.import_module({module!r}); print('ok')")
+    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(incell_path())!r}); {code}"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
