@@ -112,6 +112,8 @@ def uv_env() -> dict[str, str]:
     env.pop("UV_SYSTEM_PYTHON", None)
     # The link mode hardlinks from the cache where the filesystem allows, so a second venv is cheap.
     env.setdefault("UV_LINK_MODE", "hardlink")
+    # uv wraps its diagnostics to the terminal's width; a reason is read from one unwrapped line.
+    env["COLUMNS"] = "10000"
     return env
 
 
