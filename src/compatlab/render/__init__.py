@@ -5,11 +5,11 @@ Renderers only read results: nothing here installs, imports or runs a cell.
 
 from __future__ import annotations
 
-from compatlab.render._cli import main, render_run
 from compatlab.render._grid import Run, load
 from compatlab.render.history import Change, diff_runs, load_runs
 from compatlab.render.markdown import compat_md_diff, render_markdown
 from compatlab.render.publish import publish
+from compatlab.render.run import render_run
 
 __all__ = [
     "Change",
@@ -18,7 +18,6 @@ __all__ = [
     "diff_runs",
     "load",
     "load_runs",
-    "main",
     "publish",
     "render_markdown",
     "render_run",

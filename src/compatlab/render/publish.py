@@ -14,7 +14,7 @@ from compatlab.render.html import IndexEntry, render_html, render_index
 from compatlab.render.markdown import compat_md_diff, render_markdown
 from compatlab.runs import store
 
-__all__ = ["main", "publish", "write_run", "write_text_atomic"]
+__all__ = ["publish", "write_run", "write_text_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +136,3 @@ def _safe(run_id: str) -> str:
     """A run id as one path component: nothing that climbs out of runs/."""
     cleaned = "".join(ch if ch.isalnum() or ch in "-_.+" else "_" for ch in run_id).lstrip(".")
     return cleaned or "run"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``compatlab publish --site DIR [--runs DIR]``; see ``_cli.publish_main``."""
-    from compatlab.render._cli import publish_main
-
-    return publish_main(argv)

@@ -8,22 +8,19 @@ runs them on an existing venv without a matrix, e.g. on a GPU box::
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from compatlab.config.matrix import DEFAULT_PACKAGES
-from compatlab.config.thresholds import Thresholds, suite_thresholds
-from compatlab.errors import LabError, UsageError
-from compatlab.runs.model import CellResult, StageResult, cell_state, write_json_atomic
+from compatlab.config.thresholds import Thresholds
+from compatlab.errors import UsageError
+from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
 from compatlab.stages.pins import cuda_of_torch
 
-__all__ = ["STAGES", "context_for_venv", "main", "run_cuda_stage", "run_import_stage"]
+__all__ = ["context_for_venv", "installed_defaults", "parse_thresholds", "run_cuda_stage", "run_import_stage"]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +46,6 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
     return run_suite(ctx, "cuda", required=True)
 
 
-STAGES = {"import": run_import_stage, "cuda": run_cuda_stage}
 
 # Distribution -> axis name, where the axis is not called after its distribution.
 _AXIS_OF = {dist: axis for axis, dist in DEFAULT_PACKAGES.items()}
@@ -110,51 +106,8 @@ def context_for_venv(
                        work_dir=work_dir)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``compatlab runtime``: run the import and/or cuda stage on an existing venv."""
-    parser = argparse.ArgumentParser(prog="compatlab runtime", description=__doc__.splitlines()[0])
-    parser.add_argument("--venv", type=Path, required=True, help="the cell's virtual environment")
-    parser.add_argument("--python", type=Path, default=None, help="its interpreter (default VENV/bin/python)")
-    parser.add_argument("--stage", action="append", choices=sorted(STAGES), help="repeatable; default both")
-    parser.add_argument("--package", action="append", default=None,
-                        help="a distribution of the stack (repeatable); default torch, sgl-kernel, "
-                             "flashinfer-python, those installed")
-    parser.add_argument("--cuda", default=None, help="the cell's CUDA version (default: from torch's +cuXY)")
-    parser.add_argument("--arch", action="append", default=[], help="target SM arch, e.g. sm_90 (repeatable)")
-    parser.add_argument("--min-driver", default=None, help="the target's minimum driver, e.g. 580.65")
-    parser.add_argument("--threshold", action="append", default=[], metavar="KEY=SECONDS",
-                        help="e.g. import-timeout=120, cuda-op-timeout=180, jit-timeout=900 (repeatable)")
-    parser.add_argument("--out", type=Path, required=True, help="folder for results.json and the logs")
-    parser.add_argument("--debug", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
-    try:
-        thresholds = suite_thresholds(_thresholds(args.threshold), source="--threshold")
-        packages = args.package or _installed_defaults(args.venv, args.python)
-        ctx = context_for_venv(args.venv.absolute(), packages=packages, work_dir=args.out.absolute() / "work",
-                               cuda=args.cuda, target_archs=args.arch, min_driver=args.min_driver,
-                               python=args.python, thresholds=thresholds)
-        started = time.monotonic()
-        for name in args.stage or ["import", "cuda"]:
-            result = STAGES[name](ctx)
-            ctx.previous.append(result)
-            why = f" — {result.reason}" if result.reason else ""
-            print(f"{name}: {result.state} ({result.seconds:.1f} s){why}", flush=True)
-            # Written after every stage, so a run cut short still leaves what it found.
-            cell = CellResult(id=ctx.cell.id, axes=ctx.cell.axes, state=cell_state(ctx.previous),
-                              stages=list(ctx.previous), seconds=time.monotonic() - started,
-                              reason=next((s.reason for s in ctx.previous if s.state in ("fail", "error")), ""))
-            write_json_atomic(args.out / "results.json", cell.to_json())
-        print(f"cell {cell.id}: {cell.state}")
-    except LabError as exc:
-        if args.debug:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
-
-
-def _thresholds(items: Sequence[str]) -> dict[str, float]:
+def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
+    """``KEY=SECONDS`` items of the command line as a table for ``suite_thresholds``."""
     out: dict[str, float] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -167,7 +120,8 @@ def _thresholds(items: Sequence[str]) -> dict[str, float]:
     return out
 
 
-def _installed_defaults(venv: Path, python: Path | None) -> list[str]:
+def installed_defaults(venv: Path, python: Path | None) -> list[str]:
+    """The stack's distributions that *venv* has: torch, sgl-kernel, flashinfer-python."""
     from compatlab.proc import run
 
     py = python or venv / "bin" / "python"

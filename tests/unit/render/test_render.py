@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from compatlab.cli import main
 from compatlab.proc import run as run_proc
-from compatlab.render import compat_md_diff, diff_runs, load, main, publish, render_run
+from compatlab.render import compat_md_diff, diff_runs, load, publish, render_run
 from compatlab.render.markdown import md_code
-from compatlab.render.publish import main as publish_main
 from compatlab.runs.model import SCHEMA, CellResult, StageResult
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -519,7 +519,7 @@ def test_publish_keeps_run_ids_inside_the_site(tmp_path: Path) -> None:
 
 
 def test_publish_without_runs_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert publish_main(["--site", str(tmp_path / "site"), "--runs", str(tmp_path / "none")]) == 2
+    assert main(["publish", "--site", str(tmp_path / "site"), "--runs", str(tmp_path / "none")]) == 2
     assert capsys.readouterr().err == (
         f"error: {tmp_path / 'none'}: no runs found (expected <run-id>/results.json); "
         "run `nox -s matrix` first\n"
@@ -544,7 +544,7 @@ def test_cli_defaults_to_reports_latest(
         "reports/latest/changes.md",
     ]
     # As `compatlab report …` hands it over: without the subcommand's name.
-    assert main(["reports/latest/results.json", "--out", "site", "--no-history"]) == 0
+    assert main(["report", "reports/latest/results.json", "--out", "site", "--no-history"]) == 0
     assert sorted(p.name for p in (tmp_path / "site").iterdir()) == [
         "compat.md",
         "index.html",

@@ -24,7 +24,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compatlab.config.nccl import NcclThresholds, NcclTimeouts, nccl_thresholds
-from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_bytes, parse_test_hook, worker_main
+from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_bytes, parse_test_hook
 
 # Importable from here before the worker moved out (tests import MIB); explicit re-exports for mypy.
 from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
@@ -67,9 +66,11 @@ __all__ = [
     "bus_factor",
     "busbw_gbps",
     "default_sizes",
-    "main",
     "nccl_thresholds",
+    "parse_size",
     "parse_test_hook",
+    "probe",
+    "report_lines",
     "run_nccl",
     "run_nccl_stage",
 ]
@@ -277,7 +278,7 @@ _PROBE = (
 )
 
 
-def _probe(python: Path, env: Mapping[str, str]) -> dict[str, Any]:
+def probe(python: Path, env: Mapping[str, str]) -> dict[str, Any]:
     """What the interpreter's torch sees: GPUs and backends. Raises RuntimeError with its stderr."""
     from compatlab import proc
 
@@ -311,7 +312,7 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
     thresholds = ctx.matrix.thresholds.nccl.for_target(target.name if target else None)
     env = cell_env(ctx.venv, dict(target.nccl_env) if target else None)
     try:
-        seen = _probe(ctx.python, env)
+        seen = probe(ctx.python, env)
     except RuntimeError as exc:
         raise _StageStop("fail", str(exc)) from None
     work = ctx.work_dir / "nccl"
@@ -358,7 +359,8 @@ def run_nccl_stage(ctx: CellContext) -> StageResult:
                        seconds=time.monotonic() - start, required=True)
 
 
-def _size(text: str) -> int:
+def parse_size(text: str) -> int:
+    """A message size on the command line: 1024, 64K, 1M, 1G."""
     m = re.fullmatch(r"(\d+)\s*([KMG]i?B?|B)?", text.strip(), re.IGNORECASE)
     if not m:
         raise argparse.ArgumentTypeError(f"expected a size like 1MiB or 1073741824, got {text!r}")
@@ -366,82 +368,18 @@ def _size(text: str) -> int:
     return int(m.group(1)) * {"B": 1, "K": 1 << 10, "M": MIB, "G": GIB}[unit]
 
 
-def _print_report(report: NcclReport) -> None:
-    print(f"nccl suite: {report.state}: {report.reason}")
-    print(f"  backend {report.backend}, world size {report.world_size}, torch {report.torch_version}, "
+def report_lines(report: NcclReport) -> list[str]:
+    """The report as lines for a terminal: verdict, environment, the busbw table per op, notes."""
+    out: list[str] = []
+    out.append(f"nccl suite: {report.state}: {report.reason}")
+    out.append(f"  backend {report.backend}, world size {report.world_size}, torch {report.torch_version}, "
           f"nccl {report.nccl_version}, device {report.device}, init {report.init_seconds} s")
     for op, table in report.sweep.items():
-        print(f"  {op}:")
-        print(f"    {'size':>10}  {'time us':>10}  {'algbw GB/s':>11}  {'busbw GB/s':>11}  busbw per sweep")
+        out.append(f"  {op}:")
+        out.append(f"    {'size':>10}  {'time us':>10}  {'algbw GB/s':>11}  {'busbw GB/s':>11}  busbw per sweep")
         for size, row in table.items():
-            print(f"    {human_bytes(size):>10}  {row['time_us']:>10.1f}  {row['algbw_gbps']:>11.2f}  "
+            out.append(f"    {human_bytes(size):>10}  {row['time_us']:>10.1f}  {row['algbw_gbps']:>11.2f}  "
                   f"{row['busbw_gbps']:>11.2f}  {row['busbw_gbps_sweeps']}")
     for note in report.notes:
-        print(f"  note: {note}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``compatlab nccl``: run the suite with this interpreter's torch and print the figures."""
-    args_in = list(sys.argv[1:] if argv is None else argv)
-    if args_in[:1] == ["worker"]:
-        return worker_main(args_in)
-    from compatlab.errors import LabError
-    from compatlab.runs.model import write_json_atomic
-
-    p = argparse.ArgumentParser(prog="compatlab nccl", description=main.__doc__)
-    p.add_argument("--world-size", type=int, default=None, help="ranks (default: every visible GPU; gloo: 2)")
-    p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    p.add_argument("--python", type=Path, default=Path(sys.executable),
-                   help="interpreter with torch for the ranks")
-    p.add_argument("--min-size", type=_size, default=MIB)
-    p.add_argument("--max-size", type=_size, default=GIB)
-    p.add_argument("--step", type=int, choices=(2, 4), default=2)
-    p.add_argument("--no-bandwidth", action="store_true")
-    p.add_argument("--check-counts", type=lambda t: tuple(int(x) for x in t.split(",")), default=CHECK_COUNTS,
-                   help="elements per rank for the correctness checks, comma-separated")
-    p.add_argument("--sweeps", type=int, default=3)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--min-busbw-gbps", type=float, default=None)
-    p.add_argument("--timeout-init", type=float, default=180.0)
-    p.add_argument("--timeout-correctness", type=float, default=180.0)
-    p.add_argument("--timeout-bandwidth", type=float, default=600.0)
-    p.add_argument("--work-dir", type=Path, default=None)
-    p.add_argument("--json", type=Path, default=None, help="write the report here")
-    p.add_argument("--debug", action="store_true")
-    args = p.parse_args(args_in)
-    logging.basicConfig(level=logging.INFO if args.debug else logging.WARNING, format="%(message)s")
-    try:
-        env = dict(os.environ)
-        backend = args.backend
-        if backend == "auto" or args.world_size is None:
-            seen = _probe(args.python, env)
-            if backend == "auto":
-                backend = "nccl" if seen["gpus"] > 0 and seen["nccl"] else "gloo"
-        world = args.world_size or (seen["gpus"] if backend == "nccl" else 2)
-        if args.work_dir is None:
-            import tempfile
-
-            work = Path(tempfile.mkdtemp(prefix="compatlab-nccl-"))
-        else:
-            work = args.work_dir
-        report = run_nccl(
-            args.python, world_size=world, backend=backend, env=env,
-            timeouts=NcclTimeouts(init=args.timeout_init, correctness=args.timeout_correctness,
-                                  bandwidth=args.timeout_bandwidth),
-            sizes=() if args.no_bandwidth else default_sizes(args.min_size, args.max_size, args.step),
-            thresholds=NcclThresholds(min_busbw_gbps=args.min_busbw_gbps, source="--min-busbw-gbps"),
-            work_dir=work, sweeps=args.sweeps, iters=args.iters, warmup=args.warmup,
-            check_counts=args.check_counts,
-        )
-    except (LabError, RuntimeError, ValueError) as exc:
-        if args.debug:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
-    if args.json is not None:
-        write_json_atomic(args.json, {"state": report.state, "reason": report.reason,
-                                      "seconds": report.seconds, **report.details()})
-    _print_report(report)
-    return 0 if report.state == "pass" else 1
-
+        out.append(f"  note: {note}")
+    return out

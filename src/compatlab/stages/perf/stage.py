@@ -49,6 +49,7 @@ from compatlab.stages.perf.client import STATS, LevelResult, Target, run_level
 from compatlab.stages.perf.server import NOT_LOGGED, ServerFailure, ServerProcess, group_members, port_is_free
 
 __all__ = [
+    "EXIT_CODES",
     "PERF_SCHEMA",
     "PerfConfig",
     "PerfReport",
@@ -58,7 +59,6 @@ __all__ = [
     "Thresholds",
     "group_members",
     "load_prompts",
-    "main",
     "parse_perf",
     "port_is_free",
     "resolve_argv",
@@ -508,6 +508,9 @@ def run_perf_stage(ctx: CellContext) -> StageResult:
         return StageResult(name="perf", state="skip", reason=f"skipped: {exc}",
                            seconds=time.monotonic() - start)
     return report.stage_result()
+
+
+EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}
 
 
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}

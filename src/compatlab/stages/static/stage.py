@@ -14,14 +14,11 @@ Usage: ``compatlab static --site-packages DIR [--target sm_90 ...] [--json]``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import fnmatch
-import json
 import logging
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -54,7 +51,7 @@ __all__ = [
     "Finding",
     "StaticReport",
     "check_site_packages",
-    "main",
+    "format_report",
     "run_static_stage",
 ]
 
@@ -503,12 +500,8 @@ def run_static_stage(ctx: CellContext) -> StageResult:
 # --- command line -------------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        raise UsageError(f"{message} (see --help)")
-
-
-def _format(report: StaticReport, verbose: bool) -> Iterator[str]:
+def format_report(report: StaticReport, verbose: bool) -> Iterator[str]:
+    """The report as lines for a terminal: a summary, then findings (notes with *verbose*)."""
     counts = report.counts()
     yield (f"static: {report.site_packages}: {report.state} ({counts['fail']} failures, "
            f"{counts['warn']} warnings, {counts['note']} notes; {report.modules} modules in "
@@ -525,37 +518,3 @@ def _format(report: StaticReport, verbose: bool) -> Iterator[str]:
         elif shown[key] == 11:
             more = sum(1 for g in report.findings if (g.severity, g.module, g.kind) == key) - 10
             yield f"{f.severity}: … and {more} more {f.kind} findings for {f.module} (--json or -v lists all)"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``compatlab static``: exit 1 when a module will not load, 0 when clean, 2 on bad usage."""
-    parser = _Parser(prog="compatlab static", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--site-packages", required=True, type=Path, metavar="DIR")
-    parser.add_argument("--target", action="append", default=[], metavar="ARCH",
-                        help="device arch to cover, e.g. sm_90 (repeatable)")
-    parser.add_argument("--package", action="append", default=None, metavar="NAME",
-                        help="check only this top-level package (repeatable); default: all with .so files")
-    parser.add_argument("--not-needed", action="append", default=[], metavar="GLOB",
-                        help="modules that need not run on the targets, e.g. 'sgl_kernel/sm100/*'")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="default: $COMPATLAB_CACHE or ~/.cache/compatlab")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("-v", "--verbose", action="store_true", help="list notes and every finding")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    try:
-        args = parser.parse_args(argv)
-        logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
-        report = check_site_packages(args.site_packages, archs=args.target, not_needed=args.not_needed,
-                                     packages=args.package, cache=ElfCache(args.cache_dir))
-    except LabError as exc:
-        if argv is not None and "--debug" in argv:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        for line in _format(report, args.verbose):
-            print(line)
-    return 1 if report.state == "fail" else 0
-

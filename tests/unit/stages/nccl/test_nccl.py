@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from compatlab.cli import main as cli_main
 from compatlab.config.matrix import parse_matrix
 from compatlab.errors import ConfigError, UsageError
 from compatlab.stages.base import CellContext
-from compatlab.stages.nccl import stage as nccl
 from compatlab.stages.nccl.stage import (
     MIB,
     NcclHook,
@@ -323,7 +323,7 @@ min-busbw-gbps = 300
 def test_cli_prints_the_table_and_writes_json(torch_python: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "nccl.json"
-    rc = nccl.main(["--python", str(torch_python), "--backend", "gloo", "--world-size", "2", "--min-size",
+    rc = cli_main(["nccl", "--python", str(torch_python), "--backend", "gloo", "--world-size", "2", "--min-size",
                     "64KiB", "--max-size", "64KiB", "--iters", "2", "--warmup", "1", "--check-counts", "1,1023",
                     "--work-dir", str(tmp_path / "w"), "--json", str(out)])
     printed = capsys.readouterr().out

@@ -1,0 +1,131 @@
+"""Verbs over a matrix: `validate`, `cells`, `ci-matrix`, and `cell` (one cell through the pipeline)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from compatlab.errors import UsageError
+from compatlab.runs import store
+
+__all__ = ["configure_parser", "matrix_path"]
+
+DEFAULT_MATRIX = "matrix.toml"
+
+
+def matrix_path(args: argparse.Namespace) -> str:
+    return str(args.matrix or os.environ.get("COMPATLAB_MATRIX") or DEFAULT_MATRIX)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from compatlab.cells import expand
+    from compatlab.config.matrix import load_matrix
+
+    matrix = load_matrix(matrix_path(args))
+    cells = expand(matrix)
+    active = [c for c in cells if c.na is None]
+    print(f"{matrix.path}: ok — {len(cells)} cells, {len(active)} to run, {len(cells) - len(active)} n/a")
+    return 0
+
+
+def _cmd_cells(args: argparse.Namespace) -> int:
+    from compatlab.cells import expand
+    from compatlab.config.matrix import load_matrix
+
+    matrix = load_matrix(matrix_path(args))
+    cells = expand(matrix)
+    if args.shard:
+        from compatlab.shard import parse_shard, shard_cells
+
+        cells = shard_cells(cells, *parse_shard(args.shard))
+    if args.json:
+        print(json.dumps([{"id": c.id, "axes": c.axes, "na": c.na, "expect": c.expect} for c in cells], indent=2))
+        return 0
+    for c in cells:
+        tag = f"  n/a: {c.na}" if c.na else ("  expect fail: " + c.expect_reason if c.expect else "")
+        print(f"{c.id}{tag}")
+    return 0
+
+
+def _fmt_line(result: object) -> str:
+    from compatlab.runs.model import CellResult
+
+    assert isinstance(result, CellResult)
+    verdict = result.state.upper()
+    if result.expected:
+        verdict += " (known)" if result.state == "fail" else " (expected fail!)"
+    elif result.unexpected:
+        verdict += " (unexpected)"
+    why = f" — {result.reason}" if result.reason else ""
+    return f"[compatlab] end   {result.id}: {verdict} in {result.seconds:.1f} s{why}"
+
+
+def _cmd_cell(args: argparse.Namespace) -> int:
+    from compatlab.config.matrix import load_matrix
+    from compatlab.runner import find_cell, run_cell
+
+    matrix = load_matrix(matrix_path(args))
+    cell = find_cell(matrix, args.cell)
+    run_dir = Path(args.run_dir)
+    latest = Path(args.latest) if args.latest else None
+    # Under nox the session owns the run and hands down --owner; by hand, this process owns it.
+    run = (store.join_run(run_dir, owner=args.owner) if args.owner
+           else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix))
+    with run:
+        if not run.results_path.exists():
+            # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
+            run.aggregate(matrix, latest=latest)
+        print(f"[compatlab] start {cell.id}", flush=True)
+        from compatlab.proc import signals_interrupt
+
+        with signals_interrupt():
+            if args.gpu8:
+                from compatlab.runner import GPU8, run_more_stages
+
+                result = run_more_stages(matrix, cell, run=run, venv_root=Path(args.venvs), stages=GPU8)
+            else:
+                result = run_cell(matrix, cell, run=run, venv_root=Path(args.venvs))
+        run.aggregate(matrix, latest=latest)
+    print(_fmt_line(result), flush=True)
+    return 1 if result.unexpected else 0
+
+
+def _cmd_ci_matrix(args: argparse.Namespace) -> int:
+    from compatlab.config.matrix import load_matrix
+    from compatlab.shard import ci_matrix
+
+    if args.shards is not None and args.shards < 1:
+        raise UsageError(f"--shards: expected a positive number, got {args.shards}")
+    print(json.dumps(ci_matrix(load_matrix(matrix_path(args)), shards=args.shards), separators=(",", ":")))
+    return 0
+
+
+def configure_parser(sub: Any) -> None:
+    s = sub.add_parser("validate", help="check matrix.toml and count its cells")
+    s.add_argument("--matrix", help="matrix file (default: $COMPATLAB_MATRIX or ./matrix.toml)")
+    s.set_defaults(func=_cmd_validate)
+
+    s = sub.add_parser("cells", help="list the cells of a matrix")
+    s.add_argument("--matrix")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--shard", help="only shard i of n, e.g. 2/4 (deterministic, balanced)")
+    s.set_defaults(func=_cmd_cells)
+
+    s = sub.add_parser("ci-matrix", help="JSON for a CI matrix strategy (fromJson): per cell, or per shard")
+    s.add_argument("--matrix")
+    s.add_argument("--shards", type=int, help="one job per shard instead of one per cell")
+    s.set_defaults(func=_cmd_ci_matrix)
+
+    s = sub.add_parser("cell", help="run one cell")
+    s.add_argument("cell")
+    s.add_argument("--matrix")
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("--run-id")
+    s.add_argument("--latest", help="folder whose results.json mirrors the run (unless it shows a newer run)")
+    s.add_argument("--owner", help="the run's owner, as the process that claimed the run hands it down")
+    s.add_argument("--venvs", default=".compatlab/venvs", help="where cell venvs live")
+    s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
+    s.set_defaults(func=_cmd_cell)

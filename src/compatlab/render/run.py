@@ -1,0 +1,31 @@
+"""render_run: one run's grid into a folder (what `compatlab report` calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compatlab.errors import ConfigError
+from compatlab.render._grid import Run, load
+from compatlab.render.history import load_runs
+from compatlab.render.publish import write_run
+
+__all__ = ["render_run"]
+
+DEFAULT_RESULTS = Path("reports/latest/results.json")
+DEFAULT_RUNS = Path("reports/runs")
+
+
+def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None) -> list[Path]:
+    """Render *results_path* into *out_dir*: index.html, compat.md, results.json (a copy).
+
+    With *history_dir* (``reports/runs``), the page marks what changed since the previous run (by start
+    time), draws perf sparklines over recent runs, and changes.md is written too. Returns the paths
+    written. Raises ConfigError naming the file when the results cannot be read.
+    """
+    run = load(results_path)
+    history: list[Run] = []
+    if history_dir is not None:
+        if not history_dir.is_dir():
+            raise ConfigError(str(history_dir), ["history: not a directory of runs (<run-id>/results.json)"])
+        history = load_runs(history_dir)
+    return write_run(run, out_dir, history)
