@@ -6,6 +6,7 @@ nox parametrizes at import time, so the matrix file is chosen by COMPATLAB_MATRI
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -203,11 +204,59 @@ def publish(session: nox.Session) -> None:
     session.run(_lab_python(session), "-m", "compatlab", "publish", *args, env=_lab_env(), external=True)
 
 
+TEST_TORCH_VENV = ROOT / ".compatlab" / "test-torch"
+# The CPU build of torch the NCCL suite's gloo tests run in real processes; pip finds it on a machine that
+# keeps it on disk, and downloads it elsewhere.
+TEST_TORCH = "torch==2.13.0"
+
+
+def _test_torch(session: nox.Session) -> str | None:
+    """An interpreter with a CPU torch for the NCCL suite's real-process tests, made once and cached."""
+    if given := os.environ.get("COMPATLAB_TEST_TORCH_PYTHON"):
+        return given
+    python = TEST_TORCH_VENV / "bin" / "python"
+    stamp = TEST_TORCH_VENV / ".compatlab-torch"
+    if not (python.exists() and stamp.exists() and stamp.read_text() == TEST_TORCH):
+        session.run(sys.executable, "-m", "venv", "--clear", str(TEST_TORCH_VENV), external=True)
+        try:
+            session.run(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", TEST_TORCH,
+                        external=True)
+        except nox.command.CommandFailed:
+            session.warn(f"could not install {TEST_TORCH}: the NCCL real-process tests will skip")
+            return None
+        stamp.write_text(TEST_TORCH)
+    return str(python)
+
+
+def _chromium(session: nox.Session) -> None:
+    """Debian's chromium for the report's browser tests: installed where we are root, else they skip."""
+    if shutil.which("chromium"):
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        session.warn("no chromium and no root apt-get: the browser tests will skip")
+        return
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        session.run(apt, "update", "-qq", external=True, env=env)
+        session.run(apt, "install", "-y", "-qq", "chromium", external=True, env=env)
+    except nox.command.CommandFailed:
+        session.warn("apt-get could not install chromium: the browser tests will skip")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The lab's own tests (tests/), offline where possible; `-- -k name` passes through to pytest."""
+    """The lab's own tests (tests/), offline where possible; `-- -k name` passes through to pytest.
+
+    Every test that can run here runs: the session makes (and caches) the CPU-torch interpreter the NCCL
+    tests need and installs Debian's chromium where it can; what still cannot run skips with the reason.
+    """
     session.install("-e", ".[test]")
-    session.run("pytest", *(session.posargs or ["tests"]), env={"UV_PYTHON_DOWNLOADS": "never"})
+    _chromium(session)
+    env = {"UV_PYTHON_DOWNLOADS": "never"}
+    if torch := _test_torch(session):
+        env["COMPATLAB_TEST_TORCH_PYTHON"] = torch
+    session.run("pytest", *(session.posargs or ["tests"]), env=env)
 
 
 @nox.session
