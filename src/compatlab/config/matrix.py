@@ -23,6 +23,7 @@ from compatlab.config.check import Checker, field_default, show
 from compatlab.config.perf import PerfConfig, parse_perf_section
 from compatlab.config.thresholds import Thresholds, parse_thresholds
 from compatlab.errors import ConfigError
+from compatlab.incell import cudacompat
 from compatlab.urls import has_credentials, redact
 
 __all__ = [
@@ -72,7 +73,6 @@ DEFAULT_PACKAGES = {name: kind.package for name, kind in AXIS_KINDS.items()
 REQUIRED_AXES = tuple(name for name, kind in AXIS_KINDS.items() if kind.required)
 RULE_META_KEYS = frozenset({"reason", "expect"})
 _AXIS_NAME = re.compile(r"[a-z][a-z0-9-]*")
-_ARCH = re.compile(r"sm_([0-9]+)([af]?)")
 _DISTRIBUTION = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 names
 _DRIVER = re.compile(r"[0-9]+(\.[0-9]+){0,2}")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -202,6 +202,16 @@ def _same_version(a: str, b: str) -> bool:
     try:
         return Version(a) == Version(b)  # PEP 440 equality, the local tag included
     except InvalidVersion:
+        return False
+
+
+def _is_sm_arch(text: str) -> bool:
+    """A target arch as written in matrix.toml, by the lab's one arch model (incell.cudacompat)."""
+    if not re.fullmatch(r"sm_[0-9]+[af]?", text):
+        return False
+    try:
+        return cudacompat.parse_arch(text).kind == "sm"
+    except ValueError:
         return False
 
 
@@ -462,10 +472,10 @@ def _parse_targets(ck: Checker, data: Mapping[str, Any]) -> list[Target]:
         archs = ck.str_list(raw, where, "arch")
         if archs is not None:
             for i, arch in enumerate(archs):
-                if not _ARCH.fullmatch(arch):
+                if not _is_sm_arch(arch):
                     at = f"{where}.arch[{i}]" if isinstance(raw["arch"], list) else f"{where}.arch"
                     ck.error(at, f"expected an SM arch like 'sm_90', 'sm_90a' or 'sm_120', got {arch!r}")
-            fields["arch"] = tuple(a for a in archs if _ARCH.fullmatch(a))
+            fields["arch"] = tuple(a for a in archs if _is_sm_arch(a))
         gpus = ck.number(raw, where, "gpus", integer=True)
         if gpus is not None:
             fields["gpus"] = gpus

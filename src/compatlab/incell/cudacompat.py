@@ -144,7 +144,8 @@ class ArchCoverage:
     by: str
 
 
-def _runs(code: Arch, device: tuple[int, int]) -> bool:
+def runs_on_device(code: Arch, device: tuple[int, int]) -> bool:
+    """Whether code for *code* runs on a device of compute capability *device*: the one rule of the lab."""
     dmaj, dmin = device
     if code.suffix == "a":  # arch-specific features: that arch only
         return (code.major, code.minor) == (dmaj, dmin)
@@ -164,6 +165,6 @@ def arch_covers(device: tuple[int, int], archs: list[str]) -> ArchCoverage | Non
             continue
     for want in ("sm", "compute"):
         for code in parsed:
-            if code.kind == want and _runs(code, device):
+            if code.kind == want and runs_on_device(code, device):
                 return ArchCoverage(kind="sass" if want == "sm" else "ptx", by=str(code))
     return None

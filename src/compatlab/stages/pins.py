@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable
-from email.parser import HeaderParser
-from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -15,37 +12,12 @@ from packaging.version import InvalidVersion, Version
 from compatlab.incell.cudacompat import FAMILY_MIN_DRIVER
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
+from compatlab.stages.site import SiteDist, dists_by_name, torch_cuda
 
-__all__ = ["Dist", "cuda_major_of", "read_dists", "run_pins_stage"]
+__all__ = ["cuda_major_of", "run_pins_stage"]
 
 # Oldest driver that runs each CUDA major (CUDA's release notes, "minimum required driver").
 MIN_DRIVER = FAMILY_MIN_DRIVER
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Dist:
-    name: str  # canonical
-    display: str
-    version: str
-    requires: tuple[str, ...]
-    path: Path
-
-
-def read_dists(site_packages: Path) -> dict[str, Dist]:
-    """Installed distributions of a site-packages directory, read from their METADATA files."""
-    out: dict[str, Dist] = {}
-    parser = HeaderParser()
-    for meta in sorted(site_packages.glob("*.dist-info/METADATA")):
-        msg = parser.parsestr(meta.read_text(encoding="utf-8", errors="replace"))
-        name = msg.get("Name")
-        version = msg.get("Version")
-        if not name or not version:
-            continue
-        out[canonicalize_name(name)] = Dist(
-            name=canonicalize_name(name), display=name, version=version,
-            requires=tuple(msg.get_all("Requires-Dist") or ()), path=meta.parent,
-        )
-    return out
 
 
 def _active(req: Requirement, extras: Iterable[str] = ()) -> bool:
@@ -57,7 +29,7 @@ def _active(req: Requirement, extras: Iterable[str] = ()) -> bool:
         return True
 
 
-def _requirements_on(dists: dict[str, Dist], target: str) -> list[tuple[Dist, Requirement]]:
+def _requirements_on(dists: dict[str, SiteDist], target: str) -> list[tuple[SiteDist, Requirement]]:
     out = []
     for dist in dists.values():
         for raw in dist.requires:
@@ -110,34 +82,15 @@ def cuda_major_of(name: str, version: str, files: Iterable[str] = ()) -> int | N
     return None
 
 
-def _record_paths(dist: Dist) -> list[str]:
-    record = dist.path / "RECORD"
-    if not dist.name.startswith("nvidia-") or not record.is_file():
-        return []
-    return [line.split(",", 1)[0] for line in record.read_text(encoding="utf-8", errors="replace").splitlines()]
-
+def _record_paths(dist: SiteDist) -> list[str]:
+    return dist.files if dist.canonical.startswith("nvidia-") else []
 
 def _family(name: str) -> str:
     return re.sub(r"-cu\d{2}$", "", name)
 
 
-def cuda_of_torch(version_py: str | None, torch_version: str | None) -> str | None:
-    """CUDA version torch was built for: its torch/version.py text, else its local tag (cu130 -> 13.0)."""
-    if version_py and (m := re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]([\d.]+)['\"]", version_py, re.MULTILINE)):
-        return m.group(1)
-    if torch_version and (m := re.search(r"\+cu(\d+)(\d)$", torch_version)):
-        return f"{int(m.group(1))}.{m.group(2)}"
-    return None
-
-
-def torch_cuda(site_packages: Path, dists: dict[str, Dist]) -> str | None:
-    version_py = site_packages / "torch" / "version.py"
-    torch = dists.get("torch")
-    return cuda_of_torch(version_py.read_text() if version_py.is_file() else None, torch.version if torch else None)
-
-
-def _who_asked(dists: dict[str, Dist], name: str) -> list[str]:
-    return [f"{d.display} {d.version} requires {str(r)!r}" for d, r in _requirements_on(dists, name)]
+def _who_asked(dists: dict[str, SiteDist], name: str) -> list[str]:
+    return [f"{d.name} {d.version} requires {str(r)!r}" for d, r in _requirements_on(dists, name)]
 
 
 def _driver_ok(min_driver: str | None, needed: str) -> bool | None:
@@ -152,7 +105,7 @@ def _driver_ok(min_driver: str | None, needed: str) -> bool | None:
 
 
 def run_pins_stage(ctx: CellContext) -> StageResult:
-    dists = read_dists(ctx.site)
+    dists = dists_by_name(ctx.site)
     fails: list[str] = []
     warns: list[str] = []
     details: dict[str, object] = {}
@@ -173,7 +126,7 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         culprits = []
         for dist, req in _requirements_on(dists, cname):
             if not req.specifier.contains(value.version, prereleases=True):
-                culprits.append(f"{dist.display} {dist.version} requires {str(req)!r}")
+                culprits.append(f"{dist.name} {dist.version} requires {str(req)!r}")
         for req in overrides:
             if canonicalize_name(req.name) == cname:
                 culprits.append(f"install.overrides has {str(req)!r}")
@@ -186,7 +139,7 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
 
     # CUDA majors: torch's build and every CUDA runtime package must agree with the cell's CUDA.
     cell_cuda = ctx.cell.cuda
-    tcuda = torch_cuda(ctx.site, dists)
+    tcuda = torch_cuda(ctx.site, dists["torch"].version if "torch" in dists else None)
     details["torch_cuda"] = tcuda
     details["cell_cuda"] = cell_cuda
     if cell_cuda is None:
@@ -194,26 +147,26 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
     cell_major = Version(cell_cuda).release[0]
     if tcuda is not None and Version(tcuda).release[0] != cell_major:
         fails.append(f"torch {dists['torch'].version} is a CUDA {tcuda} build; this cell is CUDA {cell_cuda}")
-    by_major: dict[int, list[Dist]] = {}
+    by_major: dict[int, list[SiteDist]] = {}
     for dist in dists.values():
-        major = cuda_major_of(dist.name, dist.version, _record_paths(dist))
+        major = cuda_major_of(dist.canonical, dist.version, _record_paths(dist))
         if major is not None:
             by_major.setdefault(major, []).append(dist)
-    details["cuda_packages"] = {str(k): sorted(f"{d.display}=={d.version}" for d in v) for k, v in by_major.items()}
-    families_in = {m: {_family(d.name) for d in ds} for m, ds in by_major.items()}
+    details["cuda_packages"] = {str(k): sorted(f"{d.name}=={d.version}" for d in v) for k, v in by_major.items()}
+    families_in = {m: {_family(d.canonical) for d in ds} for m, ds in by_major.items()}
     targets = ctx.matrix.targets
     for major, ds in sorted(by_major.items()):
         if major == cell_major:
             continue
         for dist in ds:
-            fam = _family(dist.name)
+            fam = _family(dist.canonical)
             # A package that ships one build per CUDA major side by side is not a mix.
-            if fam != dist.name and fam in families_in.get(cell_major, set()):
+            if fam != dist.canonical and fam in families_in.get(cell_major, set()):
                 continue
-            asked = _who_asked(dists, dist.name) or ["no installed package names it"]
+            asked = _who_asked(dists, dist.canonical) or ["no installed package names it"]
             if len(asked) > 2:
                 asked = [*asked[:2], f"{len(asked) - 2} more"]
-            msg = (f"CUDA {major} package {dist.display} {dist.version} beside a CUDA {cell_cuda} stack "
+            msg = (f"CUDA {major} package {dist.name} {dist.version} beside a CUDA {cell_cuda} stack "
                    f"({'; '.join(asked)})")
             needed = MIN_DRIVER.get(major) if major > cell_major else None
             if needed:

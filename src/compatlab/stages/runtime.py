@@ -18,7 +18,7 @@ from compatlab.config.thresholds import Thresholds
 from compatlab.errors import UsageError
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
-from compatlab.stages.pins import cuda_of_torch
+from compatlab.stages.site import cuda_of_torch
 
 __all__ = ["context_for_venv", "installed_defaults", "parse_thresholds", "run_cuda_stage", "run_import_stage"]
 

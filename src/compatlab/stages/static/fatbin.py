@@ -25,6 +25,8 @@ import re
 import struct
 from collections.abc import Iterable, Sequence
 
+from compatlab.incell import cudacompat
+
 __all__ = [
     "FATBIN_MAGIC",
     "FATBIN_SECTIONS",
@@ -78,27 +80,26 @@ class GpuCode:
 
 
 def parse_arch(text: str) -> int:
-    """Device arch of a target name: ``sm_90``, ``sm_90a`` and ``90`` are all 90."""
-    m = re.fullmatch(r"(?:sm_)?(\d+)[af]?", text.strip())
-    if not m:
+    """Device arch of a target name: ``sm_90``, ``sm_90a`` and ``90`` are all 90 (incell.cudacompat's parser)."""
+    try:
+        arch = cudacompat.parse_arch(text)
+    except ValueError:
+        arch = None
+    if arch is None or arch.kind != "sm":
         raise ValueError(f"expected a GPU arch like 'sm_90' or 'sm_120', got {text!r}")
-    return int(m.group(1))
+    return arch.major * 10 + arch.minor
 
 
 def runs_on(code: GpuCode, device: int) -> bool:
     """Whether *code* can run on a device of compute capability *device* (90 = 9.0).
 
-    A cubin sm_XY runs on devices of major X and minor >= Y; an 'a' cubin only on exactly XY; an 'f'
-    cubin on its family (same major, minor >= Y). PTX is JIT-compiled for its arch and any newer one,
-    except arch- and family-specific PTX, which follows the cubin rule of its variant.
+    The rule is incell.cudacompat's, which the cuda stage applies to torch's arch list: a cubin sm_XY runs
+    on devices of major X and minor >= Y; an 'a' cubin only on exactly XY; an 'f' cubin on its family.
+    PTX is JIT-compiled for its arch and any newer one, except arch- and family-specific PTX.
     """
-    major, minor = divmod(code.arch, 10)
-    dmajor, dminor = divmod(device, 10)
-    if code.variant == "a":
-        return device == code.arch
-    if code.variant == "f" or not code.ptx:
-        return dmajor == major and dminor >= minor
-    return device >= code.arch
+    arch = cudacompat.Arch(kind="compute" if code.ptx else "sm", major=code.arch // 10, minor=code.arch % 10,
+                           suffix=code.variant)
+    return cudacompat.runs_on_device(arch, divmod(device, 10))
 
 
 def _entries(buf: mmap.mmap | bytes, start: int, end: int) -> Iterable[list[GpuCode]]:

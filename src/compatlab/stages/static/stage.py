@@ -27,14 +27,7 @@ from typing import Any
 from compatlab.errors import LabError, UsageError
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
-from compatlab.stages.static.elf import ElfCache, UndefinedSymbol, demangle
-from compatlab.stages.static.fatbin import coverage, parse_arch
-
-# Importable from here before the resolution moved out (tests use ld_cache); explicit re-exports for mypy.
-from compatlab.stages.static.ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GLOBS  # noqa: PLC0414
-from compatlab.stages.static.ldso import Library, LoadSet, Resolver, provided_symbols
-from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
-from compatlab.stages.static.sitepackages import (
+from compatlab.stages.site import (
     SiteDist,
     declared_tops,
     is_extension,
@@ -43,6 +36,14 @@ from compatlab.stages.static.sitepackages import (
     read_site_dists,
     walk_modules,
 )
+from compatlab.stages.site import torch_cuda as site_torch_cuda
+from compatlab.stages.static.elf import ElfCache, UndefinedSymbol, demangle
+from compatlab.stages.static.fatbin import coverage, parse_arch
+
+# Importable from here before the resolution moved out (tests use ld_cache); explicit re-exports for mypy.
+from compatlab.stages.static.ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GLOBS  # noqa: PLC0414
+from compatlab.stages.static.ldso import Library, LoadSet, Resolver, provided_symbols
+from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
 from compatlab.stages.static.symbols import function_name, last_identifier, symbol_offers
 
 __all__ = [
@@ -165,12 +166,7 @@ class _Checker(Resolver):
         return self._files_by_name
 
     def torch_cuda(self) -> str | None:
-        try:
-            text = (self.sp / "torch" / "version.py").read_text(encoding="utf-8")
-        except OSError:
-            return None
-        m = re.search(r"^cuda(?:: [^=]+)? = '([\d.]+)'", text, re.M)
-        return m.group(1) if m else None
+        return site_torch_cuda(self.sp)
 
     def library_hint(self, name: str, needer: str, module: str) -> tuple[str, dict[str, Any]]:
         details: dict[str, Any] = {}

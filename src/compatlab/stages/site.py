@@ -1,4 +1,9 @@
-"""The site-packages index: installed distributions, their RECORD hashes, and their ELF modules."""
+"""The site-packages index: installed distributions, their RECORD hashes, their ELF modules, and torch's CUDA.
+
+The one reader of a site-packages folder for every stage: the pins stage reads its distributions and
+requirements here, the static stage its files and hashes, and both ask ``torch_cuda`` which CUDA torch was
+built for (torch/version.py, else the +cuXY local tag), as the import stage's ``compatlab runtime`` does.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,11 @@ class SiteDist:
     requires: list[str]
     tags: list[str]
     files: list[str]  # RECORD paths, relative to site-packages
+
+    @property
+    def canonical(self) -> str:
+        """The name as PEP 503 compares names (``Flashinfer_Python`` is ``flashinfer-python``)."""
+        return re.sub(r"[-_.]+", "-", self.name).lower()
 
 
 def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]]]:
@@ -121,3 +131,27 @@ def declared_tops(site_packages: Path, dists: Sequence[str]) -> list[str]:
             if first and not first.endswith((".dist-info", ".data")) and first != "..":
                 tops[first.split(".")[0]] = None
     return list(tops)
+
+
+def dists_by_name(sp: Path) -> dict[str, SiteDist]:
+    """The installed distributions by canonical name (PEP 503), for lookups by requirement name."""
+    return {d.canonical: d for d in read_site_dists(sp)[0] if d.version != "?"}
+
+
+def cuda_of_torch(version_py: str | None, torch_version: str | None) -> str | None:
+    """CUDA version torch was built for: its torch/version.py text, else its local tag (cu130 -> 13.0)."""
+    if version_py and (m := re.search(r"^cuda\s*(?::\s*[^=]+)?\s*=\s*['\"]([\d.]+)['\"]", version_py, re.MULTILINE)):
+        return m.group(1)
+    if torch_version and (m := re.search(r"\+cu(\d+)(\d)$", torch_version)):
+        return f"{int(m.group(1))}.{m.group(2)}"
+    return None
+
+
+def torch_cuda(sp: Path, torch_version: str | None = None) -> str | None:
+    """The CUDA of the torch installed in *sp* (None for a CPU build or no torch)."""
+    version_py = sp / "torch" / "version.py"
+    try:
+        text = version_py.read_text(encoding="utf-8")
+    except OSError:
+        text = None
+    return cuda_of_torch(text, torch_version)
