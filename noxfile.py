@@ -98,10 +98,13 @@ def _run_owner(session: nox.Session, run_dir: Path = RUN_DIR, run_id: str = RUN_
 # Tags name each axis value (`nox -t flashinfer-0.7.4`); `-k` matches id substrings (`-k "cu13 and torch2"`).
 @nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()]) for c in CELLS])
 def matrix(session: nox.Session, cell: str) -> None:
-    """One matrix cell: its own uv venv, the pins, then every stage; fails only on unexpected verdicts."""
+    """One matrix cell: its own uv venv, the pins, then every stage; fails only on unexpected verdicts.
+
+    Posargs go to `compatlab cell`: `-- --until static` (a preflight), `-- --stages install,pins`, `-- -q`.
+    """
     session.notify("matrix_summary")
     args = ["cell", cell, "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
-            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session)]
+            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session), *session.posargs]
     session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
 
 

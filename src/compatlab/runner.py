@@ -10,7 +10,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from compatlab import envs
@@ -22,7 +22,10 @@ from compatlab.runs.store import RunFolder
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
 from compatlab.stages.base import blocked
 
-__all__ = ["GPU8", "PIPELINE", "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages"]
+__all__ = [
+    "GPU8", "PIPELINE", "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages",
+    "select_stages",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +85,26 @@ def _flock(path: Path, *, wait: bool) -> Iterator[bool]:
         os.close(fd)
 
 
+Progress = Callable[[StageResult], None]
+
+
+def select_stages(stages: tuple[Stage, ...], *, until: str | None = None,
+                  only: tuple[str, ...] = ()) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+    """(the stages to run, the ones a preflight leaves out): ``until`` stops after that stage, ``only``
+    keeps those named. Unknown names are a UsageError listing the pipeline's stages."""
+    names = [s.name for s in stages]
+    for name in (*([until] if until else []), *only):
+        if name not in names:
+            raise UsageError(f"no stage {name!r}; the pipeline is {', '.join(names)}")
+    keep = names[: names.index(until) + 1] if until else names
+    if only:
+        keep = [n for n in keep if n in only]
+    return tuple(s for s in stages if s.name in keep), tuple(s for s in stages if s.name not in keep)
+
+
 def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
-             stages: tuple[Stage, ...] = PIPELINE) -> CellResult:
+             stages: tuple[Stage, ...] = PIPELINE, left_out: tuple[Stage, ...] = (),
+             progress: Progress | None = None) -> CellResult:
     """Run *cell* through *stages* and write its result into *run*; never raises for a red cell.
 
     A result that cannot be written raises runs.store.UnsavedResult, which says where it was kept. A signal
@@ -102,14 +123,14 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
                           previous=result.stages)
-        _run_pipeline(ctx, result, stages)
+        _run_pipeline(ctx, result, stages, left_out=left_out, progress=progress)
     result.seconds = round(time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
 
 
 def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
-                    stages: tuple[Stage, ...]) -> CellResult:
+                    stages: tuple[Stage, ...], progress: Progress | None = None) -> CellResult:
     """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
 
     Without an earlier result or a complete venv the cell is run whole first, so the stages always have
@@ -118,7 +139,7 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     earlier = run.read_cell(cell.id)
     venv = cell_venv(venv_root, run.id, cell)
     if earlier is None or earlier.unreadable or not install.is_complete(venv):
-        return run_cell(matrix, cell, run=run, venv_root=venv_root, stages=PIPELINE + stages)
+        return run_cell(matrix, cell, run=run, venv_root=venv_root, stages=PIPELINE + stages, progress=progress)
     result = earlier
     if result.state == "n/a":
         return result
@@ -129,13 +150,14 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
                           work_dir=run.work_dir(cell.id), site_packages=envs.site_packages(venv),
                           freeze=result.freeze, install=result.install, previous=result.stages)
-        _run_pipeline(ctx, result, stages)
+        _run_pipeline(ctx, result, stages, progress=progress)
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
 
 
-def _run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...]) -> None:
+def _run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...], *,
+                  left_out: tuple[Stage, ...] = (), progress: Progress | None = None) -> None:
     """The one loop of `nox -s matrix` and `nox -s gpu8_perf`: every stage in order, then the verdict.
 
     A stage whose needs did not pass is skipped as blocked; a lab failure inside the loop becomes an
@@ -144,6 +166,14 @@ def _run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...
     try:
         for stage in stages:
             result.stages.append(_run_stage(stage, ctx))
+            if progress is not None:
+                progress(result.stages[-1])
+        if left_out:
+            # A preflight: the cell is partial, and says which stages it did not run.
+            last = stages[-1].name if stages else "nothing"
+            result.stages.extend(StageResult(name=s.name, state="skip", required=True,
+                                             reason=f"not run: preflight stopped after {last}")
+                                 for s in left_out)
     except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
         log.exception("cell %s: lab error", ctx.cell.id)
         why = str(exc) if isinstance(exc, LabError) else repr(exc)

@@ -315,3 +315,38 @@ def test_static_and_import_disagreeing_is_said_in_the_reason() -> None:
         "import: x.so: crashed with SIGSEGV while loading [static disagrees: it predicted no load failure]"
     )
     assert cell("fail", "fail", "x.so needs f(int)").reason == "static: x.so needs f(int)"
+
+
+def test_a_preflight_stops_after_static_and_says_what_did_not_run(tmp_path: Path, index_url: str) -> None:
+    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-s", "matrix", "--", "--until", "static")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ok = cells_by_axes(tmp_path)["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
+    assert [(s["name"], s["state"]) for s in ok["stages"]] == [
+        ("install", "pass"), ("pins", "pass"), ("static", "pass"), ("import", "skip"), ("cuda", "skip")]
+    assert (ok["state"], ok["reason"]) == ("partial", "import: not run: preflight stopped after static")
+    # Progress: a line per stage as the cell runs, and where the cell is in the run.
+    lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("[compatlab]")]
+    assert "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/4)" in lines
+    assert [ln.split(": ", 1)[1].rsplit(" ", 2)[0] for ln in lines
+            if ln.startswith("[compatlab] torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0: ")] == [
+        "install pass", "pins pass", "static pass"]
+
+
+def test_quiet_cells_print_only_their_verdict_and_bad_stage_names_are_usage_errors(tmp_path: Path,
+                                                                                  index_url: str) -> None:
+    (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url=index_url))
+    cell = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
+    env = {**os.environ, "PATH": f"{uv_dir()}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT / "src"),
+           "UV_PYTHON_DOWNLOADS": "never"}
+    base = [sys.executable, "-m", "compatlab", "cell", cell, "--matrix", str(tmp_path / "matrix.toml"),
+            "--run-dir", str(tmp_path / "run"), "--venvs", str(tmp_path / "venvs")]
+    bad = subprocess.run([*base, "--until", "statik"], capture_output=True, text=True, env=env, timeout=120,
+                         check=False)
+    assert (bad.returncode, bad.stderr) == (
+        2, "error: no stage 'statik'; the pipeline is install, pins, static, import, cuda\n")
+    quiet = subprocess.run([*base, "--stages", "install,pins", "-q"], capture_output=True, text=True, env=env,
+                           timeout=300, check=False)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == ""
+    assert quiet.stdout.startswith(f"[compatlab] end   {cell}: PARTIAL in ")
+    assert quiet.stdout.endswith(" s — static: not run: preflight stopped after pins\n")

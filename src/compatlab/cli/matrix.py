@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compatlab.errors import UsageError
+from compatlab.errors import LabError, UsageError
 from compatlab.runs import store
+
+if TYPE_CHECKING:
+    from compatlab.config.matrix import Matrix
+    from compatlab.runs.model import StageResult
 
 __all__ = ["configure_parser", "matrix_path"]
 
@@ -63,6 +69,36 @@ def _fmt_line(result: object) -> str:
     return f"[compatlab] end   {result.id}: {verdict} in {result.seconds:.1f} s{why}"
 
 
+def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | None:
+    """A line per finished stage on stderr (stdout stays for results and JSON)."""
+    if quiet:
+        return None
+
+    def say(stage: StageResult) -> None:
+        why = f" — {stage.reason}" if stage.reason and stage.state != "pass" else ""
+        print(f"[compatlab] {cell_id}: {stage.name} {stage.state} {stage.seconds:.1f} s{why[:160]}",
+              file=sys.stderr, flush=True)
+
+    return say
+
+
+def _position(matrix: Matrix, cell_id: str, latest: Path | None) -> str:
+    """`` (3/6, about 20 s as in the previous run)``: where this cell is in the run and what to expect."""
+    from compatlab.cells import expand
+
+    live = [c.id for c in expand(matrix) if c.na is None]
+    where = f"{live.index(cell_id) + 1}/{len(live)}" if cell_id in live else "not in the live cells"
+    previous = None
+    if latest is not None and (latest / "results.json").is_file():
+        try:
+            earlier = store.load_results(latest / "results.json")
+        except LabError:
+            earlier = None
+        if earlier is not None:
+            previous = next((c.seconds for c in earlier.cells if c.id == cell_id and c.seconds), None)
+    return f" ({where}" + (f", about {previous:.0f} s as in the previous run)" if previous else ")")
+
+
 def _cmd_cell(args: argparse.Namespace) -> int:
     from compatlab.config.matrix import load_matrix
     from compatlab.runner import find_cell, run_cell
@@ -78,16 +114,23 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         if not run.results_path.exists():
             # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
             run.aggregate(matrix, latest=latest)
-        print(f"[compatlab] start {cell.id}", flush=True)
+        from compatlab.runner import PIPELINE, select_stages
+
+        stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
+        say = _progress(cell.id, quiet=args.quiet)
+        if not args.quiet:
+            print(f"[compatlab] start {cell.id}{_position(matrix, cell.id, latest)}", file=sys.stderr, flush=True)
         from compatlab.proc import signals_interrupt
 
         with signals_interrupt():
             if args.gpu8:
                 from compatlab.runner import GPU8, run_more_stages
 
-                result = run_more_stages(matrix, cell, run=run, venv_root=Path(args.venvs), stages=GPU8)
+                result = run_more_stages(matrix, cell, run=run, venv_root=Path(args.venvs), stages=GPU8,
+                                         progress=say)
             else:
-                result = run_cell(matrix, cell, run=run, venv_root=Path(args.venvs))
+                result = run_cell(matrix, cell, run=run, venv_root=Path(args.venvs), stages=stages,
+                                  left_out=left_out, progress=say)
         run.aggregate(matrix, latest=latest)
     print(_fmt_line(result), flush=True)
     return 1 if result.unexpected else 0
@@ -128,4 +171,8 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--owner", help="the run's owner, as the process that claimed the run hands it down")
     s.add_argument("--venvs", default=".compatlab/venvs", help="where cell venvs live")
     s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
+    s.add_argument("--until", metavar="STAGE", help="a preflight: stop after this stage (the cell is partial)")
+    s.add_argument("--stages", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
+                   metavar="A,B", help="run only these stages of the pipeline (install is needed by the rest)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the verdict")
     s.set_defaults(func=_cmd_cell)
