@@ -21,7 +21,6 @@ and the cell's ``perf`` StageResult with flat ``details.figures``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -30,7 +29,6 @@ import platform
 import random
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -41,7 +39,7 @@ from typing import Any
 from compatlab.config.perf import HEALTH_PATHS as HEALTH_PATHS  # noqa: PLC0414
 from compatlab.config.perf import PROTOCOLS as PROTOCOLS  # noqa: PLC0414
 from compatlab.config.perf import SERVERS, PerfConfig, ServerSpec, Thresholds, load_prompts, parse_perf, resolve_argv
-from compatlab.errors import ConfigError, LabError
+from compatlab.errors import ConfigError
 from compatlab.proc import ProgramNotFound
 from compatlab.runs.model import StageResult, write_json_atomic
 from compatlab.stages.base import CellContext, cell_env
@@ -511,53 +509,3 @@ def run_perf_stage(ctx: CellContext) -> StageResult:
 
 
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}
-
-
-EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``compatlab perf --matrix FILE --out DIR [--venv DIR]``.
-
-    Exit status: 0 pass, 1 fail, 2 bad input (matrix, missing ${VAR}), 3 error (a server hung or a
-    program is missing), 4 inconclusive (rerun on a quieter box).
-    """
-    from compatlab.config.matrix import load_matrix
-
-    parser = argparse.ArgumentParser(prog="compatlab perf", description=__doc__.split("\n")[0])
-    parser.add_argument("--matrix", default=os.environ.get("COMPATLAB_MATRIX", "matrix.toml"))
-    parser.add_argument("--out", required=True, type=Path,
-                        help="directory for perf.json, benchmark.json and the server logs")
-    parser.add_argument("--venv", type=Path, default=None,
-                        help="serve from this virtual environment (first on PATH, as in a cell)")
-    parser.add_argument("--debug", action="store_true", help="tracebacks and debug logging")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="%(message)s",
-                        stream=sys.stderr)
-    try:
-        matrix = load_matrix(args.matrix)
-        config = matrix.perf
-        if config is None:
-            raise ConfigError(matrix.path,
-                              ["perf: missing; add [perf.servers.baseline] and [perf.servers.eagle3]"])
-        env = cell_env(args.venv) if args.venv else None
-        report = run_perf(config, args.out, env=env)
-    except LabError as exc:
-        if args.debug:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    for c in config.concurrency:
-        v = report.verdicts.get(str(c), {})
-        f = report.figures
-        if v:
-            accept = f.get(f"accept_length_c{c}")
-            print(f"c{c}: baseline {f[f'baseline_tok_s_c{c}']:.1f} tok/s, "
-                  f"eagle3 {f[f'eagle3_tok_s_c{c}']:.1f} tok/s, speedup {f[f'speedup_c{c}']:.2f}"
-                  + (f", accept length {accept:.2f}" if accept else "") + f": {v['verdict']}")
-    print(f"perf: {report.verdict}: {report.reason}")
-    if report.log_tail:
-        print("--- server log (tail) ---\n" + report.log_tail)
-    print(f"results: {args.out / 'perf.json'}")
-    return EXIT_CODES[report.verdict]
-

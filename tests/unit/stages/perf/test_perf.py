@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from compatlab.cells import expand
+from compatlab.cli import main
 from compatlab.config.matrix import parse_matrix
 from compatlab.errors import ConfigError
 from compatlab.stages.base import CellContext
@@ -30,7 +31,6 @@ from compatlab.stages.perf.stage import (
     ServerProcess,
     group_members,
     load_prompts,
-    main,
     parse_perf,
     port_is_free,
     resolve_argv,
@@ -684,12 +684,12 @@ def test_stage_without_perf_section(tmp_path: Path) -> None:
 def test_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "matrix.toml"
     path.write_text(_matrix_text(STANDIN, '\n[thresholds.perf]\nmin-speedup = 1.2\n'))
-    assert main(["--matrix", str(path), "--out", str(tmp_path / "out"), "--venv", sys.prefix]) == 0
+    assert main(["perf", "--matrix", str(path), "--out", str(tmp_path / "out"), "--venv", sys.prefix]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^c1: baseline [\d.]+ tok/s, eagle3 [\d.]+ tok/s, speedup [\d.]+, accept length [\d.]+: "
                      r"pass$", out, re.M), out
     assert (tmp_path / "out" / "perf.json").is_file()
     path.write_text(_matrix_text(STANDIN, "\n[thresholds.perf]\nmin-speedup = 0\n"))
-    assert main(["--matrix", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert main(["perf", "--matrix", str(path), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
         f"error: {path}: thresholds.perf.min-speedup: expected a positive number, got 0\n")
