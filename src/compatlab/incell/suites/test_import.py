@@ -26,11 +26,14 @@ from compatlab.incell.proc import Completed
 _DRIVER_SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
 
 
-def _jobs() -> int:
+def _jobs(*, fork: bool) -> int:
+    """Loads at a time: $COMPATLAB_IMPORT_JOBS, else one a core for forked children (they share the
+    server's memory), half the cores for fresh interpreters (each imports torch again)."""
     try:
         return max(1, int(os.environ.get("COMPATLAB_IMPORT_JOBS", "")))
     except ValueError:
-        return max(1, min(4, (os.cpu_count() or 2) // 2))
+        cpus = os.cpu_count() or 2
+        return max(1, min(4, cpus if fork else cpus // 2))
 
 
 def _ignored(label: str, targets: list[dict[str, Any]]) -> bool:
@@ -173,9 +176,10 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     if missing:
         stage.fail(missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
                    missing=missing)
-    loader = _Loader(driver, pre, timeout, fork=forkserver.enabled())
+    fork = forkserver.enabled()
+    loader = _Loader(driver, pre, timeout, fork=fork)
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs()) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs(fork=fork)) as pool:
             entries = list(pool.map(lambda t: _load(t, driver, loader), plan))
     finally:
         loader.close()
