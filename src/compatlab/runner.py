@@ -22,7 +22,8 @@ from compatlab.runs.store import RunFolder
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
 from compatlab.stages.base import blocked
 
-__all__ = ["GPU8", "PIPELINE", "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages"]
+__all__ = ["GPU8", "PIPELINE", "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages",
+           "run_pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
                           previous=result.stages)
-        _run_pipeline(ctx, result, stages)
+        run_pipeline(ctx, result, stages)
     result.seconds = round(time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
@@ -129,14 +130,15 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
                           work_dir=run.work_dir(cell.id), site_packages=envs.site_packages(venv),
                           freeze=result.freeze, install=result.install, previous=result.stages)
-        _run_pipeline(ctx, result, stages)
+        run_pipeline(ctx, result, stages)
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
 
 
-def _run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...]) -> None:
-    """The one loop of `nox -s matrix` and `nox -s gpu8_perf`: every stage in order, then the verdict.
+def run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...]) -> None:
+    """The one loop of `nox -s matrix`, `nox -s gpu8_perf` and `compatlab check`: every stage in order, then
+    the verdict.
 
     A stage whose needs did not pass is skipped as blocked; a lab failure inside the loop becomes an
     ``error`` stage, and the cell's result is still written.

@@ -219,6 +219,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
     s.set_defaults(func=_cmd_cell)
 
+    __import__("compatlab.cli.check").cli.check.configure_parser(sub)
+
     s = sub.add_parser("summary", help="print a run's table; exit 1 when a verdict is unexpected")
     s.add_argument("results", nargs="?", default="reports/latest/results.json")
     s.add_argument("--github-summary", action="store_true", help="also append to $GITHUB_STEP_SUMMARY")
