@@ -26,7 +26,7 @@ from typing import Any
 
 from compatlab.cells import Cell, cell_id
 from compatlab.config.matrix import AXIS_KINDS, Axis, AxisValue, Matrix, Report, Target
-from compatlab.errors import ConfigError, UsageError
+from compatlab.errors import ConfigError, LabError, UsageError
 from compatlab.runs.model import CellResult, StageResult
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage
 from compatlab.stages.pins import cuda_of_torch
@@ -94,6 +94,15 @@ class Environment:
     def version_of(self, name: str) -> str | None:
         want = _canon(name)
         return next((v for d, v in self.dists.items() if _canon(d) == want), None)
+
+    def site_for(self, names: Sequence[str]) -> Path:
+        """The site directory holding most of *names* (the static stage reads one site directory)."""
+        counts: dict[str, int] = {}
+        for name in names:
+            site = self.sites.get(self.spelled(name) or name, "")
+            if site:
+                counts[site] = counts.get(site, 0) + 1
+        return Path(max(counts, key=lambda s: counts[s])) if counts else self.site
 
     def spelled(self, name: str) -> str | None:
         want = _canon(name)
@@ -339,9 +348,10 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
     if on_stage is not None:
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
     with store.claim_run(run_dir, run_id=rid, matrix=matrix) as run:
+        site = env.site_for([v.package for v in cell.packages if v.package])
         ctx = CellContext(matrix=matrix, cell=cell, venv=env.prefix, python=env.python,
-                          work_dir=run.work_dir(cell.id), site_packages=env.site,
-                          freeze=[f"{n}=={v}" for n, v in sorted(env.dists.items())],
+                          work_dir=run.work_dir(cell.id), site_packages=site,
+                          freeze=_freeze_before_pytest(env),
                           install={"existing": str(env.prefix), "python": str(env.python)}, previous=result.stages)
         t0 = time.monotonic()
         runner.run_pipeline(ctx, result, stages)
@@ -358,6 +368,19 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
                   encoding="utf-8")
     check.files = [*written, md, js]
     return check
+
+
+def _freeze_before_pytest(env: Environment) -> list[str]:
+    """What the suites compare the stack with after adding pytest to a venv that lacks it (as uv lists it,
+    which is how they list it after); nothing when pytest is there already, since nothing is installed."""
+    if env.has_pytest or not env.is_venv:
+        return []
+    from compatlab import envs
+
+    done = envs.freeze(env.python)
+    if not done.ok:
+        raise LabError(f"cannot list the packages of {env.python} before adding pytest: {envs.last_line(done.stderr)}")
+    return done.stdout.splitlines()
 
 
 def _reporting(run: Callable[[CellContext], StageResult], told: Callable[[StageResult], None]
