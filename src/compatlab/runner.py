@@ -24,7 +24,7 @@ from compatlab.stages.base import blocked
 
 __all__ = [
     "GPU8", "PIPELINE", "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages",
-    "select_stages",
+    "run_pipeline", "select_stages",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
                           previous=result.stages)
-        _run_pipeline(ctx, result, stages, left_out=left_out, progress=progress)
+        run_pipeline(ctx, result, stages, left_out=left_out, progress=progress)
     result.seconds = round(time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
@@ -150,13 +150,13 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
                           work_dir=run.work_dir(cell.id), site_packages=envs.site_packages(venv),
                           freeze=result.freeze, install=result.install, previous=result.stages)
-        _run_pipeline(ctx, result, stages, progress=progress)
+        run_pipeline(ctx, result, stages, progress=progress)
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
 
 
-def _run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...], *,
+def run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...], *,
                   left_out: tuple[Stage, ...] = (), progress: Progress | None = None) -> None:
     """The one loop of `nox -s matrix` and `nox -s gpu8_perf`: every stage in order, then the verdict.
 

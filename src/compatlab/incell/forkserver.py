@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from compatlab.incell.loadcheck import LoadFailure
     from compatlab.incell.proc import Completed
 
-__all__ = ["ForkServer", "ServerGone", "enabled"]
+__all__ = ["ForkServer", "ServerGone", "enabled", "mapped_shared_objects"]
 
 ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
 _KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
@@ -90,7 +90,22 @@ def _steps(pre: list[str], path: str | None, name: str) -> dict[str, Any]:
         sys.stderr.write(traceback.format_exc())
         sys.stderr.flush()
         return {"ok": False, "step": step, "type": type(exc).__name__, "message": str(exc)}
+    if name and not path:
+        return {"ok": True, "step": step, "mapped": mapped_shared_objects()}
     return {"ok": True, "step": step}
+
+
+def mapped_shared_objects() -> list[str]:
+    """The shared objects mapped into this process (/proc/self/maps): after `import P`, what P needed.
+
+    In a child of the server that includes what the server's own imports (torch) mapped.
+    """
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            paths = {parts[5].strip() for parts in (line.split(None, 5) for line in fh) if len(parts) == 6}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.startswith("/") and (p.endswith(".so") or ".so." in p))
 
 
 def _die_with_parent() -> None:
@@ -396,7 +411,7 @@ class ForkServer:
         done = Completed(
             argv=[self._python, f"<fork of server {self.pid}: pid {reply['pid']}>", path or "", name,
                   ",".join(pre_import)],
-            returncode=int(reply["returncode"]), stdout=str(reply["stdout"]), stderr=str(reply["stderr"]),
+            returncode=int(reply["returncode"]), stdout=str(reply["stdout"]), stderr=_stderr(reply),
             seconds=float(reply["seconds"]), timed_out=bool(reply["timed_out"]),
         )
         return classify_record(done, reply["record"]), done
@@ -452,6 +467,16 @@ class ForkServer:
     def _read_stderr(self, stream: IO[bytes]) -> None:
         for line in stream:
             self._stderr.append(line)
+
+
+def _stderr(reply: dict[str, Any]) -> str:
+    """The child's stderr, ending with its record when that says what an import mapped, as the probe's does
+    (loadcheck.mapped_of reads it from either path)."""
+    text = str(reply["stderr"])
+    record = reply.get("record")
+    if isinstance(record, dict) and "mapped" in record:
+        text += "COMPATLAB-LOAD-RESULT " + json.dumps(record) + "\n"
+    return text
 
 
 def _source() -> str:

@@ -41,6 +41,7 @@ __all__ = [
     "elf_files",
     "is_extension_module",
     "load_module",
+    "mapped_of",
     "package_targets",
     "probe_argv",
 ]
@@ -84,7 +85,15 @@ except BaseException as exc:
         {"ok": False, "step": step, "type": type(exc).__name__, "message": str(exc)}) + "\n")
     sys.stderr.flush()
     raise SystemExit(3)
-sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps({"ok": True, "step": step}) + "\n")
+done = {"ok": True, "step": step}
+if not target:  # what the import mapped: the shared objects its package's `import` needs
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            paths = {parts[5].strip() for parts in (line.split(None, 5) for line in fh) if len(parts) == 6}
+        done["mapped"] = sorted(p for p in paths if p.startswith("/") and (p.endswith(".so") or ".so." in p))
+    except OSError:
+        pass
+sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps(done) + "\n")
 """
 
 
@@ -142,6 +151,13 @@ def _result_record(stderr: str) -> dict[str, Any] | None:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(_RESULT_TAG)]
     return lines[-1] if lines else ""
+
+
+def mapped_of(completed: Completed) -> list[str] | None:
+    """The shared objects a package import had mapped when it finished (None: not recorded)."""
+    record = _result_record(completed.stderr)
+    mapped = record.get("mapped") if record else None
+    return [str(p) for p in mapped] if isinstance(mapped, list) else None
 
 
 def classify(completed: Completed) -> LoadFailure | None:

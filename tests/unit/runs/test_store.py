@@ -123,7 +123,7 @@ def test_a_list_or_a_cell_without_id_does_not_stop_the_other_cells(tmp_path: Pat
     (cells / "aaa-list.json").write_text("[]\n")
     (cells / "bbb-noid.json").write_text(json.dumps({"schema": CELL_SCHEMA, "axes": {}, "state": "pass"}))
     (cells / "ccc-old.json").write_text(json.dumps(live().to_json()))  # no schema: written by an older lab
-    done = lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
+    done = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
     assert done.returncode == 0, done.stderr
     results = store.load_results(Path("reports/latest/results.json"))
     assert [(c.id, c.state, c.reason) for c in results.cells] == [
@@ -179,14 +179,14 @@ def test_two_shards_that_disagree_on_a_cell_are_refused_unless_one_is_preferred(
 
 
 def test_an_older_run_never_replaces_a_newer_latest(tmp_path: Path, matrix: Matrix) -> None:
-    assert lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/old").returncode == 0
-    assert lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/new", "--latest", "reports/latest").returncode == 0
+    assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/old").returncode == 0
+    assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/new", "--latest", "reports/latest").returncode == 0
     old = store.load_results(Path("reports/runs/old/results.json")).run
     new = store.load_results(Path("reports/latest/results.json")).run
     stale = (f"reports/latest shows run new (started {new.started}), newer than run old (started {old.started}): "
              "left as it is")
     # A cell of the older run ends after the newer run has shown itself.
-    late = lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/old", "--latest", "reports/latest")
+    late = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/old", "--latest", "reports/latest")
     assert (late.returncode, late.stderr) == (0, f"WARNING compatlab.runs.store: {stale}\n")
     assert store.load_results(Path("reports/latest/results.json")).run.id == "new"
     report = lab(tmp_path, "report", "reports/runs/old/results.json", "--out", "reports/latest", "--no-history")
@@ -196,7 +196,7 @@ def test_an_older_run_never_replaces_a_newer_latest(tmp_path: Path, matrix: Matr
 
 
 def test_report_into_a_run_in_progress_leaves_its_results_to_the_owner(tmp_path: Path, matrix: Matrix) -> None:
-    assert lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1").returncode == 0
+    assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1").returncode == 0
     before = (tmp_path / "reports" / "runs" / "r1" / "results.json").read_bytes()
     with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
         done = lab(tmp_path, "report", "reports/runs/r1/results.json", "--no-history")
@@ -207,7 +207,7 @@ def test_report_into_a_run_in_progress_leaves_its_results_to_the_owner(tmp_path:
 
 def test_a_second_process_cannot_write_a_run_in_use(tmp_path: Path, matrix: Matrix) -> None:
     with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
-        done = lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1")
+        done = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1")
         assert (done.returncode, done.stderr) == (1, (
             f"error: reports/runs/r1: run r1 is in use by pid {os.getpid()} on {HOST}; one run belongs to one "
             "process at a time: wait for it to finish, or choose another run id (COMPATLAB_RUN_ID)\n"
@@ -219,13 +219,13 @@ def test_a_cell_whose_owner_is_gone_or_replaced_writes_nothing(tmp_path: Path, m
     first = store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix)
     token = first.owner
     first.close()
-    gone = lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1", "--owner", token)
+    gone = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--owner", token)
     assert (gone.returncode, gone.stderr) == (1, (
         f"error: run r1 has no owner any more (the process that started it, pid {os.getpid()} on {HOST}, exited or "
         "was killed): nothing is written into reports/runs/r1\n"
     ))
     with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
-        replaced = lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1", "--owner", token)
+        replaced = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--owner", token)
     assert (replaced.returncode, replaced.stderr) == (1, (
         f"error: run r1 now belongs to another process (pid {os.getpid()} on {HOST}): nothing is written into "
         "reports/runs/r1\n"
@@ -235,7 +235,7 @@ def test_a_cell_whose_owner_is_gone_or_replaced_writes_nothing(tmp_path: Path, m
 
 def test_prune_keeps_the_newest_runs_and_any_run_in_use(tmp_path: Path, matrix: Matrix) -> None:
     for run_id in ("b-first", "a-second", "c-third"):
-        assert lab(tmp_path, "cell", NA, "--run-dir", f"reports/runs/{run_id}").returncode == 0
+        assert lab(tmp_path, "cell", NA, "-q", "--run-dir", f"reports/runs/{run_id}").returncode == 0
     with store.claim_run(Path("reports/runs/b-first"), run_id="b-first", matrix=matrix):
         done = lab(tmp_path, "prune", "--keep", "1")
     assert (done.returncode, done.stdout) == (0, "removed reports/runs/a-second\n")
@@ -285,7 +285,7 @@ def _fill(fh: BinaryIO) -> None:
 
 
 def _run_with_cells_broken(tmp_path: Path, break_cells: str, mounted: list[Path]) -> subprocess.CompletedProcess[str]:
-    assert lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1").returncode == 0  # the run exists
+    assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1").returncode == 0  # the run exists
     cells = tmp_path / "reports" / "runs" / "r1" / "cells"
     shutil.rmtree(cells)
     if break_cells == "file":
@@ -293,7 +293,7 @@ def _run_with_cells_broken(tmp_path: Path, break_cells: str, mounted: list[Path]
     else:
         cells.mkdir()
         (_read_only if break_cells == "ro" else _full)(cells, mounted)
-    return lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
+    return lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
 
 
 @pytest.mark.parametrize(("break_cells", "why"), [
@@ -330,7 +330,7 @@ def test_a_finished_cell_whose_result_cannot_be_written_keeps_it(
 def test_a_read_only_reports_folder_is_one_clear_error(tmp_path: Path, matrix: Matrix, mounts: list[Path]) -> None:
     (tmp_path / "reports").mkdir()
     _read_only(tmp_path / "reports", mounts)
-    done = lab(tmp_path, "cell", NA, "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
+    done = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
     assert (done.returncode, done.stdout, done.stderr) == (
         1, "", "error: cannot write reports/runs/r1: Read-only file system\n")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import fnmatch
 import importlib.metadata
+import json
 import os
 import re
 import sys
@@ -144,12 +145,80 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dic
                 and driver.add(failure.symbol)):
             continue  # the stand-in lacked a driver entry point, not the stack a symbol
         break
+    by_name, first = False, failure
+    if failure is not None and failure.kind == "import-error" and target.path is not None:
+        # Python refused the module loaded by path beside its package (numpy's _multiarray_umath imports
+        # numpy, which loads it again: "cannot load module more than once"); it linked, so import it by
+        # its name, in a process of its own, as its package does. A link failure is never retried.
+        again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
+        if again is None:
+            failure, by_name = None, True
     entry: dict[str, Any] = {"module": target.label, "dist": target.dist, "ok": failure is None,
                              "seconds": round(done.seconds, 2)}
+    if by_name and first is not None:
+        entry["loaded"] = f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
     if failure is not None:
         entry["failure"] = failure.to_json()
         entry["reason"] = loadcheck.describe(target.label, failure)
+    elif target.path is None:
+        mapped = loadcheck.mapped_of(done)
+        if mapped is not None:
+            entry["mapped_paths"] = mapped  # reduced to the package's own shared objects afterwards
     return entry
+
+
+def _label(path: str, targets: list[loadcheck.LoadTarget]) -> str:
+    """A shared object's label as its distribution's RECORD spells it (relative to site-packages)."""
+    for t in targets:
+        if t.path is not None and os.path.realpath(t.path) == os.path.realpath(path):
+            return t.label
+    for entry in sys.path:
+        if entry and path.startswith(entry.rstrip("/") + "/"):
+            return path[len(entry.rstrip("/")) + 1:]
+    return path
+
+
+def _own_mapped(entries: list[dict[str, Any]], owned: dict[str, dict[str, str]]) -> None:
+    """Keep, of what each package import mapped, its own distribution's shared objects (by label)."""
+    for e in entries:
+        mapped = e.pop("mapped_paths", None)
+        if mapped is not None:
+            own = owned.get(e["dist"], {})
+            e["mapped"] = sorted({own[p] for p in map(os.path.realpath, mapped) if p in own})
+
+
+def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failed modules that `import <package>` truly does not need: a warning each, not a failure.
+
+    The static stage, from the package's import graph, lists the modules that cannot load and that the
+    package imports only lazily or under an ImportError guard (static/not-needed.json). Each is confirmed
+    here: the package's own import loaded, and it had not mapped the module when it finished. Anything
+    else (the import failed, or it mapped the module) keeps the failure.
+    """
+    file = Path(work_dir or ".") / "static" / "not-needed.json"
+    try:
+        predicted: dict[str, dict[str, str]] = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    imports = {(e["dist"], e["module"]): e for e in entries if not e["module"].endswith(".so")}
+    out = []
+    for entry in entries:
+        guess = predicted.get(entry["module"])
+        if guess is None or entry.get("failure") is None:
+            continue
+        package = imports.get((entry["dist"], guess.get("package", "")))
+        if package is None or not package["ok"] or "mapped" not in package:
+            entry["needed_why"] = f"`import {guess.get('package')}` did not load, so it may need it"
+            continue
+        if entry["module"] in package["mapped"]:
+            entry["needed_why"] = f"`import {guess['package']}` mapped it"
+            continue
+        entry["needed"] = False
+        said = f"; {guess['package']} says it is for: {guess['feature']}" if guess.get("feature") else ""
+        entry["verdict"] = (f"{entry['reason']}; `import {guess['package']}` does not need it: it loads without "
+                            f"mapping it ({guess.get('why', '')}){said}")
+        out.append(entry)
+    return out
 
 
 def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
@@ -160,10 +229,13 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     elf: list[str] = []
     missing: list[str] = []
     installed: dict[str, str] = {}
+    owned: dict[str, dict[str, str]] = {}  # dist -> real path of each shared object it installed -> label
     for dist, version in packages.items():
         try:
             installed[dist], found = loadcheck.package_targets(dist)
-            elf.extend(loadcheck.elf_files(dist))
+            files = loadcheck.elf_files(dist)
+            elf.extend(files)
+            owned[dist] = {os.path.realpath(f): _label(f, found) for f in files}
         except importlib.metadata.PackageNotFoundError:
             missing.append(f"{dist} {version} is declared but not installed in the cell")
             continue
@@ -186,6 +258,8 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     stage.note(loader=loader.describe(), loader_problems=loader.problems)
     if driver.lib_dir is not None:
         stage.note(stand_in=str(driver.lib_dir / "libcuda.so.1"), stand_in_symbols=len(driver.symbols))
+    _own_mapped(entries, owned)
+    optional = {id(e) for e in _confirm_not_needed(compat_context.get("work_dir"), entries)}
     broken: list[dict[str, Any]] = []
     ignored: list[dict[str, Any]] = []
     unjudged: list[dict[str, Any]] = []
@@ -195,7 +269,7 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
         failure = entry.get("failure")
         if failure is None:
             continue
-        if failure["kind"] == "missing-dependency":
+        if failure["kind"] == "missing-dependency" or id(entry) in optional:
             undeclared.append(entry)
         elif failure["kind"] in loadcheck.STACK_KINDS:
             (ignored if _ignored(entry["module"], targets) else broken).append(entry)
@@ -205,7 +279,7 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
             needs_gpu.append(entry)
     stage.note(modules=entries, loaded=sum(e["ok"] for e in entries), total=len(entries),
                ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu],
-               warnings=[e["reason"] for e in undeclared])
+               warnings=[e.get("verdict") or e["reason"] for e in undeclared])
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         stage.fail(broken[0]["reason"] + more, failures=[e["reason"] for e in broken])

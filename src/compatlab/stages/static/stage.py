@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import logging
 import os
 import re
@@ -44,11 +45,13 @@ from compatlab.stages.static.fatbin import coverage, parse_arch
 from compatlab.stages.static.ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GLOBS  # noqa: PLC0414
 from compatlab.stages.static.ldso import Library, LoadSet, Resolver, provided_symbols
 from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
+from compatlab.stages.static.reach import ImportGraph, dotted_name
 from compatlab.stages.static.symbols import function_name, last_identifier, symbol_offers
 
 __all__ = [
     "DEFAULT_PACKAGES",
     "DRIVER_LIBS",
+    "NOT_NEEDED_FILE",
     "Finding",
     "StaticReport",
     "check_site_packages",
@@ -59,6 +62,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_PACKAGES = ("sgl_kernel", "flashinfer", "torch")
+# In the cell's work folder, static/: the modules that cannot load but that no package import needs, for
+# the import stage to confirm (incell/suites/test_import.py reads it; the name is spelled there too).
+NOT_NEEDED_FILE = "not-needed.json"
 # Installed with the NVIDIA driver, never with a wheel: missing on a machine without a GPU is expected.
 DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
@@ -92,6 +98,8 @@ class StaticReport:
     seconds: float
     cache_hits: int
     cache_misses: int
+    # Modules that cannot load but that `import <package>` does not need: rel path -> package, why, feature.
+    not_needed: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def of(self, severity: str) -> list[Finding]:
         return [f for f in self.findings if f.severity == severity]
@@ -125,6 +133,7 @@ class StaticReport:
             "seconds": round(self.seconds, 3),
             "cache": {"hits": self.cache_hits, "misses": self.cache_misses},
             "findings": [f.to_json() for f in self.findings],
+            "not_needed": self.not_needed,
         }
 
 
@@ -411,6 +420,56 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
 
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Verdict:
+    needed: str  # yes | no | unknown
+    why: str
+    package: str
+    feature: str = ""
+
+    @property
+    def optional(self) -> bool:
+        return self.needed == "no"
+
+    @property
+    def words(self) -> str:
+        text = f"`import {self.package}` does not need it ({self.why})"
+        return text + (f"; {self.package} says it is for: {self.feature}" if self.feature else "")
+
+
+class _Needs:
+    """Reachability of each failing module from `import <its top-level package>` (see reach.py)."""
+
+    def __init__(self, sp: Path, py: tuple[int, int] | None) -> None:
+        self.sp = sp
+        self.py = py
+        self.graphs: dict[str, ImportGraph] = {}
+
+    def graph(self, top: str) -> ImportGraph:
+        if top not in self.graphs:
+            self.graphs[top] = ImportGraph(self.sp, top)
+        return self.graphs[top]
+
+    def of(self, rel: str, loaded_by: Sequence[str]) -> _Verdict:
+        """An extension module is judged by the import graph of its package; a library by those of the
+        extension modules that load it (needed if any of them is)."""
+        top = rel.split("/", 1)[0].split(".", 1)[0]
+        if is_extension(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
+            need = self.graph(top).need(dotted_name(rel))
+            return _Verdict(needed=need.needed, why=need.why, package=top, feature=need.feature)
+        verdicts = [self.of(e, ()) for e in loaded_by if e != rel]
+        if not verdicts:
+            return _Verdict(needed="unknown", why="no extension module is known to load it", package=top)
+        for word in ("yes", "unknown"):
+            hit = next((v for v in verdicts if v.needed == word), None)
+            if hit is not None:
+                return hit
+        first = verdicts[0]
+        users = ", ".join(sorted({e for e in loaded_by if e != rel}))
+        return _Verdict(needed="no", package=first.package, feature=first.feature,
+                        why=f"only {users} load it, and {first.why}")
+
+
 def _package_rank(rel: str) -> int:
     top = rel.split("/", maxsplit=1)[0]
     return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
@@ -435,14 +494,23 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
     py = python_version_of(sp)
     per_module: list[tuple[str, list[Finding]]] = []
     loaded_by_import: set[str] = set()
+    loaders: dict[str, list[str]] = {}  # library -> the extension modules whose loading loads it
+    not_needed: dict[str, dict[str, str]] = {}
     for path in modules:
         found, closure = _check_module(ck, path)
         found.extend(_arch_findings(ck, path, targets))
         per_module.append((os.path.normpath(path), found))
         if is_extension(path, py):
             loaded_by_import |= closure
+            for lib in closure:
+                loaders.setdefault(lib, []).append(os.path.normpath(path))
     findings: list[Finding] = []
+    needs = _Needs(sp, py)
     for mpath, found in per_module:
+        dist = ck.dist_of(mpath)
+        for f in found:
+            if dist is not None:
+                f.details.setdefault("dist", dist.name)
         if mpath not in loaded_by_import:
             # A plugin or a library only dlopen()ed on demand (nvshmem's MPI bootstrap, libcufile_rdma,
             # a module for another Python): worth knowing, but no import of this environment fails on it.
@@ -451,6 +519,18 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                     f.severity = "note"
                     f.message += " (no extension module loads it)"
                     f.details["loaded_by_import"] = False
+        elif any(f.severity == "fail" for f in found):
+            need = needs.of(ck.rel(mpath), [ck.rel(e) for e in loaders.get(mpath, ())])
+            for f in found:
+                f.details["import_needs"] = need.needed
+                f.details["import_needs_why"] = need.why
+                if f.severity == "fail" and need.optional:
+                    f.severity = "warn"
+                    f.message += f"; {need.words}"
+                    if need.feature:
+                        f.details["feature"] = need.feature
+            if need.optional:
+                not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
     findings.sort(key=lambda f: (_SEVERITIES.index(f.severity), _KIND_ORDER.get(f.kind, 9),
@@ -459,7 +539,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
     archs_all = list(dict.fromkeys(a for _n, archs, _nn in targets for a in archs))
     return StaticReport(site_packages=str(sp), archs=archs_all, findings=findings, modules=len(modules),
                         seconds=time.monotonic() - start, cache_hits=cache.hits - hits0,
-                        cache_misses=cache.misses - misses0)
+                        cache_misses=cache.misses - misses0, not_needed=not_needed)
 
 
 def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed: Sequence[str] = (),
@@ -489,11 +569,28 @@ def run_static_stage(ctx: CellContext) -> StageResult:
     except LabError as exc:
         return StageResult(name="static", state="error", reason=str(exc))
     details = report.to_json()
+    details["modules_by_dist"] = _modules_by_dist(ctx.site, declared)
+    # The import stage confirms these with what each package import actually mapped (NOT_NEEDED_FILE).
+    out = ctx.work_dir / "static"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / NOT_NEEDED_FILE).write_text(json.dumps(report.not_needed, indent=2) + "\n", encoding="utf-8")
     return StageResult(name="static", state=report.state, reason=report.reason, details=details,
                        seconds=report.seconds)
 
 
-# --- command line -------------------------------------------------------------------------------------
+def _modules_by_dist(sp: Path, dists: Sequence[str]) -> dict[str, list[str]]:
+    """Each declared distribution's extension modules (RECORD paths), for the per-package table."""
+    wanted = {re.sub(r"[-_.]+", "-", d).lower() for d in dists}
+    py = python_version_of(sp)
+    out: dict[str, list[str]] = {}
+    for dist in read_site_dists(sp)[0]:
+        if re.sub(r"[-_.]+", "-", dist.name).lower() in wanted:
+            out[dist.name] = sorted(f for f in dist.files if f.endswith(".so") and not f.startswith("..")
+                                    and is_extension(Path(f), py))
+    return out
+
+
+
 
 
 def format_report(report: StaticReport, verbose: bool) -> Iterator[str]:

@@ -1,0 +1,102 @@
+"""``compatlab check``: every stage of the pipeline on an environment that already exists; one verdict.
+
+Exit status: 0 when the environment passes (or passes what this machine can check: ``partial``),
+1 when it fails or the lab could not answer (``error``), 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["configure_parser", "execute"]
+
+DEFAULT_OUT = "reports/check"
+
+
+def configure_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``check`` verb to the subparsers *sub* of the ``compatlab`` parser."""
+    s: argparse.ArgumentParser = sub.add_parser(
+        "check", help="pins, static, import, cuda (and nccl) on an existing environment: one verdict",
+        description="Run the lab's pipeline on an existing environment (a venv, a conda env or a system "
+                    "Python) and write a one-cell grid and a per-package table.")
+    who = s.add_mutually_exclusive_group()
+    who.add_argument("--python", type=Path, help="the environment's interpreter (default: $VIRTUAL_ENV's)")
+    who.add_argument("--venv", type=Path, help="a virtual environment folder (its bin/python)")
+    s.add_argument("--target", action="append", default=[], metavar="ARCH",
+                   help="GPU arch its kernels must cover, e.g. sm_90 (repeatable)")
+    s.add_argument("--min-driver", help="the oldest NVIDIA driver it must run on, e.g. 580.65")
+    s.add_argument("--pin", action="append", default=[], metavar="REQ",
+                   help="NAME==VERSION the environment should have (repeatable)")
+    s.add_argument("--constraints", type=Path, metavar="FILE", help="a file of NAME==VERSION pins")
+    s.add_argument("--package", action="append", default=[], metavar="NAME",
+                   help="check only this distribution (repeatable); default: every one with native code")
+    s.add_argument("--nccl", action="store_true", help="also run the NCCL suite on the GPUs present")
+    s.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"report folder (default: {DEFAULT_OUT})")
+    s.set_defaults(func=execute)
+    return s
+
+
+def _python(args: argparse.Namespace) -> Path:
+    from compatlab.errors import UsageError
+
+    if args.python is not None:
+        return Path(args.python)
+    if args.venv is not None:
+        venv = Path(args.venv)
+        if not (venv / "bin" / "python").exists():
+            raise UsageError(f"--venv {venv}: no bin/python there; pass the folder of a virtual environment, "
+                             "or --python PATH for any other interpreter")
+        return venv / "bin" / "python"
+    active = os.environ.get("VIRTUAL_ENV")
+    if active:
+        return Path(active) / "bin" / "python"
+    raise UsageError("which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from compatlab.check import check_environment, count_gpus, inspect_environment, parse_pins
+    from compatlab.errors import UsageError
+    from compatlab.incell.cudacompat import parse_arch, parse_driver
+    from compatlab.runs.model import StageResult
+
+    for arch in args.target:
+        try:
+            parse_arch(arch)
+        except ValueError as exc:
+            raise UsageError(f"--target {arch}: {exc}; e.g. --target sm_90") from None
+    if args.min_driver is not None:
+        try:
+            parse_driver(args.min_driver)
+        except ValueError as exc:
+            raise UsageError(f"--min-driver {args.min_driver}: {exc}; e.g. --min-driver 580.65") from None
+    pins = parse_pins(args.pin, args.constraints)
+    env = inspect_environment(_python(args))
+    gpus = count_gpus()
+    kind = "venv" if env.is_venv else "not a venv"
+    print(f"check {env.python} ({kind}, Python {env.version}, {env.site}): {len(env.native)} distributions with "
+          f"native code; {gpus} GPU(s)", flush=True)
+
+    def told(stage: StageResult) -> None:
+        why = f" — {stage.reason}" if stage.reason else ""
+        print(f"  {stage.name}: {stage.state} ({stage.seconds:.1f} s){why}", flush=True)
+
+    out = Path(args.out)
+    done = check_environment(env, out=out, packages=args.package, pins=pins, archs=args.target,
+                             min_driver=args.min_driver, nccl=args.nccl, gpus=gpus, on_stage=told)
+    shown = [r for r in done.packages if r.state != "pass"]
+    if shown:
+        print(f"packages ({len(done.packages)} checked, {len(shown)} not clean):")
+        for row in shown:
+            print(f"  {row.state} {row.name} {row.version}:")
+            for msg in row.messages:
+                print(f"    {msg}")
+    result = done.result
+    why = f" — {result.reason}" if result.reason else ""
+    print(f"verdict {result.id}: {result.state} in {result.seconds:.1f} s{why}")
+    print(f"reports: {out / 'index.html'}, {out / 'packages.md'}")
+    return 1 if result.state in ("fail", "error") else 0
+
+

@@ -1,0 +1,141 @@
+"""Reachability: a module that cannot load is red only when `import <its package>` needs it (gcc-built)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from compatlab.stages.static.elf import ElfCache
+from compatlab.stages.static.reach import ImportGraph
+from compatlab.stages.static.stage import check_site_packages
+from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
+
+
+def _site(root: Path) -> Path:
+    sp = root / "venv" / "lib" / "python3.11" / "site-packages"
+    sp.mkdir(parents=True)
+    return sp
+
+
+def _package(root: Path, init: str, **modules: str) -> Path:
+    """Package 'pkg': _core loads; _opt needs libabsent.so.1, which is not installed; *modules* are .py files."""
+    sp = _site(root)
+    pkg = sp / "pkg"
+    build = root / "build"
+    absent = compile_so(build / "libabsent.so.1", "int absent(void) { return 1; }\n", soname="libabsent.so.1")
+    ext_module(pkg, "_core")
+    ext_module(pkg, "_opt", "absent();", f"-L{build}", f"-l:{absent.name}", prelude="int absent(void);")
+    (pkg / "__init__.py").write_text(textwrap.dedent(init), encoding="utf-8")
+    for name, source in modules.items():
+        (pkg / f"{name}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+    info = sp / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n", encoding="utf-8")
+    files = sorted(p.relative_to(sp).as_posix() for p in pkg.rglob("*") if p.is_file())
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
+    return sp
+
+
+MISSING = f"pkg/_opt{EXT_SUFFIX}: libabsent.so.1 not found: not in site-packages nor in the system's library cache"
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> ElfCache:
+    return ElfCache(tmp_path / "cache")
+
+
+def test_a_module_imported_only_inside_a_function_is_a_warning_naming_the_feature(
+        tmp_path: Path, cache: ElfCache) -> None:
+    sp = _package(tmp_path, "from pkg import _core\nfrom pkg import layers\n", layers='''
+        def fast_path():
+            """Use the optional vectorised kernels."""
+            from pkg import _opt
+            return _opt
+    ''')
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert report.state == "warn"
+    assert report.reason == (
+        f"{MISSING}; `import pkg` does not need it (only imported inside fast_path() (pkg/layers.py:4)); "
+        "pkg says it is for: Use the optional vectorised kernels.")
+    [warn] = report.of("warn")
+    assert warn.details["import_needs"] == "no"
+    assert warn.details["dist"] == "pkg"
+    assert report.not_needed == {f"pkg/_opt{EXT_SUFFIX}": {
+        "package": "pkg", "why": "only imported inside fast_path() (pkg/layers.py:4)",
+        "feature": "Use the optional vectorised kernels."}}
+
+
+def test_an_import_under_an_import_error_guard_says_what_the_package_raises(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _package(tmp_path, '''
+        from pkg import _core
+        try:
+            from pkg import _opt
+        except ImportError as exc:
+            _opt = None
+            _why = "the MPI transport needs libabsent; install it to use pkg.mpi"
+    ''')
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert report.state == "warn"
+    assert report.reason == (
+        f"{MISSING}; `import pkg` does not need it (pkg/__init__.py:4 imports it under try/except ImportError)")
+
+
+def test_a_module_that_import_needs_stays_red(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _package(tmp_path, "from pkg import helpers\n", helpers="from . import _core, _opt\n")
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert (report.state, report.reason) == ("fail", MISSING)
+    [fail] = report.of("fail")
+    assert fail.details["import_needs"] == "yes"
+    assert fail.details["import_needs_why"] == "`import pkg` imports it: pkg → pkg.helpers → pkg._opt"
+    assert report.not_needed == {}
+
+
+def test_a_module_named_by_a_string_that_import_runs_stays_red(tmp_path: Path, cache: ElfCache) -> None:
+    # sgl_kernel picks sm90/ or sm100/common_ops by path at import time: no import statement names it.
+    sp = _package(tmp_path, '''
+        import importlib.util, pathlib
+        from pkg import _core
+        def _load():
+            path = next(pathlib.Path(__file__).parent.glob("_opt.*.so"))
+            spec = importlib.util.spec_from_file_location("_opt", path)
+            return spec
+        _ops = _load()
+        def later():
+            from pkg import _opt
+    ''')
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert (report.state, report.reason) == ("fail", MISSING)
+    assert report.of("fail")[0].details["import_needs_why"] == (
+        "pkg/__init__.py, which `import pkg` runs, names '_opt': it may load it by path")
+
+
+def test_a_module_nothing_imports_stays_red(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _package(tmp_path, "")
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert (report.state, report.reason) == ("fail", MISSING)
+    assert report.of("fail")[0].details["import_needs"] == "unknown"
+
+
+def test_the_graph_follows_class_bodies_and_skips_type_checking_and_functions(tmp_path: Path) -> None:
+    pkg = tmp_path / "p"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(textwrap.dedent('''
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from p import typed
+        class Registry:
+            from .sub import eager
+        def f():
+            import p.lazy
+    '''), encoding="utf-8")
+    for name in ("typed.py", "lazy.py", "sub/__init__.py", "sub/eager.py"):
+        (pkg / name).write_text("", encoding="utf-8")
+    graph = ImportGraph(tmp_path, "p")
+    chains, guarded = graph.reach()
+    assert sorted(chains) == ["p", "p.sub", "p.sub.eager"]
+    assert guarded == set()
+    assert graph.need("p.sub.eager").needed == "yes"
+    assert (graph.need("p.lazy").needed, graph.need("p.lazy").why) == ("no", "only imported inside f() (p/__init__.py:8)")
+    assert (graph.need("p.typed").needed, graph.need("p.typed").why) == ("unknown", "no Python code of p imports it")

@@ -1,0 +1,137 @@
+"""`compatlab check` on a real venv over a gcc-built package with an optional native part."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from compatlab.check import Environment, check_environment, check_stages, inspect_environment, parse_pins
+from compatlab.cli import main
+from compatlab.errors import ConfigError, UsageError
+from compatlab.incell import fakecuda
+from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
+
+LAYERS = '''
+def fast_path():
+    """Use the optional vectorised kernels."""
+    from optpkg import _opt
+    return _opt
+'''
+
+
+def _venv(tmp: Path, init: str) -> Path:
+    """A venv (no pip) that sees the dev env's pytest, with 'optpkg': _core loads, _opt lacks libabsent.so.1."""
+    venv = tmp / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(next((venv / "lib").glob("python3*/site-packages")))
+    (site / "devenv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    pkg = site / "optpkg"
+    build = tmp / "build"
+    absent = compile_so(build / "libabsent.so.1", "int absent(void) { return 1; }\n", soname="libabsent.so.1")
+    ext_module(pkg, "_core")
+    ext_module(pkg, "_opt", "absent();", f"-L{build}", f"-l:{absent.name}", prelude="int absent(void);")
+    (pkg / "__init__.py").write_text(init, encoding="utf-8")
+    (pkg / "layers.py").write_text(LAYERS, encoding="utf-8")
+    info = site / "optpkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: optpkg\nVersion: 1.0\n", encoding="utf-8")
+    (info / "top_level.txt").write_text("optpkg\n", encoding="utf-8")
+    files = sorted(p.relative_to(site).as_posix() for p in pkg.rglob("*") if p.is_file())
+    files += [f"optpkg-1.0.dist-info/{n}" for n in ("METADATA", "top_level.txt", "RECORD")]
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
+    return venv
+
+
+@pytest.fixture(scope="module")
+def optional_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv(tmp_path_factory.mktemp("check"), "from optpkg import _core\nfrom optpkg import layers\n")
+
+
+OPT = f"optpkg/_opt{EXT_SUFFIX}"
+WHY = "only imported inside fast_path() (optpkg/layers.py:4)"
+FEATURE = "optpkg says it is for: Use the optional vectorised kernels."
+
+
+@pytest.mark.slow
+def test_an_optional_module_that_cannot_load_is_a_warning_in_both_stages(optional_env: Path, tmp_path: Path) -> None:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
+    env = inspect_environment(optional_env / "bin" / "python")
+    assert "optpkg" in env.native  # beside the dev env's own, which the venv sees for pytest
+    assert env.is_venv
+    done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    stages = {s.name: s for s in done.result.stages}
+    assert list(stages) == ["pins", "static", "import", "cuda"]
+    assert (stages["static"].state, stages["static"].reason) == ("warn", (
+        f"{OPT}: libabsent.so.1 not found: not in site-packages nor in the system's library cache; "
+        f"`import optpkg` does not need it ({WHY}); {FEATURE}"))
+    assert (stages["import"].state, stages["import"].reason) == ("warn", (
+        f"{OPT}: missing shared library libabsent.so.1; `import optpkg` does not need it: it loads without "
+        f"mapping it ({WHY}); {FEATURE}"))
+    by_module = {m["module"]: m for m in stages["import"].details["modules"]}
+    assert by_module["optpkg"]["mapped"] == [f"optpkg/_core{EXT_SUFFIX}"]
+    assert (done.result.state, done.result.reason) == ("partial", "cuda: no NVIDIA driver on this machine (no libcuda.so.1)")
+    [row] = done.packages
+    assert (row.name, row.version, row.state, row.modules) == ("optpkg", "1.0", "warn", 2)
+    out = tmp_path / "out"
+    assert {p.name for p in out.iterdir()} == {"runs", "index.html", "compat.md", "results.json", "packages.md",
+                                               "packages.json"}
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [c["state"] for c in results["cells"]] == ["partial"]
+    assert json.loads((out / "packages.json").read_text(encoding="utf-8"))["packages"][0]["state"] == "warn"
+
+
+@pytest.mark.slow
+def test_a_module_that_import_needs_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    venv = _venv(tmp_path, "from optpkg import _core, _opt\n")
+    code = main(["check", "--venv", str(venv), "--out", str(tmp_path / "out"), "--pin", "optpkg==2.0",
+                 "--package", "optpkg"])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "  static: fail " in printed
+    assert ("  pins: fail (0.0 s) — optpkg 2.0 was replaced by 1.0; no installed package names it; "
+            "check the index's versions") in printed
+    verdict = next(line for line in printed.splitlines() if line.startswith("verdict "))
+    assert verdict.startswith("verdict python")
+    assert verdict.endswith(": fail in " + verdict.split(": fail in ")[1])
+    assert "— pins: optpkg 2.0 was replaced by 1.0" in verdict
+
+
+def test_a_python_that_is_not_a_venv_and_has_no_pytest_is_never_installed_into() -> None:
+    env = Environment(python=Path("/usr/bin/python3"), version="3.12.3", prefix=Path("/usr"), is_venv=False,
+                      site=Path("/usr/lib/python3/dist-packages"), dists={}, native=(), sites={},
+                      has_pytest=False, has_pip=False)
+    stages = {s.name: s for s in check_stages(env)}
+    assert list(stages) == ["pins", "static", "import", "cuda"]
+    assert all("install" not in s.needs for s in stages.values())
+    skipped = stages["import"].run(None)  # type: ignore[arg-type]
+    assert (skipped.state, skipped.reason) == ("skip", (
+        "/usr/bin/python3 is not a virtual environment and has no pytest, which the import suite runs with; "
+        "compatlab check installs nothing into it: install pytest for that interpreter (/usr/bin/python3 -m pip "
+        "install pytest, or the distribution's python3-pytest), or check a venv"))
+    assert stages["pins"].run.__name__ == "run_pins_stage"
+
+
+def test_pins_are_exact(tmp_path: Path) -> None:
+    assert parse_pins(["torch==2.9.1+cu130"]) == {"torch": "2.9.1+cu130"}
+    with pytest.raises(UsageError) as bad:
+        parse_pins(["torch>=2.9"])
+    assert str(bad.value) == "--pin: 'torch>=2.9' is not a pin; expected NAME==VERSION, e.g. torch==2.9.1"
+    constraints = tmp_path / "c.txt"
+    constraints.write_text("# the stack\n-c other.txt\nflashinfer-python==0.6.4\nsgl-kernel~=0.3\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as file_bad:
+        parse_pins([], constraints)
+    assert str(file_bad.value) == (
+        f"{constraints}: line 4: 'sgl-kernel~=0.3' is not a pin; expected NAME==VERSION, e.g. sgl-kernel==2.9.1")
+
+
+def test_which_environment_must_be_said(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    assert main(["check"]) == 2
+    assert capsys.readouterr().err == (
+        "error: which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR\n")
