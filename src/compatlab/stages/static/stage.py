@@ -31,6 +31,7 @@ from compatlab.errors import LabError, UsageError
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
 from compatlab.stages.static.elf import ElfCache, UndefinedSymbol, demangle
+from compatlab.stages.static.families import family_mixes
 from compatlab.stages.static.fatbin import coverage, parse_arch
 
 # Importable from here before the resolution moved out (tests use ld_cache); explicit re-exports for mypy.
@@ -70,7 +71,7 @@ NOT_NEEDED_FILE = "not-needed.json"
 DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
 _CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
-_KIND_ORDER = {"library": 0, "version": 1, "symbol": 2, "arch": 3}
+_KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "arch": 4}
 _SEVERITIES = ("fail", "warn", "note")
 
 
@@ -80,7 +81,7 @@ class Finding:
 
     severity: str  # fail | warn | note
     module: str  # path relative to site-packages, or the distribution for metadata findings
-    kind: str  # library | version | symbol | arch | metadata | driver | unreadable
+    kind: str  # family | library | version | symbol | arch | metadata | driver | unreadable | by-name
     message: str
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -539,6 +540,10 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                 not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
+    for mix in family_mixes({d.name: d.version for d in ck.dists}):
+        findings.append(Finding(severity="fail", module=mix.other[0], kind="family", message=mix.message,
+                                details={"dist": mix.other[0], "family": mix.family.name,
+                                         "versions": dict([mix.first, mix.other])}))
     findings.sort(key=lambda f: (_SEVERITIES.index(f.severity), _KIND_ORDER.get(f.kind, 9),
                                  "shipped_at" not in f.details and "torch_cuda" not in f.details,
                                  "near_misses" not in f.details, _package_rank(f.module), f.module))

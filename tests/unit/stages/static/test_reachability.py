@@ -139,3 +139,31 @@ def test_the_graph_follows_class_bodies_and_skips_type_checking_and_functions(tm
     assert graph.need("p.sub.eager").needed == "yes"
     assert (graph.need("p.lazy").needed, graph.need("p.lazy").why) == ("no", "only imported inside f() (p/__init__.py:8)")
     assert (graph.need("p.typed").needed, graph.need("p.typed").why) == ("unknown", "no Python code of p imports it")
+
+
+def _dist_info(sp: Path, name: str, version: str) -> None:
+    info = sp / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8")
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n", encoding="utf-8")
+
+
+def test_flashinfer_packages_of_different_versions_fail_naming_both(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _site(tmp_path)
+    _dist_info(sp, "flashinfer-python", "0.6.4")
+    _dist_info(sp, "flashinfer-cubin", "0.6.4")
+    _dist_info(sp, "flashinfer-jit-cache", "0.6.3+cu130")
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert (report.state, report.reason) == ("fail", (
+        "flashinfer-python 0.6.4 and flashinfer-jit-cache 0.6.3+cu130 are one family (flashinfer) and must be the "
+        "same version: flashinfer compares their versions at import and raises on a mismatch"))
+    [fail] = report.of("fail")
+    assert (fail.kind, fail.details["versions"]) == ("family", {"flashinfer-python": "0.6.4",
+                                                                "flashinfer-jit-cache": "0.6.3+cu130"})
+
+
+def test_one_family_at_one_version_is_clean_whatever_the_local_label(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _site(tmp_path)
+    _dist_info(sp, "flashinfer-python", "0.6.4")
+    _dist_info(sp, "flashinfer-jit-cache", "0.6.4+cu130")
+    assert check_site_packages(sp, archs=[], cache=cache).state == "pass"
