@@ -477,6 +477,77 @@ class _Needs:
                         why=f"only {users} load it, and {first.why}")
 
 
+_PY_LIBRARY_NAME = re.compile(r"""["']((?:[^"'\s]*/)?(lib[A-Za-z0-9_+-]+\.so\.[0-9]+))["']""")
+
+
+def _python_names(sp: Path, tops: Sequence[str]) -> dict[str, list[str]]:
+    """Library names in string literals of the packages' Python code: name -> ["file:line", ...]."""
+    out: dict[str, list[str]] = {}
+    for top in tops:
+        root = sp / top
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [sp / f"{top}.py"]
+        for file in files:
+            try:
+                data = file.read_bytes()
+            except OSError:
+                continue
+            if b".so." not in data:
+                continue
+            text = data.decode("utf-8", "replace")
+            rel = file.relative_to(sp).as_posix()
+            for m in _PY_LIBRARY_NAME.finditer(text):
+                out.setdefault(m.group(2), []).append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}")
+    return out
+
+
+def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[str] | None) -> list[Finding]:
+    """Libraries a package names to load at run time (ctypes in its Python code, dlopen in its .rodata)
+    that ld.so would not find here, or that are of another CUDA major than the environment's torch."""
+    where: dict[str, list[tuple[str, Library | None]]] = {}
+    for path in modules:
+        lib = ck._lib(str(path))
+        if lib is None:
+            continue
+        for name in lib.info.by_name:
+            where.setdefault(name, []).append((ck.rel(lib.path), lib))
+    tops = packages if packages is not None else sorted({ck.rel(os.path.normpath(m)).split("/")[0]
+                                                         for m in modules})
+    for name, lines in _python_names(ck.sp, [t for t in tops if (ck.sp / t).is_dir()]).items():
+        where.setdefault(name, []).extend((line, None) for line in lines)
+    cuda = ck.torch_cuda()
+    out: list[Finding] = []
+    for name, places in sorted(where.items()):
+        shown = ", ".join(p for p, _ in places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+        first, requester = places[0]
+        found = next((hit for _p, req in places if (hit := ck.find_by_name(name, req))), None)
+        shipped = ck.files_by_name().get(name, [])
+        owner = ck.dist_of(os.path.join(ck.sp, first)) if requester is not None else ck.dist_of(
+            os.path.join(ck.sp, first.rsplit(":", 1)[0]))
+        details: dict[str, Any] = {"library": name, "named_in": [p for p, _ in places], "found": found,
+                                   "dist": owner.name if owner else None}
+        m = _CUDA_MAJOR_LIB.match(name)
+        # A literal in Python code is a load the package means to do (a ctypes preload); a name in a
+        # library's .rodata may be one of many candidates it tries (MKL's dispatch, an optional transport).
+        in_python = any(req is None for _p, req in places)
+        verb = "loads" if in_python else "names"
+        what = "by name at run time" if in_python else "(a library it may dlopen at run time)"
+        if name in DRIVER_LIBS:  # the driver's: absent on a machine without a GPU, as expected
+            continue
+        if m and cuda and cuda.split(".")[0] != m.group(2):
+            out.append(Finding(severity="warn", module=first, kind="by-name", details=details, message=(
+                f"{shown} {verb} {name} {what}: CUDA {m.group(2)}, but this environment's torch is "
+                f"CUDA {cuda}" + ("" if found or shipped else ", and nothing here provides it"))))
+            continue
+        if found is None and not shipped:
+            hint, more = ck.library_hint(name, os.path.join(ck.sp, first.rsplit(":", 1)[0]),
+                                         os.path.join(ck.sp, first.rsplit(":", 1)[0]))
+            details.update(more)
+            out.append(Finding(severity="warn" if in_python else "note", module=first, kind="by-name",
+                               details=details, message=(
+                f"{shown} {verb} {name} {what}, which ld.so would not find here: {hint}")))
+    return out
+
+
 def _package_rank(rel: str) -> int:
     top = rel.split("/", maxsplit=1)[0]
     return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
@@ -540,6 +611,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                 not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
+    findings.extend(_by_name_findings(ck, modules, packages))
     for mix in family_mixes({d.name: d.version for d in ck.dists}):
         findings.append(Finding(severity="fail", module=mix.other[0], kind="family", message=mix.message,
                                 details={"dist": mix.other[0], "family": mix.family.name,

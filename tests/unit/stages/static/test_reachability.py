@@ -167,3 +167,41 @@ def test_one_family_at_one_version_is_clean_whatever_the_local_label(tmp_path: P
     _dist_info(sp, "flashinfer-python", "0.6.4")
     _dist_info(sp, "flashinfer-jit-cache", "0.6.4+cu130")
     assert check_site_packages(sp, archs=[], cache=cache).state == "pass"
+
+
+def _by_name_site(root: Path) -> Path:
+    """A CUDA 13.0 torch, and 'kern' whose C code dlopen()s libnvrtc.so.12 and whose Python preloads two libs."""
+    sp = _site(root)
+    (sp / "torch").mkdir()
+    (sp / "torch" / "version.py").write_text("cuda: Optional[str] = '13.0'\n", encoding="utf-8")
+    _dist_info(sp, "torch", "2.10.0")
+    kern = sp / "kern"
+    ext_module(kern, "_jit", 'const char *volatile lib = "libnvrtc.so.12"; (void)lib;')
+    compile_so(kern / "lib" / "libshipped.so.1", "int shipped(void) { return 0; }\n", soname="libshipped.so.1")
+    (kern / "__init__.py").write_text(textwrap.dedent('''
+        import ctypes, os
+        ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libshipped.so.1"))
+        try:
+            ctypes.CDLL("libgone.so.3")
+        except OSError:
+            pass
+    '''), encoding="utf-8")
+    info = sp / "kern-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kern\nVersion: 1.0\n", encoding="utf-8")
+    files = sorted(p.relative_to(sp).as_posix() for p in kern.rglob("*") if p.is_file())
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
+    return sp
+
+
+def test_libraries_loaded_by_name_are_resolved_here(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _by_name_site(tmp_path)
+    report = check_site_packages(sp, archs=[], packages=["kern"], cache=cache)
+    by_name = [(f.severity, f.message) for f in report.findings if f.kind == "by-name"]
+    assert by_name == [
+        ("warn", "kern/__init__.py:5 loads libgone.so.3 by name at run time, which ld.so would not find here: "
+                 "not in site-packages nor in the system's library cache"),
+        ("warn", f"kern/_jit{EXT_SUFFIX} names libnvrtc.so.12 (a library it may dlopen at run time): CUDA 12, but "
+                 "this environment's torch is CUDA 13.0, and nothing here provides it"),
+    ]
+    assert report.state == "warn"
