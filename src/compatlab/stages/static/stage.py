@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import functools
+import importlib.resources
 import json
 import logging
 import os
@@ -71,7 +73,7 @@ NOT_NEEDED_FILE = "not-needed.json"
 DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
 _CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
-_KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "arch": 4}
+_KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "driver-api": 4, "arch": 5}
 _SEVERITIES = ("fail", "warn", "note")
 
 
@@ -372,6 +374,52 @@ def _arch_findings(ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequen
     return out
 
 
+@functools.cache
+def _driver_api() -> dict[str, dict[str, Any]]:
+    """data/driver_api.json (scripts/gen_driver_api.py): entry point -> the CUDA version and driver floor."""
+    text = importlib.resources.files("compatlab").joinpath("data", "driver_api.json").read_text(encoding="utf-8")
+    table: dict[str, dict[str, Any]] = json.loads(text)["entry_points"]
+    return table
+
+
+def _driver_covers(min_driver: str, needed: str) -> bool:
+    """At the precision the target gives: min-driver '570.26' covers 570.26.01."""
+    have = tuple(int(p) for p in min_driver.split(".") if p.isdigit())
+    need = tuple(int(p) for p in needed.split(".") if p.isdigit())
+    return have >= need[: len(have)]
+
+
+def _driver_floor_findings(ck: _Checker, path: Path, min_drivers: Sequence[tuple[str, str]]) -> list[Finding]:
+    """Entry points a module imports from libcuda that a target's min-driver does not export yet.
+
+    A module linked against libcuda.so.1 is loaded with RTLD_NOW by Python: an entry point the driver lacks
+    is an undefined symbol at import, on that driver.
+    """
+    info = ck.info(os.path.normpath(path))
+    if not min_drivers or info is None or not {"libcuda.so.1", "libcuda.so"} & set(info.needed):
+        return []
+    table = _driver_api()
+    rel = ck.rel(os.path.normpath(path))
+    out: list[Finding] = []
+    for target, min_driver in min_drivers:
+        newer = sorted(((table[u.name]["driver"], u.name, table[u.name]["cuda"]) for u in info.undefined
+                        if not u.weak and table.get(u.name, {}).get("driver")
+                        and not _driver_covers(min_driver, table[u.name]["driver"])),
+                       key=lambda t: (tuple(int(p) for p in t[0].split(".")), t[1]), reverse=True)
+        if not newer:
+            continue
+        driver, name, cuda = newer[0]
+        more = f" (and {len(newer) - 1} more)" if len(newer) > 1 else ""
+        who = f"target {target}'s" if target else "the"
+        out.append(Finding(
+            severity="fail", module=rel, kind="driver-api",
+            message=(f"{rel} imports {name} from libcuda, an entry point of CUDA {cuda} (driver {driver} or "
+                     f"newer){more}: {who} min-driver {min_driver} is older"),
+            details={"target": target, "min_driver": min_driver,
+                     "entry_points": [{"symbol": n, "cuda": c, "driver": d} for d, n, c in newer]}))
+    return out
+
+
 def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int] | None) -> list[Finding]:
     out: list[Finding] = []
     by_dist: dict[str, list[Path]] = {}
@@ -554,7 +602,8 @@ def _package_rank(rel: str) -> int:
 
 
 def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-           packages: Sequence[str] | None, cache: ElfCache | None = None) -> StaticReport:
+           packages: Sequence[str] | None, cache: ElfCache | None = None,
+           min_drivers: Sequence[tuple[str, str]] = ()) -> StaticReport:
     start = time.monotonic()
     sp = Path(site_packages)
     if not sp.is_dir():
@@ -577,6 +626,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
     for path in modules:
         found, closure = _check_module(ck, path)
         found.extend(_arch_findings(ck, path, targets))
+        found.extend(_driver_floor_findings(ck, path, min_drivers))
         per_module.append((os.path.normpath(path), found))
         if is_extension(path, py):
             loaded_by_import |= closure
@@ -626,7 +676,8 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
 
 
 def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed: Sequence[str] = (),
-                        packages: Sequence[str] | None = None, cache: ElfCache | None = None) -> StaticReport:
+                        packages: Sequence[str] | None = None, cache: ElfCache | None = None,
+                        min_driver: str | None = None) -> StaticReport:
     """Check every shared object of *packages* (None: every package with .so files) in *site_packages*.
 
     *archs* are the device archs to cover (``sm_90``, ``sm_120``); modules matching a *not_needed* glob
@@ -634,7 +685,7 @@ def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed
     lack code for one. Raises UsageError for a directory that does not exist or a bad arch.
     """
     return _check(site_packages, targets=[("", tuple(archs), tuple(not_needed))], packages=packages,
-                  cache=cache)
+                  cache=cache, min_drivers=[("", min_driver)] if min_driver else ())
 
 
 
@@ -648,7 +699,8 @@ def run_static_stage(ctx: CellContext) -> StageResult:
     targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
     declared = [v.package for v in ctx.cell.packages if v.package]
     try:
-        report = _check(ctx.site, targets=targets, packages=declared_tops(ctx.site, declared))
+        report = _check(ctx.site, targets=targets, packages=declared_tops(ctx.site, declared),
+                        min_drivers=[(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver])
     except LabError as exc:
         return StageResult(name="static", state="error", reason=str(exc))
     details = report.to_json()
@@ -710,6 +762,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="check only this top-level package (repeatable); default: all with .so files")
     parser.add_argument("--not-needed", action="append", default=[], metavar="GLOB",
                         help="modules that need not run on the targets, e.g. 'sgl_kernel/sm100/*'")
+    parser.add_argument("--min-driver", default=None, metavar="VERSION",
+                        help="the oldest NVIDIA driver the modules must load on, e.g. 550.54")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="default: $COMPATLAB_CACHE or ~/.cache/compatlab")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -719,7 +773,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
         report = check_site_packages(args.site_packages, archs=args.target, not_needed=args.not_needed,
-                                     packages=args.package, cache=ElfCache(args.cache_dir))
+                                     packages=args.package, cache=ElfCache(args.cache_dir),
+                                     min_driver=args.min_driver)
     except LabError as exc:
         if argv is not None and "--debug" in argv:
             raise
