@@ -22,7 +22,7 @@ def _cmd_static(args: argparse.Namespace) -> int:
     from compatlab.stages.static.stage import check_site_packages, format_report
 
     report = check_site_packages(args.site_packages, archs=args.target, not_needed=args.not_needed,
-                                 packages=args.package, cache=ElfCache(args.cache_dir))
+                                 packages=args.package, cache=ElfCache(args.cache_dir), min_driver=args.min_driver)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -132,6 +132,8 @@ def configure_parser(sub: Any) -> None:
                    help="check only this top-level package (repeatable); default: all with .so files")
     s.add_argument("--not-needed", action="append", default=[], metavar="GLOB",
                    help="modules that need not run on the targets, e.g. 'sgl_kernel/sm100/*'")
+    s.add_argument("--min-driver", default=None, metavar="VERSION",
+                   help="the oldest NVIDIA driver the modules must load on, e.g. 550.54")
     s.add_argument("--cache-dir", type=Path, default=None, help="default: $COMPATLAB_CACHE or ~/.cache/compatlab")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("-v", "--verbose", action="store_true", help="list notes and every finding")

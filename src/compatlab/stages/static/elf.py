@@ -15,6 +15,7 @@ import json
 import logging
 import mmap
 import os
+import re
 import struct
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -47,6 +48,8 @@ _SHN_UNDEF = 0
 _STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
 _VERSYM_HIDDEN = 0x8000
 _VER_FLG_BASE = 0x1
+# A C string naming a versioned library, alone or at the end of a path: "libnvrtc.so.13", ".../libcuda.so.1".
+_LIBRARY_NAME = re.compile(rb"(?<=[\0/])lib[A-Za-z0-9_+-]+\.so\.[0-9]+(?=\0)")
 
 
 class NotElf(LabError):
@@ -79,6 +82,8 @@ class ElfInfo:
     version_needs: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     fatbins: list[list[str]] = dataclasses.field(default_factory=list)  # see fatbin.parse_fatbin
     fatbin_error: str = ""
+    # Library names (lib*.so.N) in .rodata: what the object may dlopen() by name at run time.
+    by_name: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         # By hand: dataclasses.asdict deep-copies libtorch's ~80k symbols and was a third of a cold check.
@@ -177,6 +182,7 @@ def _read(elf: Any, fh: Any, sha256: str) -> ElfInfo:
     index: dict[int, tuple[str, str]] = {}  # index -> (version, file it is needed from or "")
     dynsym = versym = None
     fat_ranges: list[tuple[int, int]] = []
+    rodata: tuple[int, int] | None = None
     for section in elf.iter_sections():
         stype = section["sh_type"]
         if stype == "SHT_GNU_verdef":
@@ -197,9 +203,15 @@ def _read(elf: Any, fh: Any, sha256: str) -> ElfInfo:
             versym = section
         elif section.name in FATBIN_SECTIONS and stype != "SHT_NOBITS" and section["sh_size"]:
             fat_ranges.append((section["sh_offset"], section["sh_size"]))
+        elif section.name == ".rodata" and stype != "SHT_NOBITS" and section["sh_size"]:
+            rodata = (section["sh_offset"], section["sh_size"])
 
     if dynsym is not None and dynsym["sh_size"]:
         _read_dynsym(elf, fh, dynsym, versym=versym, index=index, info=info)
+    if rodata is not None:
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            found = _LIBRARY_NAME.findall(mm, rodata[0], rodata[0] + rodata[1])
+            info.by_name = sorted({m.decode("ascii", "replace") for m in found})
     if fat_ranges:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             try:
@@ -279,7 +291,10 @@ class ElfCache:
             return self._memory[digest]
         cached = self._path(digest)
         try:
-            info = ElfInfo.from_json(json.loads(cached.read_text(encoding="utf-8")))
+            data = json.loads(cached.read_text(encoding="utf-8"))
+            if "by_name" not in data:  # written before .rodata was read: read the file again
+                raise FileNotFoundError(cached)
+            info = ElfInfo.from_json(data)
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError) as exc:

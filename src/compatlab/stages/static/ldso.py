@@ -203,6 +203,21 @@ class Resolver:
                     queue.append((dep, (*chain, dep)))
         return order
 
+    def find_by_name(self, name: str, requester: Library | None) -> str | None:
+        """Where ``dlopen(name)`` from *requester* (None: Python's ctypes) would find *name*, or None.
+
+        A library already loaded by that soname is taken as it is; then the requester's DT_RUNPATH (or its
+        DT_RPATH), the ld.so cache and the default directories, as for a DT_NEEDED entry.
+        """
+        hit = self.torch_loaded.get(name)
+        if hit is not None:
+            return hit.path
+        chain = [requester] if requester is not None else ([self.python] if self.python else [])
+        if not chain:
+            candidates = [*ld_cache().get(name, ()), *(os.path.join(d, name) for d in _DEFAULT_DIRS)]
+            return next((os.path.normpath(c) for c in candidates if os.path.isfile(c)), None)
+        return self._search(name, chain, _elf_ident(chain[-1].path))
+
     def _lib(self, path: str) -> Library | None:
         info = self.info(os.path.normpath(path))
         return Library(os.path.normpath(path), info) if info is not None else None

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
+import importlib.resources
 import json
 import logging
 import os
@@ -39,6 +41,7 @@ from compatlab.stages.site import (
 )
 from compatlab.stages.site import torch_cuda as site_torch_cuda
 from compatlab.stages.static.elf import ElfCache, UndefinedSymbol, demangle
+from compatlab.stages.static.families import family_mixes
 from compatlab.stages.static.fatbin import coverage, parse_arch
 
 # Importable from here before the resolution moved out (tests use ld_cache); explicit re-exports for mypy.
@@ -69,7 +72,7 @@ NOT_NEEDED_FILE = "not-needed.json"
 DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
 _CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
-_KIND_ORDER = {"library": 0, "version": 1, "symbol": 2, "arch": 3}
+_KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "driver-api": 4, "arch": 5}
 _SEVERITIES = ("fail", "warn", "note")
 
 
@@ -79,7 +82,7 @@ class Finding:
 
     severity: str  # fail | warn | note
     module: str  # path relative to site-packages, or the distribution for metadata findings
-    kind: str  # library | version | symbol | arch | metadata | driver | unreadable
+    kind: str  # family | library | version | symbol | arch | metadata | driver | unreadable | by-name
     message: str
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -365,6 +368,52 @@ def _arch_findings(ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequen
     return out
 
 
+@functools.cache
+def _driver_api() -> dict[str, dict[str, Any]]:
+    """data/driver_api.json (scripts/gen_driver_api.py): entry point -> the CUDA version and driver floor."""
+    text = importlib.resources.files("compatlab").joinpath("data", "driver_api.json").read_text(encoding="utf-8")
+    table: dict[str, dict[str, Any]] = json.loads(text)["entry_points"]
+    return table
+
+
+def _driver_covers(min_driver: str, needed: str) -> bool:
+    """At the precision the target gives: min-driver '570.26' covers 570.26.01."""
+    have = tuple(int(p) for p in min_driver.split(".") if p.isdigit())
+    need = tuple(int(p) for p in needed.split(".") if p.isdigit())
+    return have >= need[: len(have)]
+
+
+def _driver_floor_findings(ck: _Checker, path: Path, min_drivers: Sequence[tuple[str, str]]) -> list[Finding]:
+    """Entry points a module imports from libcuda that a target's min-driver does not export yet.
+
+    A module linked against libcuda.so.1 is loaded with RTLD_NOW by Python: an entry point the driver lacks
+    is an undefined symbol at import, on that driver.
+    """
+    info = ck.info(os.path.normpath(path))
+    if not min_drivers or info is None or not {"libcuda.so.1", "libcuda.so"} & set(info.needed):
+        return []
+    table = _driver_api()
+    rel = ck.rel(os.path.normpath(path))
+    out: list[Finding] = []
+    for target, min_driver in min_drivers:
+        newer = sorted(((table[u.name]["driver"], u.name, table[u.name]["cuda"]) for u in info.undefined
+                        if not u.weak and table.get(u.name, {}).get("driver")
+                        and not _driver_covers(min_driver, table[u.name]["driver"])),
+                       key=lambda t: (tuple(int(p) for p in t[0].split(".")), t[1]), reverse=True)
+        if not newer:
+            continue
+        driver, name, cuda = newer[0]
+        more = f" (and {len(newer) - 1} more)" if len(newer) > 1 else ""
+        who = f"target {target}'s" if target else "the"
+        out.append(Finding(
+            severity="fail", module=rel, kind="driver-api",
+            message=(f"{rel} imports {name} from libcuda, an entry point of CUDA {cuda} (driver {driver} or "
+                     f"newer){more}: {who} min-driver {min_driver} is older"),
+            details={"target": target, "min_driver": min_driver,
+                     "entry_points": [{"symbol": n, "cuda": c, "driver": d} for d, n, c in newer]}))
+    return out
+
+
 def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int] | None) -> list[Finding]:
     out: list[Finding] = []
     by_dist: dict[str, list[Path]] = {}
@@ -470,13 +519,85 @@ class _Needs:
                         why=f"only {users} load it, and {first.why}")
 
 
+_PY_LIBRARY_NAME = re.compile(r"""["']((?:[^"'\s]*/)?(lib[A-Za-z0-9_+-]+\.so\.[0-9]+))["']""")
+
+
+def _python_names(sp: Path, tops: Sequence[str]) -> dict[str, list[str]]:
+    """Library names in string literals of the packages' Python code: name -> ["file:line", ...]."""
+    out: dict[str, list[str]] = {}
+    for top in tops:
+        root = sp / top
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [sp / f"{top}.py"]
+        for file in files:
+            try:
+                data = file.read_bytes()
+            except OSError:
+                continue
+            if b".so." not in data:
+                continue
+            text = data.decode("utf-8", "replace")
+            rel = file.relative_to(sp).as_posix()
+            for m in _PY_LIBRARY_NAME.finditer(text):
+                out.setdefault(m.group(2), []).append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}")
+    return out
+
+
+def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[str] | None) -> list[Finding]:
+    """Libraries a package names to load at run time (ctypes in its Python code, dlopen in its .rodata)
+    that ld.so would not find here, or that are of another CUDA major than the environment's torch."""
+    where: dict[str, list[tuple[str, Library | None]]] = {}
+    for path in modules:
+        lib = ck._lib(str(path))
+        if lib is None:
+            continue
+        for name in lib.info.by_name:
+            where.setdefault(name, []).append((ck.rel(lib.path), lib))
+    tops = packages if packages is not None else sorted({ck.rel(os.path.normpath(m)).split("/")[0]
+                                                         for m in modules})
+    for name, lines in _python_names(ck.sp, [t for t in tops if (ck.sp / t).is_dir()]).items():
+        where.setdefault(name, []).extend((line, None) for line in lines)
+    cuda = ck.torch_cuda()
+    out: list[Finding] = []
+    for name, places in sorted(where.items()):
+        shown = ", ".join(p for p, _ in places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+        first, requester = places[0]
+        found = next((hit for _p, req in places if (hit := ck.find_by_name(name, req))), None)
+        shipped = ck.files_by_name().get(name, [])
+        owner = ck.dist_of(os.path.join(ck.sp, first)) if requester is not None else ck.dist_of(
+            os.path.join(ck.sp, first.rsplit(":", 1)[0]))
+        details: dict[str, Any] = {"library": name, "named_in": [p for p, _ in places], "found": found,
+                                   "dist": owner.name if owner else None}
+        m = _CUDA_MAJOR_LIB.match(name)
+        # A literal in Python code is a load the package means to do (a ctypes preload); a name in a
+        # library's .rodata may be one of many candidates it tries (MKL's dispatch, an optional transport).
+        in_python = any(req is None for _p, req in places)
+        verb = "loads" if in_python else "names"
+        what = "by name at run time" if in_python else "(a library it may dlopen at run time)"
+        if name in DRIVER_LIBS:  # the driver's: absent on a machine without a GPU, as expected
+            continue
+        if m and cuda and cuda.split(".")[0] != m.group(2):
+            out.append(Finding(severity="warn", module=first, kind="by-name", details=details, message=(
+                f"{shown} {verb} {name} {what}: CUDA {m.group(2)}, but this environment's torch is "
+                f"CUDA {cuda}" + ("" if found or shipped else ", and nothing here provides it"))))
+            continue
+        if found is None and not shipped:
+            hint, more = ck.library_hint(name, os.path.join(ck.sp, first.rsplit(":", 1)[0]),
+                                         os.path.join(ck.sp, first.rsplit(":", 1)[0]))
+            details.update(more)
+            out.append(Finding(severity="warn" if in_python else "note", module=first, kind="by-name",
+                               details=details, message=(
+                f"{shown} {verb} {name} {what}, which ld.so would not find here: {hint}")))
+    return out
+
+
 def _package_rank(rel: str) -> int:
     top = rel.split("/", maxsplit=1)[0]
     return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
 
 
 def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-           packages: Sequence[str] | None, cache: ElfCache | None = None) -> StaticReport:
+           packages: Sequence[str] | None, cache: ElfCache | None = None,
+           min_drivers: Sequence[tuple[str, str]] = ()) -> StaticReport:
     start = time.monotonic()
     sp = Path(site_packages)
     if not sp.is_dir():
@@ -499,6 +620,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
     for path in modules:
         found, closure = _check_module(ck, path)
         found.extend(_arch_findings(ck, path, targets))
+        found.extend(_driver_floor_findings(ck, path, min_drivers))
         per_module.append((os.path.normpath(path), found))
         if is_extension(path, py):
             loaded_by_import |= closure
@@ -533,6 +655,11 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                 not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
+    findings.extend(_by_name_findings(ck, modules, packages))
+    for mix in family_mixes({d.name: d.version for d in ck.dists}):
+        findings.append(Finding(severity="fail", module=mix.other[0], kind="family", message=mix.message,
+                                details={"dist": mix.other[0], "family": mix.family.name,
+                                         "versions": dict([mix.first, mix.other])}))
     findings.sort(key=lambda f: (_SEVERITIES.index(f.severity), _KIND_ORDER.get(f.kind, 9),
                                  "shipped_at" not in f.details and "torch_cuda" not in f.details,
                                  "near_misses" not in f.details, _package_rank(f.module), f.module))
@@ -543,7 +670,8 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
 
 
 def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed: Sequence[str] = (),
-                        packages: Sequence[str] | None = None, cache: ElfCache | None = None) -> StaticReport:
+                        packages: Sequence[str] | None = None, cache: ElfCache | None = None,
+                        min_driver: str | None = None) -> StaticReport:
     """Check every shared object of *packages* (None: every package with .so files) in *site_packages*.
 
     *archs* are the device archs to cover (``sm_90``, ``sm_120``); modules matching a *not_needed* glob
@@ -551,7 +679,7 @@ def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed
     lack code for one. Raises UsageError for a directory that does not exist or a bad arch.
     """
     return _check(site_packages, targets=[("", tuple(archs), tuple(not_needed))], packages=packages,
-                  cache=cache)
+                  cache=cache, min_drivers=[("", min_driver)] if min_driver else ())
 
 
 
@@ -565,7 +693,8 @@ def run_static_stage(ctx: CellContext) -> StageResult:
     targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
     declared = [v.package for v in ctx.cell.packages if v.package]
     try:
-        report = _check(ctx.site, targets=targets, packages=declared_tops(ctx.site, declared))
+        report = _check(ctx.site, targets=targets, packages=declared_tops(ctx.site, declared),
+                        min_drivers=[(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver])
     except LabError as exc:
         return StageResult(name="static", state="error", reason=str(exc))
     details = report.to_json()

@@ -139,3 +139,139 @@ def test_the_graph_follows_class_bodies_and_skips_type_checking_and_functions(tm
     assert graph.need("p.sub.eager").needed == "yes"
     assert (graph.need("p.lazy").needed, graph.need("p.lazy").why) == ("no", "only imported inside f() (p/__init__.py:8)")
     assert (graph.need("p.typed").needed, graph.need("p.typed").why) == ("unknown", "no Python code of p imports it")
+
+
+def _dist_info(sp: Path, name: str, version: str) -> None:
+    info = sp / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8")
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n", encoding="utf-8")
+
+
+def test_flashinfer_packages_of_different_versions_fail_naming_both(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _site(tmp_path)
+    _dist_info(sp, "flashinfer-python", "0.6.4")
+    _dist_info(sp, "flashinfer-cubin", "0.6.4")
+    _dist_info(sp, "flashinfer-jit-cache", "0.6.3+cu130")
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert (report.state, report.reason) == ("fail", (
+        "flashinfer-python 0.6.4 and flashinfer-jit-cache 0.6.3+cu130 are one family (flashinfer) and must be the "
+        "same version: flashinfer compares their versions at import and raises on a mismatch"))
+    [fail] = report.of("fail")
+    assert (fail.kind, fail.details["versions"]) == ("family", {"flashinfer-python": "0.6.4",
+                                                                "flashinfer-jit-cache": "0.6.3+cu130"})
+
+
+def test_one_family_at_one_version_is_clean_whatever_the_local_label(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _site(tmp_path)
+    _dist_info(sp, "flashinfer-python", "0.6.4")
+    _dist_info(sp, "flashinfer-jit-cache", "0.6.4+cu130")
+    assert check_site_packages(sp, archs=[], cache=cache).state == "pass"
+
+
+def _by_name_site(root: Path) -> Path:
+    """A CUDA 13.0 torch, and 'kern' whose C code dlopen()s libnvrtc.so.12 and whose Python preloads two libs."""
+    sp = _site(root)
+    (sp / "torch").mkdir()
+    (sp / "torch" / "version.py").write_text("cuda: Optional[str] = '13.0'\n", encoding="utf-8")
+    _dist_info(sp, "torch", "2.10.0")
+    kern = sp / "kern"
+    ext_module(kern, "_jit", 'const char *volatile lib = "libnvrtc.so.12"; (void)lib;')
+    compile_so(kern / "lib" / "libshipped.so.1", "int shipped(void) { return 0; }\n", soname="libshipped.so.1")
+    (kern / "__init__.py").write_text(textwrap.dedent('''
+        import ctypes, os
+        ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libshipped.so.1"))
+        try:
+            ctypes.CDLL("libgone.so.3")
+        except OSError:
+            pass
+    '''), encoding="utf-8")
+    info = sp / "kern-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kern\nVersion: 1.0\n", encoding="utf-8")
+    files = sorted(p.relative_to(sp).as_posix() for p in kern.rglob("*") if p.is_file())
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
+    return sp
+
+
+def test_libraries_loaded_by_name_are_resolved_here(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _by_name_site(tmp_path)
+    report = check_site_packages(sp, archs=[], packages=["kern"], cache=cache)
+    by_name = [(f.severity, f.message) for f in report.findings if f.kind == "by-name"]
+    assert by_name == [
+        ("warn", "kern/__init__.py:5 loads libgone.so.3 by name at run time, which ld.so would not find here: "
+                 "not in site-packages nor in the system's library cache"),
+        ("warn", f"kern/_jit{EXT_SUFFIX} names libnvrtc.so.12 (a library it may dlopen at run time): CUDA 12, but "
+                 "this environment's torch is CUDA 13.0, and nothing here provides it"),
+    ]
+    assert report.state == "warn"
+
+
+def _driver_site(root: Path) -> Path:
+    """'drv' whose extension links libcuda.so.1 and imports cuInit (CUDA 2.0) and cuTensorMapEncodeIm2colWide
+    (CUDA 12.8, driver 570.26); `import drv` imports it."""
+    sp = _site(root)
+    build = root / "build"
+    compile_so(build / "libcuda.so.1", "int cuInit(int f) { return 0; }\nint cuTensorMapEncodeIm2colWide(void) { return 0; }\n",
+               soname="libcuda.so.1")
+    pkg = sp / "drv"
+    ext_module(pkg, "_ops", "cuInit(0); cuTensorMapEncodeIm2colWide();", f"-L{build}", "-l:libcuda.so.1",
+               prelude="int cuInit(int); int cuTensorMapEncodeIm2colWide(void);")
+    (pkg / "__init__.py").write_text("from drv import _ops\n", encoding="utf-8")
+    info = sp / "drv-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: drv\nVersion: 1.0\n", encoding="utf-8")
+    files = sorted(p.relative_to(sp).as_posix() for p in pkg.rglob("*") if p.is_file())
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
+    return sp
+
+
+def test_an_entry_point_newer_than_the_min_driver_fails(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _driver_site(tmp_path)
+    old = check_site_packages(sp, archs=[], min_driver="550.54", cache=cache)
+    assert (old.state, old.reason) == ("fail", (
+        f"drv/_ops{EXT_SUFFIX} imports cuTensorMapEncodeIm2colWide from libcuda, an entry point of CUDA 12.8 "
+        "(driver 570.26 or newer): the min-driver 550.54 is older"))
+    assert old.of("fail")[0].details["entry_points"] == [
+        {"symbol": "cuTensorMapEncodeIm2colWide", "cuda": "12.8", "driver": "570.26"}]
+    assert [f for f in check_site_packages(sp, archs=[], min_driver="570.26", cache=cache).findings
+            if f.kind == "driver-api"] == []
+
+
+def test_the_driver_table_is_generated_from_the_toolkit_headers(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cuda.h").write_text(textwrap.dedent('''
+        #define CUDA_VERSION 13000
+        #define cuCtxCreate                         cuCtxCreate_v4
+        #define cuMemcpyHtoD                        __CUDA_API_PTDS(cuMemcpyHtoD_v2)
+    '''), encoding="utf-8")
+    (include / "cudaTypedefs.h").write_text(textwrap.dedent('''
+        typedef CUresult (CUDAAPI *PFN_cuInit_v2000)(unsigned int Flags);
+        typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v3020)(CUcontext *pctx);
+        typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v11040)(CUcontext *pctx);
+        typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v12050)(CUcontext *pctx);
+        typedef CUresult (CUDAAPI *PFN_cuMemcpyHtoD_v7000_ptds)(CUdeviceptr_v2 dstDevice);
+        typedef CUresult (CUDAAPI *PFN_cuMemcpyHtoD_v3020)(CUdeviceptr_v2 dstDevice);
+            typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v2000)(CUcontext *pctx);
+    '''), encoding="utf-8")
+    script = Path(__file__).resolve().parents[4] / "scripts" / "gen_driver_api.py"
+    out = tmp_path / "driver_api.json"
+    done = subprocess.run([sys.executable, str(script), "--include", str(include), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["from"] == "cuda.h and cudaTypedefs.h of CUDA 13.0"
+    assert data["entry_points"] == {
+        "cuCtxCreate": {"cuda": "2.0", "driver": None},
+        "cuCtxCreate_v2": {"cuda": "3.2", "driver": None},
+        "cuCtxCreate_v3": {"cuda": "11.4", "driver": None},
+        "cuCtxCreate_v4": {"cuda": "12.5", "driver": "555.42.02"},
+        "cuInit": {"cuda": "2.0", "driver": None},
+        "cuMemcpyHtoD_v2": {"cuda": "3.2", "driver": None},
+        "cuMemcpyHtoD_v2_ptds": {"cuda": "7.0", "driver": None},
+    }
