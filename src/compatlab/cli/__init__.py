@@ -181,6 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="check matrix.toml and count its cells")
     s.add_argument("--matrix", help="matrix file (default: $COMPATLAB_MATRIX or ./matrix.toml)")
     s.set_defaults(func=_cmd_validate)
+    __import__("compatlab.cli.lock", fromlist=["configure_parser"]).configure_parser(sub)
 
     s = sub.add_parser("cells", help="list the cells of a matrix")
     s.add_argument("--matrix")

@@ -20,11 +20,13 @@ DEFAULT_RESULTS = Path("reports/latest/results.json")
 DEFAULT_RUNS = Path("reports/runs")
 
 
-def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None) -> list[Path]:
+def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None, news: str = "") -> list[Path]:
     """Render *results_path* into *out_dir*: index.html, compat.md, results.json (a copy).
 
     With *history_dir* (``reports/runs``), the page marks what changed since the previous run (by start
-    time), draws perf sparklines over recent runs, and changes.md is written too. Returns the paths
+    time), draws perf sparklines over recent runs, and changes.md is written too. *news* (Markdown, as
+    ``compatlab lock --news`` writes it: the upstream releases new since the previous lock) leads
+    changes.md, which is then written even for a first run. Returns the paths
     written. Raises ConfigError naming the file when the results cannot be read.
     """
     run = load(results_path)
@@ -33,7 +35,7 @@ def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None) -
         if not history_dir.is_dir():
             raise ConfigError(str(history_dir), ["history: not a directory of runs (<run-id>/results.json)"])
         history = load_runs(history_dir)
-    return write_run(run, out_dir, history)
+    return write_run(run, out_dir, history, news=news)
 
 
 def _default_history(results: Path) -> Path | None:
@@ -63,6 +65,8 @@ def _report_parser() -> argparse.ArgumentParser:
         help="folder of earlier runs, <run-id>/results.json (default: ../runs if present)",
     )
     p.add_argument("--no-history", action="store_true", help="do not compare with earlier runs")
+    p.add_argument("--news", type=Path, metavar="FILE",
+                   help="Markdown that leads changes.md: the news of `compatlab lock --news FILE`")
     p.add_argument(
         "--github-summary",
         action="store_true",
@@ -104,7 +108,8 @@ def _report(args: argparse.Namespace) -> None:
     out: Path = args.out if args.out is not None else results.parent
     history = None if args.no_history else (args.history or _default_history(results))
     try:
-        written = render_run(results, out, history_dir=history)
+        news = args.news.read_text(encoding="utf-8") if args.news is not None else ""
+        written = render_run(results, out, history_dir=history, news=news)
     except StaleRun as exc:
         # Two runs at once: the newer one's grid stays; this is not a failure of the older run.
         print(f"note: {exc}", file=sys.stderr)

@@ -11,7 +11,7 @@ from compatlab.errors import ConfigError
 from compatlab.render._grid import Run, load
 from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
 from compatlab.render.html import IndexEntry, render_html, render_index
-from compatlab.render.markdown import compat_md_diff, render_markdown
+from compatlab.render.markdown import compat_md_diff, printable, render_markdown
 from compatlab.runs import store
 
 __all__ = ["main", "publish", "write_run", "write_text_atomic"]
@@ -40,8 +40,9 @@ def write_run(
     *,
     nav: list[tuple[str, str]] | None = None,
     runs: list[IndexEntry] | None = None,
+    news: str = "",
 ) -> list[Path]:
-    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run).
+    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run or *news*).
 
     Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun).
     """
@@ -56,11 +57,14 @@ def write_run(
         runs=runs or [],
     )
     files = {"index.html": page, "compat.md": render_markdown(run)}
+    changed = [printable(news).rstrip("\n") + "\n"] if news.strip() else []
     if previous is not None:
-        files["changes.md"] = compat_md_diff(previous, run)
+        changed.append(compat_md_diff(previous, run))
+    if changed:
+        files["changes.md"] = "\n".join(changed)
     store.write_latest(out_dir, run.results, files=files)
     written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "results.json"]
-    if previous is not None:
+    if changed:
         written.append(out_dir / "changes.md")
     log.info("wrote %s", ", ".join(str(p) for p in written))
     return written

@@ -170,7 +170,7 @@ def test_missing_axes_and_bad_expectations(tmp_path: Path) -> None:
     torch = "2.9.1"
     """
     assert problems(tmp_path, text) == [
-        "axes.sgl-kernel: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
+        "axes.sgl-kernel: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda (sglang-kernel may stand in for sgl-kernel)",
         "axes.flashinfer: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
         "axes.cuda: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
         "rules.exclude[0].expect: an excluded cell does not run; move this rule to [[rules.expect]]",
