@@ -218,7 +218,9 @@ def test_shipped_matrices_are_valid() -> None:
     assert sum(c.na is None for c in cells) == 6
     born = load_matrix(ROOT / "examples" / "born-from.toml")
     (cell,) = expand(born)
-    assert cell.axes == {"torch": "2.9.1+cu130", "sgl-kernel": "0.3.21+cu130", "flashinfer": "0.6.4", "cuda": "13.0"}
+    assert cell.axes == {"torch": "2.9.1+cu130", "sgl-kernel": "0.3.21+cu130", "flashinfer": "0.6.4", "sglang": "0.5.9",
+                         "cuda": "13.0"}
+    assert cell.force  # SGLang's own pins yield to the axis pins
     assert born.archs == ("sm_120",)
 
 
