@@ -212,9 +212,19 @@ def test_cli_exits_2_with_one_message_and_no_traceback(tmp_path: Path) -> None:
 
 
 def test_shipped_matrices_are_valid() -> None:
-    default = load_matrix(ROOT / "matrix.toml")
-    cells = expand(default)
+    pinned = load_matrix(ROOT / "examples" / "pinned-2026-01.toml")  # the seed's matrix, its traps testable
+    cells = expand(pinned)
     assert len(cells) == 12
+    assert sum(c.na is None for c in cells) == 6
+    default = load_matrix(ROOT / "matrix.toml")  # today's stack, by selectors, from the committed lock
+    assert default.notes == ()
+    cells = expand(default)
+    assert len(cells) == 72
+    assert sorted(c.id for c in cells if c.shipped) == [
+        "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-cuda12.8",
+        "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-cuda13.0",
+        "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-cuda13.2",
+    ]
     assert sum(c.na is None for c in cells) == 6
     born = load_matrix(ROOT / "examples" / "born-from.toml")
     (cell,) = expand(born)
