@@ -180,7 +180,7 @@ def lock(session: nox.Session) -> None:
 
     Only this session asks an index; every other one, and `nox -l`, reads the lock.
     """
-    session.run(sys.executable, "-m", "compatlab", "lock", "--matrix", str(MATRIX.path), *session.posargs,
+    session.run(_lab_python(session), "-m", "compatlab", "lock", "--matrix", str(MATRIX.path), *session.posargs,
                 env=_lab_env(), external=True)
 
 
