@@ -32,9 +32,21 @@ try:
     CELLS: list[Cell] = expand(MATRIX)
 except ConfigError as exc:
     # One clear message and exit 2, before any session or subprocess starts; no traceback. A matrix over
-    # max-cells is refused here, counted from its axis sizes, so that `nox -l` returns at once.
-    print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
-    sys.exit(exc.exit_code)
+    # max-cells is refused here, counted from its axis sizes, so that `nox -l` returns at once. Only
+    # `nox -s lock` goes on when the lock alone is missing or out of date: it is what writes the lock.
+    _argv = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    if "lock" not in _argv:
+        print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
+        sys.exit(exc.exit_code)
+    try:
+        MATRIX = load_matrix(ROOT / MATRIX_PATH if not Path(MATRIX_PATH).is_absolute() else MATRIX_PATH,
+                             use_lock=False)
+    except ConfigError as bad:
+        print(f"error: {bad}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
+        sys.exit(bad.exit_code)
+    CELLS = []
+for _note in MATRIX.notes:  # a lock older than the matrix, a selected version no rule can match
+    print(f"note: {_note}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
 SHARD = os.environ.get("COMPATLAB_SHARD", "")
 if SHARD:
     from compatlab.errors import UsageError
@@ -164,6 +176,16 @@ def _summarize(session: nox.Session, results: Path) -> None:
     if os.environ.get("COMPATLAB_REPORT", "1") != "0":
         session.run(_lab_python(session), "-m", "compatlab", "report", str(results), "--out", str(LATEST),
                     "--history", str(REPORTS / "runs"), env=_lab_env(), external=True)
+
+
+@nox.session(python=False)
+def lock(session: nox.Session) -> None:
+    """Resolve the axes' selectors against their indexes into matrix.lock (`-- --news FILE` for the news).
+
+    Only this session asks an index; every other one, and `nox -l`, reads the lock.
+    """
+    session.run(_lab_python(session), "-m", "compatlab", "lock", "--matrix", str(MATRIX.path), *session.posargs,
+                env=_lab_env(), external=True)
 
 
 @nox.session(python=False)

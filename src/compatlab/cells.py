@@ -1,4 +1,21 @@
-"""Expand a Matrix into cells: the product of the axes, minus rules, plus includes."""
+"""Expand a Matrix into cells: the product of the axes, minus rules, plus includes.
+
+A **shipped stack** is what one release pins exactly: sglang 0.5.23's Requires-Dist says ``torch==2.14.1``,
+``sglang-kernel==0.4.10`` and ``flashinfer_python==0.7.2``, so the cell of those four versions is the stack
+SGLang's own release was built and tested on. The pins come from matrix.lock; a release's stack is its
+exact (``==``, no wildcard) pins on other axes, followed through the pinned releases' own pins, and it is a
+stack of the matrix when it gives every package axis a value the matrix has. A cell's distance from a
+stack is the number of package axes on which they differ; ``[[rules.neighbours]]`` keeps only the cells
+within ``distance`` (default 1) of some stack: every cell that moves one component away from a shipped
+stack answers "can I move this one piece?", and the matrix stays small when its axes grow.
+
+A cell is **forced** when its axis pins are also handed to uv as overrides (``install.force``, a
+``[[rules.force]]`` rule, or, unless ``install.force = false``, a cell with an sglang axis: SGLang's own
+pins yield to the axis pins). Its **conflicts** are the pins of its own releases that its other axis
+versions break (known only when the lock knows every release of the cell): an unforced cell with
+conflicts cannot be installed; a forced one installs what its axes say, and its verdict is what that
+stack does.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +24,12 @@ import itertools
 import re
 from collections.abc import Mapping
 
-from compatlab.config.matrix import AxisValue, Matrix, cuda_compatible, size_problem
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from compatlab.config.matrix import AxisValue, Matrix, Rule, cuda_compatible, size_problem
 from compatlab.errors import ConfigError
 
-__all__ = ["Cell", "expand"]
+__all__ = ["Cell", "Stack", "conflicts", "distance", "expand", "is_forced", "shipped_stacks"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,6 +41,9 @@ class Cell:
     na: str | None = None
     expect: str | None = None
     expect_reason: str = ""
+    force: bool = False  # the axis pins are also uv overrides
+    shipped: str = ""  # the release whose own pinned stack this cell is: "sglang 0.5.23"
+    conflicts: tuple[str, ...] | None = None  # pins of the cell's releases it breaks; None: the lock cannot say
 
     @property
     def axes(self) -> dict[str, str]:
@@ -41,6 +63,113 @@ class Cell:
     def cuda(self) -> str | None:
         v = self.value("cuda")
         return v.version if v else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stack:
+    """A shipped stack: the release that pins it (``sglang 0.5.23``) and its version of each package axis."""
+
+    release: str
+    axes: Mapping[str, str]
+
+    @property
+    def label(self) -> str:
+        return " · ".join(f"{a} {v}" for a, v in self.axes.items())
+
+
+def _exact(spec: str) -> SpecifierSet | None:
+    """*spec* when it pins one version (``==2.14.1``, ``===x``), else None."""
+    try:
+        parsed = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return None
+    items = list(parsed)
+    if len(items) == 1 and items[0].operator in ("==", "===") and "*" not in items[0].version:
+        return parsed
+    return None
+
+
+def _package_axes(matrix: Matrix) -> list[str]:
+    return [a.name for a in matrix.axes if a.is_package]
+
+
+def shipped_stacks(matrix: Matrix) -> tuple[Stack, ...]:
+    """Every release's exactly pinned stack that is a cell of the matrix (see the module docstring)."""
+    lock = matrix.lock
+    if lock is None:
+        return ()
+    wanted = _package_axes(matrix)
+    stacks: dict[tuple[tuple[str, str], ...], Stack] = {}
+    for axis in matrix.axes:
+        if not axis.is_package:
+            continue
+        for value in axis.values:
+            release = lock.release(axis.name, value.version)
+            if release is None or not release.pins:
+                continue
+            stack = {axis.name: value.version}
+            todo = list(release.pins.items())
+            ok = True
+            while todo and ok:
+                other, spec = todo.pop()
+                exact = _exact(spec)
+                if exact is None or other not in wanted:
+                    continue
+                match = [v.version for v in matrix.axis(other).values if exact.contains(v.version, prereleases=True)]
+                if len(match) != 1 or stack.get(other, match[0]) != match[0]:
+                    ok = False  # the matrix lacks the pinned version (or the pins disagree): not a cell
+                    break
+                if other not in stack:
+                    stack[other] = match[0]
+                    pinned = lock.release(other, match[0])
+                    todo.extend(pinned.pins.items() if pinned else ())
+            if ok and set(stack) == set(wanted):
+                ordered = {a: stack[a] for a in wanted}
+                stacks.setdefault(tuple(ordered.items()), Stack(release=f"{value.package} {value.version}",
+                                                                axes=ordered))
+    return tuple(stacks.values())
+
+
+def distance(assignment: Mapping[str, str], stack: Stack) -> int:
+    """On how many package axes *assignment* differs from *stack*."""
+    return sum(1 for a, v in stack.axes.items() if assignment.get(a) != v)
+
+
+def conflicts(matrix: Matrix, values: tuple[AxisValue, ...]) -> tuple[str, ...] | None:
+    """The pins of the cell's own releases that its other axis versions break: ``sglang 0.5.23 pins
+    torch==2.14.1``; None when the lock does not know every release of the cell."""
+    lock = matrix.lock
+    if lock is None:
+        return None
+    by_axis = {v.axis: v for v in values}
+    out = []
+    for value in values:
+        if value.package is None:
+            continue
+        release = lock.release(value.axis, value.version)
+        if release is None:
+            return None
+        for other, spec in release.pins.items():
+            mine = by_axis.get(other)
+            if mine is None:
+                continue
+            try:
+                holds = SpecifierSet(spec).contains(mine.version, prereleases=True)
+            except InvalidSpecifier:
+                continue
+            if not holds:
+                out.append(f"{value.package} {value.version} pins {mine.package or other}{spec}")
+    return tuple(out)
+
+
+def is_forced(matrix: Matrix, assignment: Mapping[str, str]) -> bool:
+    """Whether the cell's axis pins are also uv overrides (see the module docstring)."""
+    if matrix.install.force is not None:
+        if matrix.install.force:
+            return True
+    elif "sglang" in assignment:
+        return True
+    return any(rule.kind == "force" and rule.matches(assignment) for rule in matrix.rules)
 
 
 def _slug(text: str) -> str:
@@ -83,14 +212,24 @@ def expand(matrix: Matrix) -> list[Cell]:
     problem = size_problem(matrix.axes, matrix.max_cells)
     if problem:
         raise ConfigError(matrix.path, [f"axes: {problem}"])
+    stacks = shipped_stacks(matrix)
+    near = [r for r in matrix.rules if r.kind == "neighbours"]
+    if near and not stacks:
+        lock = matrix.lock.path if matrix.lock else "matrix.lock (there is none)"
+        raise ConfigError(matrix.path, [
+            f"rules.neighbours: {lock} names no shipped stack of this matrix (a release whose exact pins give "
+            "every package axis a version the matrix has, as sglang's do); add an sglang axis, or the "
+            "versions its releases pin, or remove the rule"])
     cells: dict[str, Cell] = {}
     for combo in itertools.product(*(axis.values for axis in matrix.axes)):
         values = tuple(combo)
         assignment = {v.axis: v.version for v in values}
         cid = cell_id(values)
         expect, why = _expectation(matrix, assignment)
-        cells[cid] = Cell(id=cid, values=values, na=_na_reason(matrix, assignment, values),
-                          expect=expect, expect_reason=why)
+        na = _na_reason(matrix, assignment, values)
+        if na is None and near:
+            na = _too_far(near, assignment, stacks)
+        cells[cid] = _cell(matrix, cid, values, assignment, stacks, na=na, expect=expect, why=why)
     for rule in matrix.rules:
         if rule.kind != "include":
             continue
@@ -103,5 +242,22 @@ def expand(matrix: Matrix) -> list[Cell]:
         cid = cell_id(vt)
         assignment = {v.axis: v.version for v in vt}
         expect, why = _expectation(matrix, assignment)
-        cells[cid] = Cell(id=cid, values=vt, na=None, expect=expect, expect_reason=why)
+        cells[cid] = _cell(matrix, cid, vt, assignment, stacks, na=None, expect=expect, why=why)
     return list(cells.values())
+
+
+def _too_far(rules: list[Rule], assignment: Mapping[str, str], stacks: tuple[Stack, ...]) -> str | None:
+    nearest = min(distance(assignment, s) for s in stacks)
+    for rule in rules:
+        if nearest > rule.distance:
+            axes = "one axis" if rule.distance == 1 else f"{rule.distance} axes"
+            return rule.reason or (f"more than {axes} away from every shipped stack ("
+                                   + "; ".join(f"{s.release}: {s.label}" for s in stacks) + ")")
+    return None
+
+
+def _cell(matrix: Matrix, cid: str, values: tuple[AxisValue, ...], assignment: Mapping[str, str],
+          stacks: tuple[Stack, ...], *, na: str | None, expect: str | None, why: str) -> Cell:
+    shipped = next((s.release for s in stacks if distance(assignment, s) == 0), "")
+    return Cell(id=cid, values=values, na=na, expect=expect, expect_reason=why,
+                force=is_forced(matrix, assignment), shipped=shipped, conflicts=conflicts(matrix, values))

@@ -17,19 +17,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import http.client
-import json
 import logging
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Sequence
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -37,6 +31,16 @@ from packaging.version import Version
 from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError
+from compatlab.index import (
+    ACCEPT_PROJECT,
+    ACCEPT_ROOT,
+    PAGE_LIMIT,
+    fetch,
+    is_index_root,
+    page_files,
+    page_url,
+    version_of,
+)
 from compatlab.proc import Completed, run, which
 from compatlab.urls import Credentials, has_credentials, redact, redact_text, split
 
@@ -66,11 +70,6 @@ log = logging.getLogger(__name__)
 
 PYPI = "https://pypi.org/simple"
 PROBE_TIMEOUT = 15.0
-# PEP 691 content negotiation: JSON first for a project page; HTML first for a root, which is read
-# only in part and so must be parseable from its beginning.
-_ACCEPT_PROJECT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
-_ACCEPT_ROOT = "application/vnd.pypi.simple.v1+html, text/html;q=0.5, application/vnd.pypi.simple.v1+json;q=0.1"
-_PAGE_LIMIT = 64 << 20
 _ROOT_LIMIT = 256 << 10
 
 # uv's words for a network or index failure: the infrastructure, not the stack.
@@ -251,10 +250,24 @@ class InstallPlan:
     overrides: list[str]
     indexes: tuple[Index, ...] = ()
     pins: tuple[Pin, ...] = ()
+    # A forced cell's packages that come from their own index, installed first without dependencies:
+    # uv drops a package's [tool.uv.sources] index once an override names it, so the override is met by
+    # what this step installed.
+    pre_argv: list[str] = dataclasses.field(default_factory=list)
+    forced: bool = False
+    shipped: str = ""
+    conflicts: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"argv": self.argv, "files": self.files, "requirements": self.requirements,
-                "overrides": self.overrides}
+        out: dict[str, object] = {"argv": self.argv, "files": self.files, "requirements": self.requirements,
+                                  "overrides": self.overrides, "forced": self.forced}
+        if self.pre_argv:
+            out["pre_argv"] = self.pre_argv
+        if self.shipped:
+            out["shipped"] = self.shipped
+        if self.conflicts is not None:
+            out["conflicts"] = list(self.conflicts)
+        return out
 
     def env(self) -> dict[str, str]:
         """uv's environment for ``argv``: ``uv_env()`` plus each index's credentials, by index name."""
@@ -311,6 +324,10 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
             overridden.add(canonicalize_name(Requirement(text).name))
         except InvalidRequirement:
             continue
+    # A forced cell: each axis pin is an override too, so that no other package's pin can move it.
+    # install.overrides, written by hand, stay first and win.
+    forced = [v for v in cell.packages if cell.force and canonicalize_name(str(v.package)) not in overridden]
+    overrides += [str(v.requirement) for v in forced]
     pins = []
     for value in cell.packages:
         assert value.package is not None
@@ -330,6 +347,18 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         spec["tool"] = {"uv": uv_cfg}
     files = {"pyproject.toml": tomli_w.dumps(spec)}
     uv = which("uv")
+    pre_argv: list[str] = []
+    own_index = [v for v in forced if v.index]
+    if own_index:
+        pre = {"project": {"name": "compatlab-forced", "version": "0",
+                           "dependencies": [str(v.requirement) for v in own_index]},
+               "tool": {"uv": {"index": uv_cfg["index"],
+                               "sources": {str(v.package): {"index": sources[str(v.package)]} for v in own_index}}}}
+        files["forced/pyproject.toml"] = tomli_w.dumps(pre)
+        pre_argv = [uv, "pip", "install", "--no-deps", "--python", str(python), "-r",
+                    str(spec_dir / "forced" / "pyproject.toml")]
+        if matrix.install.default_index:
+            pre_argv += ["--default-index", f"{default.name}={default.url}"]
     argv = [uv, "pip", "install", "--python", str(python), "-r", str(spec_dir / "pyproject.toml")]
     if overrides:
         files["overrides.txt"] = "\n".join(overrides) + "\n"
@@ -339,11 +368,16 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
     for link in find_links:
         argv += ["--find-links", link]
     return InstallPlan(argv=argv, files=files, requirements=requirements, overrides=overrides,
-                       indexes=(*indexes.values(), default), pins=tuple(pins))
+                       indexes=(*indexes.values(), default), pins=tuple(pins), pre_argv=pre_argv,
+                       forced=cell.force, shipped=cell.shipped, conflicts=cell.conflicts)
 
 
 def run_install(plan: InstallPlan, *, timeout: float) -> Completed:
-    """Run the plan's uv command with its credentials; what uv printed comes back redacted."""
+    """Run the plan's uv command(s) with its credentials; what uv printed comes back redacted."""
+    if plan.pre_argv:
+        first = run(plan.pre_argv, timeout=timeout, env=plan.env())
+        if not first.ok:
+            return dataclasses.replace(first, stdout=redact_text(first.stdout), stderr=redact_text(first.stderr))
     done = run(plan.argv, timeout=timeout, env=plan.env())
     return dataclasses.replace(done, stdout=redact_text(done.stdout), stderr=redact_text(done.stderr))
 
@@ -351,6 +385,7 @@ def run_install(plan: InstallPlan, *, timeout: float) -> Completed:
 def write_plan_files(plan: InstallPlan, spec_dir: Path) -> None:
     spec_dir.mkdir(parents=True, exist_ok=True)
     for name, text in plan.files.items():
+        (spec_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (spec_dir / name).write_text(text, encoding="utf-8")
 
 
@@ -393,90 +428,6 @@ class Listing:
     problem: str = ""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Page:
-    status: int | None  # None: no HTTP answer (``unreachable`` says why)
-    unreachable: str = ""
-    json: Any = None
-    html: _SimpleHTML | None = None
-
-
-class _SimpleHTML(HTMLParser):
-    """The anchors of a PEP 503 page and its PEP 629 ``pypi:repository-version`` meta."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.hrefs: list[str] = []
-        self.has_meta = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        if tag == "a" and found.get("href"):
-            self.hrefs.append(found["href"] or "")
-        elif tag == "meta" and found.get("name") == "pypi:repository-version":
-            self.has_meta = True
-
-
-def _fetch(url: str, credentials: Credentials | None, *, accept: str, limit: int, timeout: float) -> _Page:
-    """GET *url*; basic auth only towards the index itself (never forwarded on a redirect elsewhere)."""
-    handlers: list[urllib.request.BaseHandler] = []
-    if credentials is not None:
-        manager = urllib.request.HTTPPasswordMgrWithPriorAuth()
-        manager.add_password(None, url, credentials.username, credentials.password or "", is_authenticated=True)
-        handlers.append(urllib.request.HTTPBasicAuthHandler(manager))
-    opener = urllib.request.build_opener(*handlers)
-    # The URL is an index of matrix.toml, which admits only http(s):// and file:// ones.
-    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "compatlab"})  # noqa: S310
-    try:
-        with opener.open(request, timeout=timeout) as answer:
-            body = answer.read(limit)
-            ctype = answer.headers.get("Content-Type", "")
-            status = answer.status or 200  # a file:// answer has no status
-    except urllib.error.HTTPError as exc:
-        return _Page(status=exc.code)
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, FileNotFoundError):
-            return _Page(status=404)  # a file:// index without that page
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        return _Page(status=None, unreachable=redact_text(str(reason)) or type(exc).__name__)
-    text = body.decode("utf-8", "replace")
-    if ctype.startswith("application/vnd.pypi.simple.v1+json"):
-        try:
-            return _Page(status=status, json=json.loads(text))
-        except ValueError:
-            return _Page(status=status, json={"meta": {}} if '"api-version"' in text else None)
-    parser = _SimpleHTML()
-    parser.feed(text)
-    return _Page(status=status, html=parser)
-
-
-def _url(base: str, *parts: str) -> str:
-    url = base.rstrip("/") + "/" + "".join(f"{p}/" for p in parts)
-    # A file:// index is a folder: its pages are the index.html files in it.
-    return url + "index.html" if url.startswith("file:") else url
-
-
-def _files(page: _Page) -> list[str]:
-    if isinstance(page.json, dict):
-        return [str(f.get("filename", "")) for f in page.json.get("files", []) if isinstance(f, dict)]
-    if page.html is None:
-        return []
-    names = [unquote(href.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1]) for href in page.html.hrefs]
-    return [n for n in names if n.endswith((".whl", ".tar.gz", ".zip"))]
-
-
-def _is_index_root(page: _Page) -> bool:
-    """PEP 691 JSON, the PEP 629 meta, or HTML whose every link goes to a project page (``…/name/``)."""
-    if page.status != 200:
-        return False
-    if page.json is not None:
-        return isinstance(page.json, dict) and "meta" in page.json
-    if page.html is None:
-        return False
-    hrefs = [h.split("#", 1)[0].split("?", 1)[0] for h in page.html.hrefs]
-    return page.html.has_meta or (bool(hrefs) and all(h.endswith("/") for h in hrefs))
-
-
 def _refusal(index: Index, status: int, what: str) -> str:
     if status in (401, 403) and index.credentials is None:
         return (f"{index.shown} needs credentials (HTTP {status} for {what}); put them in the URL as "
@@ -498,21 +449,21 @@ def probe_index(index: Index, package: str, *, timeout: float = PROBE_TIMEOUT) -
 
     name = canonicalize_name(package)
     what = f"{name}'s page"
-    page = _fetch(_url(index.url, name), index.credentials, accept=_ACCEPT_PROJECT, limit=_PAGE_LIMIT,
+    page = fetch(page_url(index.url, name), index.credentials, accept=ACCEPT_PROJECT, limit=PAGE_LIMIT,
                   timeout=timeout)
     if page.status is None:
         return Listing(problem=f"{index.shown} is unreachable: {page.unreachable}")
-    if page.status == 200 and (page.json is not None or _files(page)):
-        versions = sorted({v for f in _files(page) if (v := _version_of(f, name)) is not None}, key=Version)
+    if page.status == 200 and (page.json is not None or page_files(page)):
+        versions = sorted({v for f in page_files(page) if (v := version_of(f, name)) is not None}, key=Version)
         if versions:
             return Listing(versions=tuple(versions))
         return Listing(note="the index lists no files for it")
     if page.status not in (200, 404, 410):
         return Listing(problem=_refusal(index, page.status, what))
-    root = _fetch(_url(index.url), index.credentials, accept=_ACCEPT_ROOT, limit=_ROOT_LIMIT, timeout=timeout)
+    root = fetch(page_url(index.url), index.credentials, accept=ACCEPT_ROOT, limit=_ROOT_LIMIT, timeout=timeout)
     if root.status is None:
         return Listing(problem=f"{index.shown} is unreachable: {root.unreachable}")
-    if _is_index_root(root):
+    if is_index_root(root):
         if page.status == 200:
             return Listing(note="the index lists no files for it")
         return Listing(note="the index has no such project")
@@ -523,26 +474,6 @@ def probe_index(index: Index, package: str, *, timeout: float = PROBE_TIMEOUT) -
                                "that is not a simple index (PEP 503); check the URL")
     return Listing(problem=f"{index.shown} does not answer as a package index: HTTP {root.status} for its "
                            f"root and {page.status} for {what}; check the URL")
-
-
-def _version_of(filename: str, name: str) -> str | None:
-    from packaging.utils import (
-        InvalidSdistFilename,
-        InvalidWheelFilename,
-        canonicalize_name,
-        parse_sdist_filename,
-        parse_wheel_filename,
-    )
-    from packaging.version import InvalidVersion
-
-    try:
-        if filename.endswith(".whl"):
-            project, version, _, _ = parse_wheel_filename(filename)
-        else:
-            project, version = parse_sdist_filename(filename)
-    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-        return None
-    return str(version) if canonicalize_name(project) == name else None
 
 
 def _matches(pinned: str, available: str) -> bool:

@@ -79,7 +79,7 @@ def test_an_optional_module_that_cannot_load_is_a_warning_in_both_stages(optiona
     [row] = done.packages
     assert (row.name, row.version, row.state, row.modules) == ("optpkg", "1.0", "warn", 2)
     out = tmp_path / "out"
-    assert {p.name for p in out.iterdir()} == {"runs", "index.html", "compat.md", "results.json", "packages.md",
+    assert {p.name for p in out.iterdir()} == {"runs", "index.html", "compat.md", "answers.json", "results.json", "packages.md",
                                                "packages.json"}
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert [c["state"] for c in results["cells"]] == ["partial"]

@@ -32,7 +32,7 @@ def big_matrix() -> Any:
 @pytest.mark.parametrize("count", range(1, 8))
 @pytest.mark.parametrize("which", ["default", "big"])
 def test_every_cell_in_exactly_one_shard(count: int, which: str) -> None:
-    matrix = load_matrix(ROOT / "matrix.toml") if which == "default" else big_matrix()
+    matrix = load_matrix(ROOT / "examples" / "pinned-2026-01.toml") if which == "default" else big_matrix()
     cells = expand(matrix)
     shards = [shard_cells(cells, i, count) for i in range(1, count + 1)]
     ids = [c.id for shard in shards for c in shard]
@@ -52,7 +52,7 @@ def test_bad_shard_strings() -> None:
 
 
 def test_ci_matrix_json_for_fromjson() -> None:
-    matrix = load_matrix(ROOT / "matrix.toml")
+    matrix = load_matrix(ROOT / "examples" / "pinned-2026-01.toml")
     assert ci_matrix(matrix, shards=3) == {"include": [{"shard": "1/3"}, {"shard": "2/3"}, {"shard": "3/3"}]}
     per_cell = ci_matrix(matrix, shards=None)["include"]
     assert len(per_cell) == 6

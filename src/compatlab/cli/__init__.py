@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from compatlab.cli import check, matrix, runs, stages
+from compatlab.cli import check, lock, matrix, runs, stages
 from compatlab.errors import LabError, UsageError
 
 __all__ = ["main"]
 
-VERBS = (matrix, runs, stages, check)
+VERBS = (matrix, lock, runs, stages, check)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -33,6 +33,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     matrix = load_matrix(matrix_path(args))
     cells = expand(matrix)
     active = [c for c in cells if c.na is None]
+    for note in matrix.notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"{matrix.path}: ok — {len(cells)} cells, {len(active)} to run, {len(cells) - len(active)} n/a")
     return 0
 

@@ -101,7 +101,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     out: Path = args.out if args.out is not None else results.parent
     history = None if args.no_history else (args.history or _default_history(results))
     try:
-        written = render_run(results, out, history_dir=history)
+        news = args.news.read_text(encoding="utf-8") if args.news is not None else ""
+        written = render_run(results, out, history_dir=history, news=news)
     except store.StaleRun as exc:
         # Two runs at once: the newer one's grid stays; this is not a failure of the older run.
         print(f"note: {exc}", file=sys.stderr)
@@ -161,6 +162,8 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--history", type=Path,
                    help="folder of earlier runs, <run-id>/results.json (default: ../runs if present)")
     s.add_argument("--no-history", action="store_true", help="do not compare with earlier runs")
+    s.add_argument("--news", type=Path, metavar="FILE",
+                   help="Markdown that leads changes.md: the news of `compatlab lock --news FILE`")
     s.add_argument("--github-summary", action="store_true",
                    help="also append the change summary (or, for a first run, the table) to $GITHUB_STEP_SUMMARY")
     s.set_defaults(func=_cmd_report)

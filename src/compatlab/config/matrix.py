@@ -20,6 +20,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from compatlab.config.check import Checker, field_default, show
+from compatlab.config.lock import Lock, Selector, axes_digest, load_lock, lock_path, parse_selector
 from compatlab.config.perf import PerfConfig, parse_perf_section
 from compatlab.config.thresholds import Thresholds, parse_thresholds
 from compatlab.errors import ConfigError
@@ -34,9 +35,11 @@ __all__ = [
     "AxisKind",
     "AxisValue",
     "Install",
+    "Lock",
     "Matrix",
     "Report",
     "Rule",
+    "Selector",
     "Target",
     "cuda_compatible",
     "load_matrix",
@@ -54,13 +57,14 @@ class AxisKind:
 
     package: str | None
     required: bool = False
+    satisfies: str | None = None  # a required axis this one can stand in for (a successor)
 
 
 # The axis kinds the lab knows; a new kind is one entry here. Any other axis must say its `package`.
 AXIS_KINDS: Mapping[str, AxisKind] = {
     "torch": AxisKind(package="torch", required=True),
     "sgl-kernel": AxisKind(package="sgl-kernel", required=True),
-    "sglang-kernel": AxisKind(package="sglang-kernel"),  # sgl-kernel's successor (0.4.7+)
+    "sglang-kernel": AxisKind(package="sglang-kernel", satisfies="sgl-kernel"),  # sgl-kernel's successor
     "flashinfer": AxisKind(package="flashinfer-python", required=True),
     "sglang": AxisKind(package="sglang"),
     "cuda": AxisKind(package=None, required=True),  # the CUDA column
@@ -100,8 +104,14 @@ class AxisValue:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Axis:
+    """An axis: its values, and for one that selects them from its index, the selector (the values then
+    come from matrix.lock). ``package`` and ``index`` are the axis form's own (``[axes.NAME]``)."""
+
     name: str
     values: tuple[AxisValue, ...]
+    package: str | None = None
+    index: str | None = None
+    select: Selector | None = None
 
     @property
     def is_package(self) -> bool:
@@ -118,10 +128,11 @@ class Axis:
 class Rule:
     """A partial assignment (axis -> accepted versions) with what it means."""
 
-    kind: str  # exclude | include | expect
+    kind: str  # exclude | include | expect | force | neighbours
     match: Mapping[str, tuple[str, ...]]
     reason: str = ""
     expect: str | None = None  # "fail" for a known-bad combination
+    distance: int = 1  # neighbours: how many package axes away from a shipped stack a cell may be
 
     def matches(self, assignment: Mapping[str, str]) -> bool:
         for axis, versions in self.match.items():
@@ -151,6 +162,9 @@ class Install:
     default_index: str | None = None
     timeout: float = 3600.0
     retries: int = 1
+    # True: every axis pin is also a uv override, so the cell gets exactly its axis versions. None: so only
+    # in cells with an sglang axis (SGLang's own pins yield to the axis pins); False: never.
+    force: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,6 +186,9 @@ class Matrix:
     report: Report = dataclasses.field(default_factory=Report)
     perf: PerfConfig | None = None  # None: no [perf], the perf stage skips
     max_cells: int = DEFAULT_MAX_CELLS
+    lock: Lock | None = None  # matrix.lock, when there is one
+    digest: str = ""  # of the axes table: a lock with another digest is older than the matrix
+    notes: tuple[str, ...] = ()  # what a person should hear before the cells run (a stale lock)
 
     def axis(self, name: str) -> Axis:
         for axis in self.axes:
@@ -194,6 +211,14 @@ class Matrix:
             for arch in target.arch:
                 seen[arch] = None
         return tuple(seen)
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _same_version(a: str, b: str) -> bool:
@@ -223,11 +248,11 @@ def cuda_compatible(value_cuda: str, cell_cuda: str) -> bool:
 
 
 _VALUE_KEYS = frozenset({"version", "package", "index", "find-links", "cuda", "requires"})
-_AXIS_KEYS = frozenset({"package", "values"})
+_AXIS_KEYS = frozenset({"package", "values", "select", "index", "cuda"})
 _TOP_KEYS = frozenset(
     {"schema", "name", "max-cells", "axes", "rules", "install", "targets", "thresholds", "report", "perf"}
 )
-_INSTALL_KEYS = frozenset({"python", "overrides", "index-url", "timeout", "retries"})
+_INSTALL_KEYS = frozenset({"python", "overrides", "index-url", "timeout", "retries", "force"})
 _TARGET_KEYS = frozenset({"gpu", "arch", "gpus", "min-driver", "nccl-env", "not-needed"})
 _REPORT_KEYS = ("rows", "columns", "tables")
 
@@ -298,7 +323,82 @@ def _unknown_axis(ck: Checker, name: str, where: str) -> None:
                     f'with package = "..." on each value, or write [axes.{name}] with package and values')
 
 
-def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> tuple[list[Axis], set[str]]:
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Locking:
+    """What the axes are parsed against: the lock (None: there is none) and whether selected axes need it."""
+
+    lock: Lock | None
+    use: bool
+    path: str  # the lock's file name, for messages
+    # (axis, version) of values whose CUDA came from the lock or the axis form, not from the value itself
+    derived: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+
+
+def _axis_cuda(ck: Checker, raw: object, where: str) -> tuple[tuple[str, str], ...] | None:
+    """An axis form's ``cuda``: one version for every value, or a table of specifier -> version."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if isinstance(raw, str):
+        version = ck.version(raw, where)
+        return (("", version),) if version else None
+    if not isinstance(raw, dict):
+        ck.error(where, f'expected a CUDA version or a table like {{ ">=2.15" = "13.2" }}, got {show(raw)}')
+        return None
+    out = []
+    for spec, cuda in raw.items():
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            ck.error(f"{where}.{spec}", f"{spec!r} is not a version specifier (like '>=2.15' or '==2.14.*')")
+            continue
+        version = ck.version(cuda, f"{where}.{spec}")
+        if version:
+            out.append((spec, version))
+    return tuple(out)
+
+
+def _cuda_for(rules: tuple[tuple[str, str], ...], version: str) -> str | None:
+    from packaging.specifiers import SpecifierSet
+
+    for spec, cuda in rules:
+        if SpecifierSet(spec).contains(version, prereleases=True):
+            return cuda
+    return None
+
+
+def _selected_values(ck: Checker, name: str, where: str, select: Selector, listed: list[AxisValue], *,
+                     package: str | None, index: str | None, locking: _Locking) -> list[AxisValue] | None:
+    """The values of a selecting axis: the lock's versions (a listed value of the same version lends its
+    keys), then listed values the lock did not choose. None: the lock cannot say (reported)."""
+    if not locking.use:
+        return listed
+    if package is None:
+        return None
+    if locking.lock is None:
+        ck.error(where, f"selects its versions ({select.describe()}) from its index, and there is no "
+                        f"{locking.path}; run `compatlab lock` (or `nox -s lock`) to resolve them")
+        return None
+    locked = locking.lock.axes.get(name)
+    shown = redact(index or "")
+    if locked is None or locked.package != package or (index and locked.index != shown):
+        source = shown or "the default index"
+        ck.error(where, f"{locking.path} has no versions for this axis ({package} from {source}); "
+                        "run `compatlab lock` (or `nox -s lock`) to resolve them")
+        return None
+    by_version = {Version(v.version): v for v in listed}
+    values = []
+    for release in locked.versions:
+        mine = by_version.pop(Version(release.version), None)
+        if mine is not None:
+            values.append(mine if mine.cuda else dataclasses.replace(mine, cuda=release.cuda))
+        else:
+            values.append(AxisValue(axis=name, version=release.version, package=package, index=index,
+                                    cuda=release.cuda))
+    values.extend(by_version.values())
+    return values
+
+
+def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tuple[list[Axis], set[str]]:
     """The axes, and the names of those with a problem (rules do not repeat it as a missing value)."""
     raw_axes = ck.table(data, "", "axes")
     axes: list[Axis] = []
@@ -312,13 +412,30 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> tuple[list[Axis], set[s
             continue
         kind = AXIS_KINDS.get(name)
         package = kind.package if kind else None
-        if isinstance(raw, dict) and "values" in raw:  # [axes.NAME] with package and values
+        axis_package = axis_index = None
+        select: Selector | None = None
+        cuda_rules: tuple[tuple[str, str], ...] = ()
+        if isinstance(raw, dict) and ("values" in raw or "select" in raw):  # [axes.NAME]: the axis form
             ck.keys(raw, where, _AXIS_KEYS)
-            if "package" in raw and kind is not None and kind.package is None:
-                ck.error(f"{where}.package", f"axis {name!r} is not a package; remove this key")
+            if kind is not None and kind.package is None:
+                for key in ("package", "index", "select"):
+                    if key in raw:
+                        ck.error(f"{where}.{key}", f"axis {name!r} is not a package; remove this key")
             else:
-                package = ck.string(raw, where, "package") or package
-            items, item_where = raw["values"], f"{where}.values"
+                axis_package = ck.string(raw, where, "package")
+                package = axis_package or package
+                if "index" in raw:
+                    axis_index = ck.url(raw["index"], f"{where}.index")
+                if "select" in raw:
+                    select = parse_selector(ck, raw["select"], f"{where}.select")
+                    if select is None:
+                        broken.add(name)
+            if "cuda" in raw:
+                if name == "cuda":
+                    ck.error(f"{where}.cuda", "the cuda axis's own values have no 'cuda' key")
+                else:
+                    cuda_rules = _axis_cuda(ck, raw["cuda"], f"{where}.cuda") or ()
+            items, item_where = raw.get("values", []), f"{where}.values"
             if not isinstance(items, list):
                 ck.error(item_where, f"expected an array of values, got {show(items)}")
                 continue
@@ -329,8 +446,9 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> tuple[list[Axis], set[s
         if not isinstance(items, list):
             ck.error(where, f"expected an array of values, got {show(items)}")
             continue
-        if not items:
-            ck.error(item_where or where, "has no values; give at least one")
+        if not items and select is None and name not in broken:
+            ck.error(item_where or where, "has no values; give at least one, or select them with "
+                                          "select = { latest = N }")
             continue
         values: list[AxisValue] = []
         seen: set[Version] = set()
@@ -348,28 +466,87 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any]) -> tuple[list[Axis], set[s
                 ck.error(f"{sub}.version" if isinstance(item, dict) else sub, f"{value.version!r} is listed twice")
                 continue
             seen.add(parsed)
+            if axis_index and value.index is None:
+                value = dataclasses.replace(value, index=axis_index)
             values.append(value)
         if unnamed:
             broken.add(name)
-        if unnamed and len(unnamed) == len(items):
+        if unnamed and len(unnamed) == len(items) and select is None:
             _unknown_axis(ck, name, where)
         else:
             for sub in unnamed:
                 ck.error(f"{sub}.package", f"missing; {name!r} is not a known axis, so each value names "
                                            "the distribution it installs")
-        axes.append(Axis(name=name, values=tuple(values)))
+        if select is not None and package is None and kind is None:
+            ck.error(f"{where}.package", f"missing; {name!r} is not a known axis, so the axis names the "
+                                         "distribution it selects")
+            broken.add(name)
+        if select is not None:
+            chosen = _selected_values(ck, name, where, select, values, package=package, index=axis_index,
+                                      locking=locking)
+            if chosen is None:
+                broken.add(name)
+                chosen = values
+            values = chosen
+        elif locking.use and locking.lock is not None and name in locking.lock.axes:
+            # A listed axis: the lock knows the CUDA each release's own dependencies pin.
+            locked = locking.lock.axes[name]
+            values = [v if v.cuda or (r := locked.release(v.version)) is None else dataclasses.replace(v, cuda=r.cuda)
+                      for v in values]
+        if cuda_rules:
+            values = [v if v.cuda else dataclasses.replace(v, cuda=_cuda_for(cuda_rules, v.version)) for v in values]
+        explicit = {Version(str(item["version"])) for item in items
+                    if isinstance(item, dict) and "cuda" in item and isinstance(item.get("version"), str)
+                    and _is_version(item["version"])}
+        locking.derived.update((name, v.version) for v in values if v.cuda and Version(v.version) not in explicit)
+        axes.append(Axis(name=name, values=tuple(values), package=axis_package, index=axis_index, select=select))
+    present = {a.name for a in axes} | set(raw_axes)
+    stand_ins = {kind.satisfies for n, kind in AXIS_KINDS.items() if kind.satisfies and n in present}
     for required in REQUIRED_AXES:
-        if required not in raw_axes:
-            ck.error(f"axes.{required}", "missing; the lab needs the axes " + ", ".join(REQUIRED_AXES))
+        if required not in present and required not in stand_ins:
+            ck.error(f"axes.{required}", "missing; the lab needs the axes " + ", ".join(REQUIRED_AXES)
+                     + _stand_in_hint(required))
     return axes, broken
 
 
-def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken: set[str]) -> list[Rule]:
+def _stand_in_hint(required: str) -> str:
+    names = [n for n, kind in AXIS_KINDS.items() if kind.satisfies == required]
+    return f" ({' or '.join(names)} may stand in for {required})" if names else ""
+
+
+_NEIGHBOURS_KEYS = frozenset({"of", "distance", "reason"})
+
+
+def _parse_neighbours(ck: Checker, entries: object) -> list[Rule]:
+    """``[[rules.neighbours]] of = "shipped"``: only cells near a shipped stack of the lock run."""
+    if not isinstance(entries, list):
+        ck.error("rules.neighbours", f"expected an array of tables ([[rules.neighbours]]), got {show(entries)}")
+        return []
+    rules = []
+    for i, entry in enumerate(entries):
+        where = f"rules.neighbours[{i}]"
+        if not isinstance(entry, dict):
+            ck.error(where, f"expected a table, got {show(entry)}")
+            continue
+        ck.keys(entry, where, _NEIGHBOURS_KEYS)
+        if entry.get("of") != "shipped":
+            ck.error(f"{where}.of", f'expected "shipped" (the stacks the lock\'s releases pin), got '
+                                    f"{show(entry.get('of')) if 'of' in entry else 'nothing'}")
+        distance = ck.number(entry, where, "distance", integer=True, strict=False,
+                             expected="a non-negative integer")
+        reason = ck.string(entry, where, "reason") or ""
+        rules.append(Rule(kind="neighbours", match={}, reason=reason,
+                          distance=1 if distance is None else int(distance)))
+    return rules
+
+
+def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken: set[str],
+                 notes: list[str]) -> list[Rule]:
     raw_rules = ck.table(data, "", "rules")
-    ck.keys(raw_rules, "rules", {"exclude", "include", "expect"})
+    ck.keys(raw_rules, "rules", {"exclude", "include", "expect", "force", "neighbours"})
     by_name = {a.name: a for a in axes}
     rules: list[Rule] = []
-    for kind in ("exclude", "include", "expect"):
+    for kind in ("exclude", "include", "expect", "force"):
         entries = raw_rules.get(kind, [])
         if not isinstance(entries, list):
             ck.error(f"rules.{kind}", f"expected an array of tables ([[rules.{kind}]]), got {show(entries)}")
@@ -404,6 +581,13 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken:
                         ck.error(at, f"expected a version string, got {show(version)}")
                     elif ck.text(version, at) is None or key in broken:
                         continue
+                    elif by_name[key].find(version) is None and by_name[key].select is not None:
+                        # A selecting axis follows its index: a rule may name a version not chosen now.
+                        if ck.version(version, at) is not None:
+                            notes.append(f"{at}: {key} {version} is not among the versions selected now "
+                                         f"({', '.join(v.version for v in by_name[key].values) or 'none'}); "
+                                         "this rule matches no cell")
+                            ok.append(version)
                     elif by_name[key].find(version) is None:
                         known = ", ".join(v.version for v in by_name[key].values)
                         ck.error(at, f"{version!r} is not a value of axis {key!r} ({known})")
@@ -414,7 +598,9 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken:
             reason = ck.string(entry, where, "reason", required=kind in ("exclude", "expect")) or ""
             expect = None
             if "expect" in entry:
-                if kind == "exclude":
+                if kind == "force":
+                    ck.error(f"{where}.expect", "a force rule says how cells install; put expect in [[rules.expect]]")
+                elif kind == "exclude":
                     ck.error(f"{where}.expect", "an excluded cell does not run; move this rule to [[rules.expect]]")
                 elif entry["expect"] != "fail":
                     ck.error(f"{where}.expect", f"the only expectation is \"fail\", got {show(entry['expect'])}")
@@ -430,7 +616,11 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken:
                     ck.error(where, "an included cell names a value for every axis; missing " + ", ".join(missing))
             elif not any(k for k in entry if k not in RULE_META_KEYS):
                 ck.error(where, "names no axis, so it would match every cell")
+            if kind == "include" and any(by_name[a].find(v[0]) is None for a, v in match.items()):
+                continue  # it names a version its selecting axis does not have now (noted above)
             rules.append(Rule(kind=kind, match=match, reason=reason, expect=expect))
+    if "neighbours" in raw_rules:
+        rules.extend(_parse_neighbours(ck, raw_rules["neighbours"]))
     return rules
 
 
@@ -453,6 +643,11 @@ def _parse_install(ck: Checker, data: Mapping[str, Any]) -> Install:
                         expected="a non-negative integer")
     if retries is not None:
         fields["retries"] = retries
+    if "force" in raw:
+        if not isinstance(raw["force"], bool):
+            ck.error("install.force", f"expected true or false, got {show(raw['force'])}")
+        else:
+            fields["force"] = raw["force"]
     return Install(**fields)
 
 
@@ -558,9 +753,16 @@ def _parse_cap(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> int:
     return cap
 
 
-def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml") -> Matrix:
-    """Validate a parsed matrix.toml; raise ConfigError listing every problem."""
+def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lock | None = None,
+                 use_lock: bool = True) -> Matrix:
+    """Validate a parsed matrix.toml; raise ConfigError listing every problem.
+
+    A selecting axis takes its versions from *lock*; without one it is a problem, unless *use_lock* is
+    False (``compatlab lock`` reads the selectors so): then such an axis has only its listed values.
+    """
     ck = Checker()
+    notes: list[str] = []
+    locking = _Locking(lock=lock, use=use_lock, path=lock.path if lock else str(lock_path(path)))
     ck.keys(data, "", _TOP_KEYS)
     if "schema" in data:
         schema = data["schema"]
@@ -568,9 +770,9 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml") -> Matrix:
             ck.error("schema", f"this lab reads schema {SCHEMA_VERSION} (an integer), got {show(schema)}; "
                                f"write schema = {SCHEMA_VERSION}")
     name = ck.string(data, "", "name") or Path(path).stem
-    axes, broken = _parse_axes(ck, data)
+    axes, broken = _parse_axes(ck, data, locking)
     max_cells = _parse_cap(ck, data, axes)
-    rules = _parse_rules(ck, data, axes, broken)
+    rules = _parse_rules(ck, data, axes, broken, notes)
     install = _parse_install(ck, data)
     targets = _parse_targets(ck, data)
     report = _parse_report(ck, data, axes)
@@ -584,17 +786,33 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml") -> Matrix:
             for i, value in enumerate(axis.values):
                 if value.cuda and not any(cuda_compatible(value.cuda, c.version) for c in cuda_axis.values):
                     cols = ", ".join(c.version for c in cuda_axis.values)
-                    ck.error(f"axes.{axis.name}[{i}].cuda", f"{value.cuda!r} matches no value of axis 'cuda' ({cols})")
+                    if (axis.name, value.version) in locking.derived:
+                        # The index moved on to a CUDA the matrix has no column for: news, not a broken file.
+                        notes.append(f"axes.{axis.name}: {value.package or axis.name} {value.version} is a CUDA "
+                                     f"{value.cuda} build and no column of axis 'cuda' ({cols}) matches: its "
+                                     f"cells are n/a; add a cuda value {value.cuda!r} to test it")
+                    else:
+                        ck.error(f"axes.{axis.name}[{i}].cuda",
+                                 f"{value.cuda!r} matches no value of axis 'cuda' ({cols})")
+    digest = axes_digest(data.get("axes", {}))
+    if use_lock and lock is not None and lock.matrix_digest != digest:
+        notes.insert(0, f"{lock.path} is older than {path}: its axes changed since the lock was resolved "
+                        f"({lock.resolved}); run `compatlab lock` (or `nox -s lock`) to resolve them again")
     ck.sweep(data)
     ck.raise_if_any(path)
     return Matrix(
         path=path, name=name, axes=tuple(axes), rules=tuple(rules), install=install, targets=tuple(targets),
         thresholds=thresholds, report=report, perf=perf, max_cells=max_cells,
+        lock=lock if use_lock else None, digest=digest, notes=tuple(notes),
     )
 
 
-def load_matrix(path: str | Path) -> Matrix:
-    """Read and validate a matrix file: UTF-8 TOML, every problem reported at once (ConfigError, exit 2)."""
+def load_matrix(path: str | Path, *, use_lock: bool = True) -> Matrix:
+    """Read and validate a matrix file: UTF-8 TOML, every problem reported at once (ConfigError, exit 2).
+
+    Its lock (``lock_path``: ``matrix.toml`` → ``matrix.lock``) is read too, when there is one and
+    *use_lock*: the selecting axes' versions come from it.
+    """
     p = Path(path)
     shown = str(path)
     try:
@@ -616,4 +834,5 @@ def load_matrix(path: str | Path) -> Matrix:
         raise ConfigError(shown, [f"invalid TOML: {exc}"]) from None
     except RecursionError:
         raise ConfigError(shown, ["invalid TOML: arrays or tables nested too deeply to read"]) from None
-    return parse_matrix(data, shown)
+    lock = load_lock(lock_path(shown)) if use_lock else None
+    return parse_matrix(data, shown, lock=lock, use_lock=use_lock)

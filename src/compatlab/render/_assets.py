@@ -86,6 +86,9 @@ td.s-none{color:#8c959f;background:#fff}
 .tag{font-size:10.5px;line-height:1;padding:2px 5px;border-radius:9px;border:1px solid currentColor;
 text-transform:uppercase;letter-spacing:.3px;white-space:nowrap;font-weight:600}
 .tag.known{color:var(--fail);border-style:dashed;background:#fff}
+.tag.shipped{color:#0a5c36;background:#fff}
+.tag.forced{color:#9a6700;border-style:dotted;background:#fff}
+.answers ul{margin:4px 0 12px 18px;padding:0}
 .tag.unexpected{color:#fff;background:#8250df;border-color:#8250df}
 .tag.chg{color:#fff;border-color:transparent}
 .chg-newly-red{background:var(--fail)!important}.chg-newly-green{background:var(--pass)!important}

@@ -277,12 +277,13 @@ def fmt_number(value: float) -> str:
 
 
 def install_command(cell: CellResult) -> str | None:
+    """The cell's install as it ran: one uv command, or two joined by ``&&`` (a forced cell's packages
+    with their own index are installed first)."""
     import shlex
 
-    argv = cell.install.get("argv")
-    if isinstance(argv, list) and argv:
-        return shlex.join(str(a) for a in argv)
-    return None
+    parts = [shlex.join(str(a) for a in argv) for key in ("pre_argv", "argv")
+             if isinstance(argv := cell.install.get(key), list) and argv]
+    return " && ".join(parts) if parts and isinstance(cell.install.get("argv"), list) else None
 
 
 def join_nonempty(parts: Iterable[str], sep: str = " · ") -> str:

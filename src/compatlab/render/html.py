@@ -32,6 +32,7 @@ from compatlab.render._grid import (
     one_line,
     reason,
 )
+from compatlab.render.answers import answers, forced_marks, is_forced, shipped
 from compatlab.render.history import CHANGE_TITLES, Change
 from compatlab.render.markdown import printable, run_summary
 from compatlab.runs.model import CELL_STATES, SCHEMA, CellResult, StageResult
@@ -216,6 +217,12 @@ def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequenc
 
 def _badges(cell: CellResult, change: Change | None) -> str:
     out = ""
+    if shipped(cell):
+        title = f"{shipped(cell)}'s own pinned stack"
+        out += f'<span class="tag shipped" title="{_e(title)}">shipped together</span>'
+    if is_forced(cell):
+        title = "installed with the axis pins as overrides: " + ("; ".join(forced_marks(cell)) or "pins unknown")
+        out += f'<span class="tag forced" title="{_e(title)}">forced</span>'
     if is_known(cell):
         out += '<span class="tag known" title="the matrix expects this cell to fail">known</span>'
     if cell.unexpected:
@@ -420,6 +427,31 @@ def _runs_table(entries: Sequence[IndexEntry]) -> str:
     )
 
 
+def _answers(run: Run) -> str:
+    """The answers above the grid (render/answers.py)."""
+    found = answers(run)
+    if not run.cells:
+        return ""
+    items = []
+    if found.newest is None:
+        items.append("<p><b>Newest working stack:</b> none: no cell passed.</p>")
+    else:
+        cell = found.newest
+        marks = _badges(cell, None)
+        state = "green" if cell.state == "pass" else "amber: no GPU stage ran here"
+        items.append(f'<p><b>Newest working stack</b> ({_e(state)}): <a href="#c-{_e(cell.id)}">'
+                     f"{_e(label(cell.axes))}</a> {marks}</p>")
+        if found.command:
+            items.append(f"<pre>{_e(found.command)}</pre>")
+    if found.neighbours:
+        rows = "".join(
+            f'<li><a href="#c-{_e(n.red.id)}">{_e(n.sentence)}</a>'
+            + (f' → <a href="#c-{_e(n.green.id)}">{_e(n.green.id)}</a>' if n.green else "") + "</li>"
+            for n in found.neighbours)
+        items.append(f"<p><b>Each red cell's nearest working neighbour</b> (one axis changed):</p><ul>{rows}</ul>")
+    return f'<section class="answers"><h2 id="answers">Answers</h2>{"".join(items)}</section>'
+
+
 def render_html(
     run: Run,
     *,
@@ -451,6 +483,7 @@ def render_html(
     body = [
         f'<h1>Run <code>{_e(run.id)}</code></h1><dl class="facts">{dl}</dl>',
         f'<div class="bar">{_counts(run)}{_TOOLS}</div>',
+        _answers(run),
         _changes(changes, previous),
         _LEGEND,
         *(_table(t, by_cell, series or {}) for t in tables),

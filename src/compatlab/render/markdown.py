@@ -28,6 +28,7 @@ from compatlab.render._grid import (
     reason,
     run_from_json,
 )
+from compatlab.render.answers import answers, is_forced, shipped
 from compatlab.render.history import CHANGE_TITLES, diff_runs
 from compatlab.runs.model import CELL_STATES, CellResult
 from compatlab.urls import redact_text
@@ -125,6 +126,10 @@ def md_cell(cell: CellResult | None) -> str:
     text = f"{SYMBOLS[cell.state]} {word}"
     if cell.unexpected:
         text += " *(unexpected)*"
+    if shipped(cell):
+        text += " *(shipped together)*"
+    if is_forced(cell):
+        text += " *(forced)*"
     if cell.state != "pass":
         stage = culprit(cell)
         why = one_line(reason(cell), MD_REASON_LIMIT)
@@ -136,6 +141,27 @@ def md_cell(cell: CellResult | None) -> str:
     if figs:
         text += f" ({md_text(figs)})"
     return text
+
+
+def answers_md(run: Run) -> list[str]:
+    """The answers above the grid (render/answers.py), as Markdown lines."""
+    if not run.cells:
+        return []
+    found = answers(run)
+    lines = ["", "## Answers", ""]
+    if found.newest is None:
+        lines.append("**Newest working stack:** none: no cell passed.")
+    else:
+        cell = found.newest
+        state = "green" if cell.state == "pass" else "amber: no GPU stage ran here"
+        marks = (" *(shipped together)*" if shipped(cell) else "") + (" *(forced)*" if is_forced(cell) else "")
+        lines.append(f"**Newest working stack** ({state}): {md_text(label(cell.axes))}{marks}")
+        if found.command:
+            lines += ["", "```sh", printable(found.command), "```"]
+    if found.neighbours:
+        lines += ["", "**Each red cell's nearest working neighbour** (one axis changed):", ""]
+        lines += [f"- {md_text(n.sentence)}" for n in found.neighbours]
+    return lines
 
 
 def render_markdown(run: Run) -> str:
@@ -150,6 +176,7 @@ def render_markdown(run: Run) -> str:
         f"driver {md_text(facts['driver'])}",
         "",
         counts_line(run),
+        *answers_md(run),
     ]
     for table in layout(run):
         lines += ["", f"## {md_text(table.title)}", ""]

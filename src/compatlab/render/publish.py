@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -9,10 +10,12 @@ from pathlib import Path
 
 from compatlab.errors import ConfigError
 from compatlab.render._grid import Run, load
+from compatlab.render.answers import answers_json
 from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
 from compatlab.render.html import IndexEntry, render_html, render_index
-from compatlab.render.markdown import compat_md_diff, render_markdown
+from compatlab.render.markdown import compat_md_diff, printable, render_markdown
 from compatlab.runs import store
+from compatlab.urls import redact_text
 
 __all__ = ["publish", "write_run", "write_text_atomic"]
 
@@ -40,8 +43,9 @@ def write_run(
     *,
     nav: list[tuple[str, str]] | None = None,
     runs: list[IndexEntry] | None = None,
+    news: str = "",
 ) -> list[Path]:
-    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run).
+    """Write index.html, compat.md, results.json (and changes.md when there is an earlier run or *news*).
 
     Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun).
     """
@@ -55,12 +59,17 @@ def write_run(
         nav=nav or [],
         runs=runs or [],
     )
-    files = {"index.html": page, "compat.md": render_markdown(run)}
+    files = {"index.html": page, "compat.md": render_markdown(run),
+             # Redacted as every other file: the commands and reasons in it came from results.
+             "answers.json": redact_text(json.dumps(answers_json(run), indent=2)) + "\n"}
+    changed = [printable(news).rstrip("\n") + "\n"] if news.strip() else []
     if previous is not None:
-        files["changes.md"] = compat_md_diff(previous, run)
+        changed.append(compat_md_diff(previous, run))
+    if changed:
+        files["changes.md"] = "\n".join(changed)
     store.write_latest(out_dir, run.results, files=files)
-    written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "results.json"]
-    if previous is not None:
+    written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "answers.json", out_dir / "results.json"]
+    if changed:
         written.append(out_dir / "changes.md")
     log.info("wrote %s", ", ".join(str(p) for p in written))
     return written

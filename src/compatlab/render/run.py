@@ -15,12 +15,14 @@ DEFAULT_RESULTS = Path("reports/latest/results.json")
 DEFAULT_RUNS = Path("reports/runs")
 
 
-def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None) -> list[Path]:
+def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None, news: str = "") -> list[Path]:
     """Render *results_path* into *out_dir*: index.html, compat.md, results.json (a copy).
 
     With *history_dir* (``reports/runs``), the page marks what changed since the previous run (by start
-    time), draws perf sparklines over recent runs, and changes.md is written too. Returns the paths
-    written. Raises ConfigError naming the file when the results cannot be read.
+    time), draws perf sparklines over recent runs, and changes.md is written too. *news* (Markdown, as
+    ``compatlab lock --news`` writes it: the upstream releases new since the previous lock) leads
+    changes.md, which is then written even for a first run. Returns the paths written.
+    Raises ConfigError naming the file when the results cannot be read.
     """
     run = load(results_path)
     history: list[Run] = []
@@ -28,4 +30,4 @@ def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None) -
         if not history_dir.is_dir():
             raise ConfigError(str(history_dir), ["history: not a directory of runs (<run-id>/results.json)"])
         history = load_runs(history_dir)
-    return write_run(run, out_dir, history)
+    return write_run(run, out_dir, history, news=news)

@@ -170,7 +170,7 @@ def test_missing_axes_and_bad_expectations(tmp_path: Path) -> None:
     torch = "2.9.1"
     """
     assert problems(tmp_path, text) == [
-        "axes.sgl-kernel: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
+        "axes.sgl-kernel: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda (sglang-kernel may stand in for sgl-kernel)",
         "axes.flashinfer: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
         "axes.cuda: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
         "rules.exclude[0].expect: an excluded cell does not run; move this rule to [[rules.expect]]",
@@ -212,13 +212,25 @@ def test_cli_exits_2_with_one_message_and_no_traceback(tmp_path: Path) -> None:
 
 
 def test_shipped_matrices_are_valid() -> None:
-    default = load_matrix(ROOT / "matrix.toml")
-    cells = expand(default)
+    pinned = load_matrix(ROOT / "examples" / "pinned-2026-01.toml")  # the seed's matrix, its traps testable
+    cells = expand(pinned)
     assert len(cells) == 12
+    assert sum(c.na is None for c in cells) == 6
+    default = load_matrix(ROOT / "matrix.toml")  # today's stack, by selectors, from the committed lock
+    assert default.notes == ()
+    cells = expand(default)
+    assert len(cells) == 72
+    assert sorted(c.id for c in cells if c.shipped) == [
+        "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-cuda12.8",
+        "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-cuda13.0",
+        "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-cuda13.2",
+    ]
     assert sum(c.na is None for c in cells) == 6
     born = load_matrix(ROOT / "examples" / "born-from.toml")
     (cell,) = expand(born)
-    assert cell.axes == {"torch": "2.9.1+cu130", "sgl-kernel": "0.3.21+cu130", "flashinfer": "0.6.4", "cuda": "13.0"}
+    assert cell.axes == {"torch": "2.9.1+cu130", "sgl-kernel": "0.3.21+cu130", "flashinfer": "0.6.4", "sglang": "0.5.9",
+                         "cuda": "13.0"}
+    assert cell.force  # SGLang's own pins yield to the axis pins
     assert born.archs == ("sm_120",)
 
 

@@ -71,7 +71,7 @@ def test_report_shows_no_credential_and_no_hidden_character(tmp_path: Path) -> N
     src.write_text(json.dumps(leaky_results(), ensure_ascii=False), encoding="utf-8")
     render_run(src, tmp_path / "out", history_dir=None)
     files = every_file(tmp_path / "out")
-    assert sorted(files) == ["compat.md", "index.html", "results.json"]
+    assert sorted(files) == ["answers.json", "compat.md", "index.html", "results.json"]
     for name, text in files.items():
         assert PASSWORD not in text, name
         for ch in "\u202e\u202c\u2066\u2069\u200f\x1b":
@@ -96,7 +96,8 @@ def test_the_published_site_carries_no_credential(tmp_path: Path) -> None:
     (runs / "results.json").write_text(json.dumps(leaky_results()), encoding="utf-8")
     publish(tmp_path / "site", tmp_path / "runs")
     files = every_file(tmp_path / "site")
-    assert sorted(files) == [".nojekyll", "compat.md", "index.html", "results.json", "runs/20261202T101500Z-ab12/compat.md",
+    assert sorted(files) == [".nojekyll", "answers.json", "compat.md", "index.html", "results.json",
+                             "runs/20261202T101500Z-ab12/answers.json", "runs/20261202T101500Z-ab12/compat.md",
                              "runs/20261202T101500Z-ab12/index.html", "runs/20261202T101500Z-ab12/results.json",
                              "runs/index.html"]
     assert [name for name, text in files.items() if PASSWORD in text] == []

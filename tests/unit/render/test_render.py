@@ -220,7 +220,7 @@ def td_cells(page: str) -> list[str]:
 def test_markdown_matches_snapshot(tmp_path: Path) -> None:
     src = write(tmp_path / "in" / "results.json", results(base_cells()))
     written = render_run(src, tmp_path / "out", history_dir=None)
-    assert [p.name for p in written] == ["index.html", "compat.md", "results.json"]
+    assert [p.name for p in written] == ["index.html", "compat.md", "answers.json", "results.json"]
     text = (tmp_path / "out" / "compat.md").read_text(encoding="utf-8")
     snapshot = SNAPSHOTS / "compat.md"
     if UPDATE:
@@ -450,7 +450,7 @@ def test_report_marks_changes_against_the_previous_run_by_start_time(tmp_path: P
     write(runs / "z-ancient" / "results.json", ancient)
     latest = write(tmp_path / "reports" / "latest" / "results.json", new)
     written = render_run(latest, latest.parent, history_dir=runs)
-    assert [p.name for p in written] == ["index.html", "compat.md", "results.json", "changes.md"]
+    assert [p.name for p in written] == ["index.html", "compat.md", "answers.json", "results.json", "changes.md"]
     page = (latest.parent / "index.html").read_text(encoding="utf-8")
     assert "5 changes since run <code>20261201T101500Z-aa00</code>" in page
     assert 'class="cell s-fail changed" id="c-torch2.9.1-sglkernel0.3.21-flashinfer0.7.4-cuda12.8"' in page
@@ -540,12 +540,14 @@ def test_cli_defaults_to_reports_latest(
     assert capsys.readouterr().out.splitlines() == [
         "reports/latest/index.html",
         "reports/latest/compat.md",
+        "reports/latest/answers.json",
         "reports/latest/results.json",
         "reports/latest/changes.md",
     ]
     # As `compatlab report …` hands it over: without the subcommand's name.
     assert main(["report", "reports/latest/results.json", "--out", "site", "--no-history"]) == 0
     assert sorted(p.name for p in (tmp_path / "site").iterdir()) == [
+        "answers.json",
         "compat.md",
         "index.html",
         "results.json",

@@ -1,0 +1,144 @@
+"""Answers above the grid: the newest stack that works, and for every red cell the nearest one that does.
+
+A box owner's question is the next upgrade. From a run's cells alone:
+
+- **The newest working stack**: among the cells that passed (green) or passed everything this machine
+  could check (amber: no GPU ran), the newest, comparing the grid's axes in the matrix's order (the first
+  axis dominates: with an ``sglang`` axis first, the newest SGLang wins, then its torch …), each by its
+  PEP 440 version. The answer gives its exact install command, as the cell ran it. Results hold one
+  verdict per cell for every target of the matrix together, so this is the answer for all its targets.
+- **For every red cell, its nearest green neighbour**: a working cell that differs on exactly one axis,
+  the ``tables`` axes (the CUDA column) apart, which follow the component that moved: "torch 2.15.0 fails
+  at import (…); torch 2.14.1 passes". Of several, the one whose changed version is closest in the axis's
+  order, then the newer.
+
+The install record of a cell says whether it was "shipped together" (``install.shipped``: a release's
+own pinned stack) and "forced" (``install.forced`` with the pins it broke in ``install.conflicts``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from compatlab.render._grid import Run, culprit, install_command, label, one_line, reason
+from compatlab.runs.model import CellResult
+
+__all__ = ["Answers", "Neighbour", "answers", "answers_json", "forced_marks", "is_forced", "shipped"]
+
+GREEN = ("pass", "partial")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Neighbour:
+    """A red cell and its nearest working cell one axis away (``green`` None: there is none)."""
+
+    red: CellResult
+    green: CellResult | None
+    axis: str = ""
+    sentence: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Answers:
+    newest: CellResult | None
+    command: str | None
+    neighbours: tuple[Neighbour, ...]
+
+
+def shipped(cell: CellResult) -> str:
+    """The release whose own pinned stack this cell is (``sglang 0.5.23``), or ''."""
+    value = cell.install.get("shipped")
+    return value if isinstance(value, str) else ""
+
+
+def is_forced(cell: CellResult) -> bool:
+    """Installed with its axis pins as overrides, against a pin of its own releases (or pins unknown)."""
+    if cell.install.get("forced") is not True:
+        return False
+    broken = cell.install.get("conflicts")
+    return broken is None or (isinstance(broken, list) and bool(broken))
+
+
+def forced_marks(cell: CellResult) -> list[str]:
+    """The pins a forced cell broke, for a tooltip: ``sglang 0.5.23 pins torch==2.14.1``."""
+    broken = cell.install.get("conflicts")
+    return [str(b) for b in broken] if isinstance(broken, list) else []
+
+
+def _version(text: str) -> tuple[int, Version | str]:
+    try:
+        return (1, Version(text))
+    except InvalidVersion:
+        return (0, text)
+
+
+def _axes(run: Run) -> list[str]:
+    """The axes compared, in the matrix's order: every axis of the run but its ``tables`` axes."""
+    names = list(run.axes) or [a for c in run.cells for a in c.axes]
+    return [a for a in dict.fromkeys(names) if a not in run.tables]
+
+
+def _newness(cell: CellResult, axes: list[str]) -> tuple[Any, ...]:
+    return tuple(_version(cell.axes.get(a, "")) for a in axes)
+
+
+def _state_word(cell: CellResult) -> str:
+    return "passes" if cell.state == "pass" else "passes what ran here (partial: no GPU stage ran)"
+
+
+def _neighbour(red: CellResult, green: list[CellResult], axes: list[str], run: Run) -> Neighbour:
+    found: list[tuple[int, str, CellResult]] = []
+    for cell in green:
+        differ = [a for a in axes if cell.axes.get(a) != red.axes.get(a)]
+        if len(differ) != 1:
+            continue
+        axis = differ[0]
+        order = list(run.axes.get(axis, ())) or sorted({c.axes.get(axis, "") for c in run.cells}, key=_version)
+        here, there = red.axes.get(axis, ""), cell.axes.get(axis, "")
+        gap = abs(order.index(here) - order.index(there)) if here in order and there in order else len(order)
+        found.append((gap, axis, cell))
+    if not found:
+        return Neighbour(red=red, green=None, sentence=f"{label(red.axes)}: no working cell one axis away")
+    closest = min(f[0] for f in found)
+    _, axis, cell = max((f for f in found if f[0] == closest), key=lambda f: _newness(f[2], axes))
+    stage = culprit(red)
+    why = one_line(reason(red))
+    at = f" at {stage.name}" if stage is not None else ""
+    rest = label({a: v for a, v in red.axes.items() if a != axis and a not in run.tables})
+    sentence = (f"{axis} {red.axes.get(axis, '')} fails{at}" + (f" ({why})" if why else "")
+                + f" with {rest}; {axis} {cell.axes.get(axis, '')} {_state_word(cell)}")
+    return Neighbour(red=red, green=cell, axis=axis, sentence=sentence)
+
+
+def answers(run: Run) -> Answers:
+    """The answers of *run* (see the module docstring)."""
+    axes = _axes(run)
+    green = [c for c in run.cells if c.state in GREEN]
+    newest = max(green, key=lambda c: (_newness(c, axes), c.state == "pass"), default=None)
+    reds = [c for c in run.cells if c.state == "fail"]
+    return Answers(newest=newest, command=install_command(newest) if newest is not None else None,
+                   neighbours=tuple(_neighbour(r, green, axes, run) for r in reds))
+
+
+def _cell_json(cell: CellResult) -> dict[str, Any]:
+    return {"id": cell.id, "axes": dict(cell.axes), "state": cell.state, "shipped": shipped(cell),
+            "forced": is_forced(cell)}
+
+
+def answers_json(run: Run) -> dict[str, Any]:
+    """answers.json: what the page and compat.md say above the grid, for tools."""
+    found = answers(run)
+    newest: Mapping[str, Any] | None = None
+    if found.newest is not None:
+        newest = {**_cell_json(found.newest), "command": found.command}
+    return {
+        "schema": "compatlab.answers/1",
+        "run": run.id,
+        "newest": newest,
+        "neighbours": [{"red": _cell_json(n.red), "green": _cell_json(n.green) if n.green else None,
+                        "axis": n.axis, "sentence": n.sentence} for n in found.neighbours],
+    }
