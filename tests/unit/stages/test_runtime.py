@@ -196,3 +196,23 @@ def test_a_torch_that_will_not_import_falls_back_to_one_process_per_module(
                                                      "missing shared library libtorch_cuda.so (and 4 more)")
     assert (forked.state, forked.reason) == (alone.state, alone.reason)
     assert _verdicts(forked) == _verdicts(alone)
+
+
+@pytest.mark.slow
+def test_a_module_that_crashes_loaded_alone_but_not_through_its_package_is_fine(tmp_path: Path) -> None:
+    """Its init needs what its package's __init__ sets up first: by path it dies, by name it loads."""
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the stand-in path cannot be shown here")
+    venv, pkg = _make_cell(tmp_path)
+    (pkg / "sm90" / f"ops{EXT_SUFFIX}").unlink()  # only the module under test may fail here
+    (pkg / "__init__.py").write_text("import os\nos.environ['FAKESTACK_READY'] = '1'\n", encoding="utf-8")
+    ext_module(pkg, "needs_setup", 'if (!getenv("FAKESTACK_READY")) raise(SIGSEGV);',
+               prelude="#include <signal.h>\n#include <stdlib.h>")
+    with (pkg.parent / "fakestack-1.0.dist-info" / "RECORD").open("a", encoding="utf-8") as record:
+        record.write(f"fakestack/needs_setup{EXT_SUFFIX},,\n")
+    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+    result = runtime.run_import_stage(ctx)
+    entry = next(e for e in result.details["modules"] if e["module"].startswith("fakestack/needs_setup"))
+    assert entry["ok"] is True
+    assert entry["loaded"] == (f"by name (import fakestack.needs_setup): by path, fakestack/needs_setup{EXT_SUFFIX}: "
+                               "crashed with SIGSEGV while loading")

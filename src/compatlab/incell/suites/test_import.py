@@ -146,10 +146,11 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dic
             continue  # the stand-in lacked a driver entry point, not the stack a symbol
         break
     by_name, first = False, failure
-    if failure is not None and failure.kind == "import-error" and target.path is not None:
+    if failure is not None and failure.kind in ("import-error", "signal") and target.path is not None:
         # Python refused the module loaded by path beside its package (numpy's _multiarray_umath imports
-        # numpy, which loads it again: "cannot load module more than once"); it linked, so import it by
-        # its name, in a process of its own, as its package does. A link failure is never retried.
+        # numpy, which loads it again: "cannot load module more than once"), or its init crashed because
+        # its package had not set it up first (h5py's defs, jaxlib's MLIR dialects); it linked, so import
+        # it by its name, in a process of its own, as its package does. A link failure is never retried.
         again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
         if again is None:
             failure, by_name = None, True

@@ -9,9 +9,14 @@ which never run. So a module of P is
 - **needed** when a chain of unguarded module-level imports leads from ``P/__init__.py`` to it;
 - **not needed** when P's code imports it only inside functions (a lazily chosen backend: numba's
   threading layers) or only under an ImportError guard (an optional speed-up);
-- **unknown** otherwise: nothing imports it by name, or a module that ``import P`` runs names it in a
+- **not needed** also when P has Python code and none of it imports the module or names it (jaxlib's MLIR
+  dialects, a Tk backend of matplotlib): ``import P`` cannot reach it;
+- **unknown** otherwise: P has no Python code to read, or a module that ``import P`` runs names it in a
   string (a loader that picks a build by path at import time, as sgl_kernel does for ``sm90/`` and
   ``sm100/common_ops``). Unknown counts as needed: red stays red unless the code says otherwise.
+
+A module judged not needed here is only a warning once the import stage confirms it: ``import P``
+loaded, and had not mapped the module when it finished.
 
 Where the package says what a lazily imported module is for, the reason carries it: the docstring of
 the function that imports it, or the message its ImportError handler raises or warns with.
@@ -298,7 +303,11 @@ class ImportGraph:
                             why=f"{mod.file}, which `import {self.top}` runs, names {stem!r}: it may load it by path")
         refs = list(self.references(dotted))
         if not refs:
-            return Need(needed=_UNKNOWN, why=f"no Python code of {self.top} imports it")
+            if self.module(self.top) is None:  # no Python to read (a bare extension, a namespace): unknown
+                return Need(needed=_UNKNOWN, why=f"no Python code of {self.top} imports it")
+            # `import P` ran P's code, which neither imports the module nor names it: the import stage
+            # confirms it (P imported without mapping it) before this is a warning.
+            return Need(needed=_NOT_NEEDED, why=f"no Python code of {self.top} imports it or names it")
         own = [r for r in refs if not _is_test(r.file)] or refs
         ref = (next((r for r in own if r.guarded and not r.function), None)
                or next((r for r in own if r.feature), None) or own[0])

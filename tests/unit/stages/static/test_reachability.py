@@ -111,8 +111,17 @@ def test_a_module_named_by_a_string_that_import_runs_stays_red(tmp_path: Path, c
         "pkg/__init__.py, which `import pkg` runs, names '_opt': it may load it by path")
 
 
-def test_a_module_nothing_imports_stays_red(tmp_path: Path, cache: ElfCache) -> None:
+def test_a_module_no_python_code_imports_or_names_is_a_warning(tmp_path: Path, cache: ElfCache) -> None:
     sp = _package(tmp_path, "")
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert (report.state, report.reason) == (
+        "warn", MISSING + "; `import pkg` does not need it (no Python code of pkg imports it or names it)")
+    assert report.of("warn")[0].details["import_needs"] == "no"
+
+
+def test_a_package_without_python_code_stays_red(tmp_path: Path, cache: ElfCache) -> None:
+    sp = _package(tmp_path, "")
+    (sp / "pkg" / "__init__.py").unlink()  # nothing to read: what `import pkg.…` needs is unknown
     report = check_site_packages(sp, archs=[], cache=cache)
     assert (report.state, report.reason) == ("fail", MISSING)
     assert report.of("fail")[0].details["import_needs"] == "unknown"
@@ -138,7 +147,8 @@ def test_the_graph_follows_class_bodies_and_skips_type_checking_and_functions(tm
     assert guarded == set()
     assert graph.need("p.sub.eager").needed == "yes"
     assert (graph.need("p.lazy").needed, graph.need("p.lazy").why) == ("no", "only imported inside f() (p/__init__.py:8)")
-    assert (graph.need("p.typed").needed, graph.need("p.typed").why) == ("unknown", "no Python code of p imports it")
+    assert (graph.need("p.typed").needed, graph.need("p.typed").why) == (
+        "no", "no Python code of p imports it or names it")
 
 
 def _dist_info(sp: Path, name: str, version: str) -> None:

@@ -72,7 +72,8 @@ def _torch_and_kern(root: Path, torch_version: str, check_source: str, *, kern_r
     built_with = _cc(build / "libc10.so", CHECK_INT, "-Wl,-soname,libc10.so")
     _cc(sp / "kern" / "_ops.abi3.so", CONSUMER, f"-L{built_with.parent}", "-lc10")
     _cc(sp / "torch" / "lib" / "libc10.so", check_source, "-Wl,-soname,libc10.so")
-    (sp / "kern" / "__init__.py").write_text("", encoding="utf-8")
+    # `import kern` loads its extension, as a real kernel package does: what fails here, `import` needs.
+    (sp / "kern" / "__init__.py").write_text("from . import _ops\n", encoding="utf-8")
     _dist(sp, "torch", torch_version, ["torch/lib/libc10.so"])
     _dist(sp, "kern", "1.0", ["kern/_ops.abi3.so", "kern/__init__.py"], requires=kern_requires,
           tag="cp310-abi3-manylinux_2_28_x86_64")
@@ -282,6 +283,7 @@ def test_stage_reports_the_first_failure_and_counts_the_rest(tmp_path: Path,
     monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
     sp = _torch_and_kern(tmp_path, "2.10.0", CHECK_UNSIGNED)
     _cc(sp / "kern" / "_more.abi3.so", CONSUMER, f"-L{tmp_path / 'build'}", "-lc10")
+    (sp / "kern" / "__init__.py").write_text("from . import _more, _ops\n", encoding="utf-8")
     # A package the cell does not declare is not judged, however broken.
     _cc(sp / "other" / "_x.abi3.so", CONSUMER, f"-L{tmp_path / 'build'}", "-lc10")
     _dist(sp, "other", "0.1", ["other/_x.abi3.so"])
