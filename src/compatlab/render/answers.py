@@ -49,6 +49,23 @@ class Answers:
     neighbours: tuple[Neighbour, ...]
 
 
+
+def portable_command(cell: CellResult) -> str | None:
+    """The stack as a command a box owner runs in their own venv (no paths of this machine): the pins as
+    uv got them and, for a forced cell, the same pins as overrides (a file made on the spot). Packages
+    from their own index say so in the cell's install spec. Else the install as the cell ran it."""
+    import shlex
+
+    requirements = [r for r in cell.install.get("requirements") or [] if isinstance(r, str)]
+    if not requirements:
+        return install_command(cell)
+    overrides = [r for r in cell.install.get("overrides") or [] if isinstance(r, str)]
+    command = shlex.join(["uv", "pip", "install", *requirements])
+    if overrides:
+        command = (shlex.join(["printf", r"%s\n", *overrides]) + " > overrides.txt && " + command
+                   + " --override overrides.txt")
+    return command
+
 def shipped(cell: CellResult) -> str:
     """The release whose own pinned stack this cell is (``sglang 0.5.23``), or ''."""
     value = cell.install.get("shipped")
@@ -120,7 +137,7 @@ def answers(run: Run) -> Answers:
     green = [c for c in run.cells if c.state in GREEN]
     newest = max(green, key=lambda c: (_newness(c, axes), c.state == "pass"), default=None)
     reds = [c for c in run.cells if c.state == "fail"]
-    return Answers(newest=newest, command=install_command(newest) if newest is not None else None,
+    return Answers(newest=newest, command=portable_command(newest) if newest is not None else None,
                    neighbours=tuple(_neighbour(r, green, axes, run) for r in reds))
 
 

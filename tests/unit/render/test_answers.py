@@ -110,3 +110,15 @@ def test_answers_and_marks_in_html_markdown_and_json(tmp_path: Path) -> None:
 def test_no_working_cell_says_so() -> None:
     found = answers(run_from_json(run_json([CELLS[1]]), "results.json"))
     assert (found.newest, found.command) == (None, None)
+
+
+def test_the_answer_is_a_command_for_the_users_own_venv() -> None:
+    from compatlab.render.answers import portable_command
+    from compatlab.runs.model import CellResult
+
+    cell = CellResult(id="c", axes={"torch": "2.14.1"}, state="partial", install={
+        "argv": ["/abs/uv", "pip", "install", "--python", "/abs/venvs/run/c/bin/python", "-r", "/abs/spec"],
+        "requirements": ["sglang==0.5.23", "torch==2.14.1"], "overrides": ["torch==2.14.1"]})
+    assert portable_command(cell) == (
+        "printf '%s\\n' torch==2.14.1 > overrides.txt && uv pip install sglang==0.5.23 torch==2.14.1 "
+        "--override overrides.txt")
