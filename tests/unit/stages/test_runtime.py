@@ -216,3 +216,23 @@ def test_a_module_that_crashes_loaded_alone_but_not_through_its_package_is_fine(
     assert entry["ok"] is True
     assert entry["loaded"] == (f"by name (import fakestack.needs_setup): by path, fakestack/needs_setup{EXT_SUFFIX}: "
                                "crashed with SIGSEGV while loading")
+
+
+@pytest.mark.slow
+def test_a_clean_linking_module_no_code_imports_is_a_warning_when_its_init_fails(tmp_path: Path) -> None:
+    """It links, so static finds nothing; its init raises; `import fakestack` never loads it: a warning."""
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the stand-in path cannot be shown here")
+    from compatlab.stages.static.stage import run_static_stage
+
+    venv, pkg = _make_cell(tmp_path)
+    (pkg / "sm90" / f"ops{EXT_SUFFIX}").unlink()
+    ext_module(pkg, "tkish", 'PyErr_SetString(PyExc_ImportError, "initialization failed"); return NULL;')
+    with (pkg.parent / "fakestack-1.0.dist-info" / "RECORD").open("a", encoding="utf-8") as record:
+        record.write(f"fakestack/tkish{EXT_SUFFIX},,\n")
+    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+    assert run_static_stage(ctx).state != "fail"
+    result = runtime.run_import_stage(ctx)
+    entry = next(e for e in result.details["modules"] if e["module"] == f"fakestack/tkish{EXT_SUFFIX}")
+    assert entry["needed"] is False
+    assert result.state == "warn"

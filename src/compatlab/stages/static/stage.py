@@ -653,6 +653,12 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                         f.details["feature"] = need.feature
             if need.optional:
                 not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
+        elif is_extension(Path(mpath), py):
+            # Clean here, but the import stage may still fail to load it (its init raises, a sibling must
+            # be loaded first): whether `import` needs it is said for every module, for that stage to use.
+            need = needs.of(ck.rel(mpath), [])
+            if need.optional:
+                not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
     findings.extend(_by_name_findings(ck, modules, packages))
