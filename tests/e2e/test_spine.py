@@ -201,7 +201,9 @@ def test_a_signal_keeps_finished_cells_and_leaves_no_install_running(tmp_path: P
                                                                      signum: int) -> None:
     with _run_until_hung(tmp_path, index_url) as proc:
         os.killpg(proc.pid, signum)
-        proc.communicate(timeout=120)
+        # A loaded CI machine can take its time to unwind nox and the cell; a real hang is killed below.
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode != 0, out.decode(errors="replace")[-2000:]
     assert proc.returncode != 0
     written = {p.stem for p in (tmp_path / "reports" / "runs" / "int" / "cells").glob("*.json")}
     assert FINISHED in written
