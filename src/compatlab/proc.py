@@ -52,13 +52,20 @@ def _raise(signum: int, frame: FrameType | None) -> None:
     raise Terminated(signum)
 
 
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def signals_interrupt(*, parent_death: bool = True) -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise ``Terminated`` (a KeyboardInterrupt), as SIGINT does.
+    """Within the block, SIGINT raises KeyboardInterrupt, and SIGTERM and SIGHUP ``Terminated`` (one).
 
     With *parent_death* (Linux), the process also gets SIGTERM when its parent dies, ``kill -9`` included.
     """
-    old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGINT too: a process started in the background by a shell inherits SIGINT ignored, and Python then
+    # never turns it into KeyboardInterrupt; a cell must stop on it all the same.
+    old = {s: signal.signal(s, _raise_interrupt if s == signal.SIGINT else _raise)
+           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     if parent_death and sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)

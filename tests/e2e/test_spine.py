@@ -160,9 +160,12 @@ def _run_until_hung(tmp_path: Path, index_url: str) -> Iterator[subprocess.Popen
         "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"), "COMPATLAB_REPORTS": str(tmp_path / "reports"),
         "COMPATLAB_VENVS": str(tmp_path / "venvs"), "COMPATLAB_RUN_ID": "int", "UV_PYTHON_DOWNLOADS": "never",
     }
+    # As from a terminal: SIGINT at its default, even where this test itself was started in the background
+    # (a shell then hands SIGINT down ignored, and nox would never see the Ctrl-C).
     proc = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
     hang_venv = tmp_path / "venvs" / "int" / HANGING
     try:
         deadline = time.monotonic() + 300
