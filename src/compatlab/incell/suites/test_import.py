@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from compatlab.incell import fakecuda, forkserver, loadcheck
+from compatlab.incell import fakecuda, forkserver, loadcheck, reach
 from compatlab.incell.proc import Completed
 
 _DRIVER_SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
@@ -188,7 +188,18 @@ def _own_mapped(entries: list[dict[str, Any]], owned: dict[str, dict[str, str]])
             e["mapped"] = sorted({own[p] for p in map(os.path.realpath, mapped) if p in own})
 
 
-def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _reach(site_packages: str | None, label: str) -> dict[str, str] | None:
+    """What the package's import graph says of a module static did not judge: {package, why, feature}
+    when `import <package>` cannot reach it, else None."""
+    if not site_packages or not label.endswith(".so") or "/" not in label:
+        return None
+    top = label.split("/", 1)[0]
+    need = reach.ImportGraph(Path(site_packages), top).need(reach.dotted_name(label))
+    return {"package": top, "why": need.why, "feature": need.feature} if need.optional else None
+
+
+def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]],
+                        site_packages: str | None = None) -> list[dict[str, Any]]:
     """Failed modules that `import <package>` truly does not need: a warning each, not a failure.
 
     The static stage, from the package's import graph, lists the modules that cannot load and that the
@@ -200,12 +211,18 @@ def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]]) -> 
     try:
         predicted: dict[str, dict[str, str]] = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
+        if not file.parent.is_dir():  # no static stage ran: nothing predicted, nothing to confirm
+            return []
+        predicted = {}
     imports = {(e["dist"], e["module"]): e for e in entries if not e["module"].endswith(".so")}
     out = []
     for entry in entries:
-        guess = predicted.get(entry["module"])
-        if guess is None or entry.get("failure") is None:
+        if entry.get("failure") is None:
+            continue
+        # A module static found nothing wrong with (it links) can still fail here (its init raises): ask
+        # the package's import graph about it now, only for the modules that did fail.
+        guess = predicted.get(entry["module"]) or _reach(site_packages, entry["module"])
+        if guess is None:
             continue
         package = imports.get((entry["dist"], guess.get("package", "")))
         if package is None or not package["ok"] or "mapped" not in package:
@@ -260,7 +277,8 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     if driver.lib_dir is not None:
         stage.note(stand_in=str(driver.lib_dir / "libcuda.so.1"), stand_in_symbols=len(driver.symbols))
     _own_mapped(entries, owned)
-    optional = {id(e) for e in _confirm_not_needed(compat_context.get("work_dir"), entries)}
+    optional = {id(e) for e in _confirm_not_needed(compat_context.get("work_dir"), entries,
+                                                   compat_context.get("site_packages"))}
     broken: list[dict[str, Any]] = []
     ignored: list[dict[str, Any]] = []
     unjudged: list[dict[str, Any]] = []

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.errors import LabError, UsageError
+from compatlab.incell.reach import ImportGraph, dotted_name
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import (
@@ -48,7 +49,6 @@ from compatlab.stages.static.fatbin import coverage, parse_arch
 from compatlab.stages.static.ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GLOBS  # noqa: PLC0414
 from compatlab.stages.static.ldso import Library, LoadSet, Resolver, provided_symbols
 from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
-from compatlab.stages.static.reach import ImportGraph, dotted_name
 from compatlab.stages.static.symbols import function_name, last_identifier, symbol_offers
 
 __all__ = [
@@ -651,12 +651,6 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                     f.message += f"; {need.words}"
                     if need.feature:
                         f.details["feature"] = need.feature
-            if need.optional:
-                not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
-        elif is_extension(Path(mpath), py):
-            # Clean here, but the import stage may still fail to load it (its init raises, a sibling must
-            # be loaded first): whether `import` needs it is said for every module, for that stage to use.
-            need = needs.of(ck.rel(mpath), [])
             if need.optional:
                 not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
         findings.extend(found)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from compatlab.incell.reach import ImportGraph
 from compatlab.stages.static.elf import ElfCache
-from compatlab.stages.static.reach import ImportGraph
 from compatlab.stages.static.stage import check_site_packages
 from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
 
