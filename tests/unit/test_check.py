@@ -135,3 +135,99 @@ def test_which_environment_must_be_said(monkeypatch: pytest.MonkeyPatch, capsys:
     assert main(["check"]) == 2
     assert capsys.readouterr().err == (
         "error: which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR\n")
+
+
+# optpkg picks a build of _opt by path, as sgl_kernel picks sm90/common_ops and mpi4py MPI.mpich: no import
+# statement names it, a string does.
+BY_PATH = '''
+import importlib.util, pathlib
+from optpkg import _core, layers
+_BUILDS = {"vectorised": "_opt"}
+def load(kind):
+    path = next(pathlib.Path(__file__).parent.glob(_BUILDS[kind] + ".*.so"))
+    spec = importlib.util.spec_from_file_location("optpkg._opt", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+'''
+NAMED = "optpkg/__init__.py, which `import optpkg` runs, names '_opt': it may load it by path"
+
+
+@pytest.mark.slow
+def test_a_build_named_by_path_that_import_leaves_alone_is_a_warning(tmp_path: Path) -> None:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
+    env = inspect_environment(_venv(tmp_path, BY_PATH) / "bin" / "python")
+    done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    stages = {s.name: s for s in done.result.stages}
+    assert (stages["static"].state, stages["static"].reason) == ("warn", (
+        f"{OPT}: libabsent.so.1 not found: not in site-packages nor in the system's library cache; "
+        f"`import optpkg` may not need it ({NAMED}): the import stage decides"))
+    assert (stages["import"].state, stages["import"].reason) == ("warn", (
+        f"{OPT}: missing shared library libabsent.so.1; `import optpkg` does not need it here: it loads without "
+        f"mapping it, though {NAMED}"))
+    assert done.result.state == "partial"
+
+
+@pytest.mark.slow
+def test_a_build_named_by_path_that_import_loads_stays_red(tmp_path: Path) -> None:
+    env = inspect_environment(_venv(tmp_path, BY_PATH + '_ops = load("vectorised")\n') / "bin" / "python")
+    done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    stages = {s.name: s for s in done.result.stages}
+    assert stages["static"].state == "warn"  # static cannot tell; the import stage can
+    assert stages["import"].state == "fail"
+    assert stages["import"].details["failures"] == [
+        f"{OPT}: missing shared library libabsent.so.1",
+        "optpkg: missing shared library libabsent.so.1"]
+    entry = next(m for m in stages["import"].details["modules"] if m["module"] == OPT)
+    assert entry["needed_why"] == "`import optpkg` did not load, so it may need it"
+    assert done.result.state == "fail"
+
+
+# Like opencv's cv2.abi3.so: its init refuses any name but the one cv2/__init__.py loads it under, so it fails
+# loaded alone (by path or by name) and loads whenever users `import optpkg`.
+NATIVE = r'''
+#include <Python.h>
+static PyObject *create(PyObject *spec, PyModuleDef *def) {
+    PyObject *name = PyObject_GetAttrString(spec, "name");
+    if (name == NULL) return NULL;
+    if (PyUnicode_CompareWithASCIIString(name, "_native") != 0) {
+        PyErr_Format(PyExc_ImportError, "optpkg's native part loads only as _native, not %U", name);
+        Py_DECREF(name);
+        return NULL;
+    }
+    Py_DECREF(name);
+    return PyModule_New("_native");
+}
+static PyModuleDef_Slot slots[] = {{Py_mod_create, (void *)create}, {0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_native", NULL, 0, NULL, slots};
+PyMODINIT_FUNC PyInit__native(void) { return PyModuleDef_Init(&def); }
+'''
+BOOTSTRAP = '''
+import importlib.util, pathlib
+from optpkg import _core, layers
+_path = next(pathlib.Path(__file__).parent.glob("_native.*.so"))
+_spec = importlib.util.spec_from_file_location("_native", _path)  # as cv2 loads cv2.abi3.so as cv2
+native = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(native)
+'''
+
+
+@pytest.mark.slow
+def test_a_module_only_its_package_can_load_counts_as_loaded(tmp_path: Path) -> None:
+    venv = _venv(tmp_path, BOOTSTRAP)
+    site = Path(next((venv / "lib").glob("python3*/site-packages")))
+    compile_so(site / "optpkg" / f"_native{EXT_SUFFIX}", NATIVE)
+    record = site / "optpkg-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text(encoding="utf-8") + f"optpkg/_native{EXT_SUFFIX},,\n", encoding="utf-8")
+    assert subprocess.run([str(venv / "bin" / "python"), "-c", "import optpkg"], check=False).returncode == 0
+    env = inspect_environment(venv / "bin" / "python")
+    done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    stages = {s.name: s for s in done.result.stages}
+    entry = next(m for m in stages["import"].details["modules"] if m["module"] == f"optpkg/_native{EXT_SUFFIX}")
+    assert entry["ok"]
+    assert entry["loaded"] == (
+        f"by `import optpkg`, which maps it; loaded alone, optpkg/_native{EXT_SUFFIX}: ImportError: optpkg's "
+        "native part loads only as _native, not optpkg._native")
+    assert stages["import"].state == "warn"  # for _opt, which only layers.fast_path() imports
+    assert stages["import"].reason.startswith(f"{OPT}: missing shared library libabsent.so.1; ")

@@ -28,6 +28,7 @@ from typing import Any
 from compatlab.incell.proc import Completed, run
 
 __all__ = [
+    "FATBIN_SECTIONS",
     "PROBE",
     "STACK_KINDS",
     "DynamicSymbols",
@@ -295,9 +296,11 @@ class DynamicSymbols:
     defined: frozenset[str]
     undefined: frozenset[str]
     needed: tuple[str, ...]
+    device_code: bool = False  # it has a CUDA fat binary section (.nv_fatbin, __nv_relfatbin)
 
 
 _SHT_DYNAMIC, _SHT_DYNSYM = 6, 11
+FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")  # the sections that hold CUDA fat binaries
 _DT_NEEDED = 1
 
 
@@ -318,14 +321,17 @@ def _read_dynamic(fh: Any) -> DynamicSymbols | None:
     shentsize, shnum = struct.unpack_from("<HH", ident, 0x3A)
     if shoff == 0 or shentsize < 64:
         return None
+    shstrndx = struct.unpack_from("<H", ident, 0x3E)[0]
     fh.seek(shoff)
     table = fh.read(shentsize * shnum)
     sections = []
+    names = []
     for i in range(shnum):
-        sh_type, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
-            "<IQQQQIIQQ", table, i * shentsize + 4
+        sh_name, sh_type, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", table, i * shentsize
         )
         sections.append((sh_type, offset, size, link, entsize))
+        names.append(sh_name)
 
     def read(index: int) -> bytes:
         _, offset, size, _, _ = sections[index]
@@ -359,7 +365,10 @@ def _read_dynamic(fh: Any) -> DynamicSymbols | None:
                     break
                 if tag == _DT_NEEDED:
                     needed.append(cstr(strtab, value))
-    return DynamicSymbols(defined=frozenset(defined), undefined=frozenset(undefined), needed=tuple(needed))
+    shstrtab = read(shstrndx) if 0 < shstrndx < len(sections) else b""
+    device_code = any(cstr(shstrtab, at) in FATBIN_SECTIONS for at in names if at < len(shstrtab))
+    return DynamicSymbols(defined=frozenset(defined), undefined=frozenset(undefined), needed=tuple(needed),
+                          device_code=device_code)
 
 
 def _module_basename(filename: str) -> str | None:
@@ -378,6 +387,9 @@ def is_extension_module(path: str | os.PathLike[str]) -> str | None:
     base = _module_basename(name)
     if base is None:
         return None
+    # One module built several ways, picked by its package at import (mpi4py's MPI.mpich and MPI.openmpi
+    # both define PyInit_MPI): the module is named by what comes before the first dot.
+    base = base.split(".", 1)[0]
     syms = dynamic_symbols(path)
     if syms is None:
         return None
@@ -396,13 +408,29 @@ class LoadTarget:
     path: str | None = None  # absolute path of an extension module; None for an import by name
 
 
+def _regular_packages(files: Sequence[Any], top: str) -> list[str]:
+    """The packages a distribution installs below the namespace package *top* (``cuda`` -> ``cuda.core``):
+    the shallowest folders under it with an ``__init__.py``."""
+    inits = sorted((f.parts[:-1] for f in files
+                    if len(f.parts) > 2 and f.parts[0] == top and f.parts[-1] == "__init__.py"), key=len)
+    found: list[tuple[str, ...]] = []
+    for parts in inits:
+        if all(parts[:len(p)] != p for p in found):
+            found.append(tuple(parts))
+    return [".".join(p) for p in found]
+
+
 def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
+    files = list(dist.files or ())
     text = dist.read_text("top_level.txt")
     if text:
         listed = [n.strip() for n in text.splitlines() if n.strip()]
-        dirs = {f.parts[0] for f in dist.files or () if len(f.parts) == 2 and f.parts[1] == "__init__.py"}
+        dirs = {f.parts[0] for f in files if len(f.parts) == 2 and f.parts[1] == "__init__.py"}
         # As below: the packages are what users import, loose modules beside them are build helpers.
         names = [n for n in listed if n in dirs] or listed
+        # `import cuda` runs no code of cuda-core: a namespace package is imported by its regular packages.
+        names = [sub for n in names for sub in (
+            [n] if n in dirs or any(f.parts == (f"{n}.py",) for f in files) else _regular_packages(files, n) or [n])]
     else:
         packages: list[str] = []
         modules: list[str] = []
@@ -421,7 +449,7 @@ def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
         names = packages or modules
     seen: dict[str, None] = {}
     for n in names:
-        if "/" not in n and n.isidentifier():
+        if "/" not in n and all(part.isidentifier() for part in n.split(".")):
             seen[n] = None
     return sorted(seen)
 

@@ -13,10 +13,16 @@ which never run. So a module of P is
   dialects, a Tk backend of matplotlib): ``import P`` cannot reach it;
 - **unknown** otherwise: P has no Python code to read, or a module that ``import P`` runs names it in a
   string (a loader that picks a build by path at import time, as sgl_kernel does for ``sm90/`` and
-  ``sm100/common_ops``). Unknown counts as needed: red stays red unless the code says otherwise.
+  ``sm100/common_ops``, or mpi4py for ``MPI.mpich`` and ``MPI.openmpi``). Unknown counts as needed.
 
 A module judged not needed here is only a warning once the import stage confirms it: ``import P``
-loaded, and had not mapped the module when it finished.
+loaded, and had not mapped the module when it finished. An unknown module may be confirmed the same way
+(mpi4py loads the build for the MPI library it finds, and this environment has one), except a build the
+loader may pick by GPU (one with device code, or in an ``sm90/`` folder): the GPU here need not be the
+target's, so those stay red (see :meth:`Need.confirmable`).
+
+P is the package that owns the module: for a namespace package (``cuda/``, no ``__init__.py``) the
+regular package below it (``cuda.core``), as ``import cuda`` runs none of its distributions' code.
 
 Where the package says what a lazily imported module is for, the reason carries it: the docstring of
 the function that imports it, or the message its ImportError handler raises or warns with.
@@ -31,10 +37,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["ImportGraph", "Need", "Reference", "dotted_name"]
+__all__ = ["ImportGraph", "Need", "Reference", "dotted_name", "package_of", "picked_by_gpu"]
 
 _GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "OSError"})
 _NOT_NEEDED, _NEEDED, _UNKNOWN = "no", "yes", "unknown"
+_ARCH_DIR = re.compile(r"sm_?[0-9]+[a-z]?")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,10 +63,34 @@ class Need:
     needed: str
     why: str
     feature: str = ""
+    named: bool = False  # unknown because code that `import P` runs names it in a string (a load by path)
 
     @property
     def optional(self) -> bool:
         return self.needed == _NOT_NEEDED
+
+    def confirmable(self, rel: str, *, device_code: bool) -> bool:
+        """May the import stage find this module not needed? Yes when the code says so, and when code that
+        `import P` runs names it (it may load it by path), unless the loader may pick the build by GPU (see
+        :func:`picked_by_gpu`). Not when P has no Python code: then nothing runs that could leave it out."""
+        return self.optional or (self.needed == _UNKNOWN and self.named
+                                 and not picked_by_gpu(rel, device_code=device_code))
+
+
+def picked_by_gpu(rel: str, *, device_code: bool) -> bool:
+    """A build a loader may choose by the GPU it finds: it carries device code, or sits in an ``sm90/``-style
+    folder. Whether ``import P`` loads it on this machine says nothing of the target's GPU."""
+    return device_code or any(_ARCH_DIR.fullmatch(part) for part in rel.split("/")[:-1])
+
+
+def package_of(site_packages: Path, rel: str) -> str:
+    """The package whose ``import`` owns the module at *rel*: its top-level folder, or for a namespace package
+    (no ``__init__.py``: ``cuda/``, ``nvidia/``) the first regular package below it (``cuda.core``)."""
+    parts = rel.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        if (site_packages.joinpath(*parts[:depth]) / "__init__.py").is_file():
+            return ".".join(parts[:depth])
+    return rel.split("/", 1)[0].split(".", 1)[0]
 
 
 @dataclasses.dataclass(slots=True)
@@ -210,7 +241,7 @@ class ImportGraph:
         self.files: dict[str, str] = {}  # dotted -> rel path of its .py (or __init__.py)
         self._parsed: dict[str, _Module | None] = {}
         self._reach: tuple[dict[str, tuple[str, ...]], set[str]] | None = None
-        root = site_packages / top
+        root = site_packages.joinpath(*top.split("."))
         if root.is_dir():
             for dirpath, dirs, names in os.walk(root):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d.isidentifier())
@@ -218,8 +249,8 @@ class ImportGraph:
                     if name.endswith(".py"):
                         rel = Path(dirpath, name).relative_to(site_packages).as_posix()
                         self.files[dotted_name(rel)] = rel
-        elif (site_packages / f"{top}.py").is_file():
-            self.files[top] = f"{top}.py"
+        elif (py := root.with_name(root.name + ".py")).is_file():
+            self.files[top] = py.relative_to(site_packages).as_posix()
 
     def module(self, dotted: str) -> _Module | None:
         if dotted in self._parsed:
@@ -299,7 +330,7 @@ class ImportGraph:
         for name in chains:
             mod = self.module(name)
             if mod is not None and any(word.search(s) for s in mod.strings):
-                return Need(needed=_UNKNOWN,
+                return Need(needed=_UNKNOWN, named=True,
                             why=f"{mod.file}, which `import {self.top}` runs, names {stem!r}: it may load it by path")
         refs = list(self.references(dotted))
         if not refs:
@@ -313,6 +344,8 @@ class ImportGraph:
                or next((r for r in own if r.feature), None) or own[0])
         if dotted in guarded or (ref.guarded and not ref.function):
             why = f"{ref.file}:{ref.line} imports it under try/except ImportError"
+        elif not ref.function:  # at module level of a module that `import P` itself does not run
+            why = f"imported only by {ref.file}:{ref.line}, which `import {self.top}` does not run"
         else:
             why = f"only imported inside {ref.function}() ({ref.file}:{ref.line})"
             if ref.guarded:

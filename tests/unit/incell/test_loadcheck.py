@@ -165,3 +165,39 @@ def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None
                                        env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert failure is not None
     assert failure.kind == "import-error"
+
+
+def test_builds_of_one_module_and_namespace_packages_are_found(tmp_path: Path) -> None:
+    """mpi4py ships MPI.mpich.so and MPI.openmpi.so, both PyInit_MPI; cuda-core installs cuda/core/ under the
+    namespace cuda/, which `import cuda` never runs: its package is cuda.core."""
+    sp = tmp_path / "site"
+    mpich = ext_module(sp / "mpi4py", "MPI")
+    mpich = mpich.rename(mpich.with_name(f"MPI.mpich{EXT_SUFFIX}"))
+    assert loadcheck.is_extension_module(mpich) == "MPI"
+    ext_module(sp / "cuda" / "core" / "cu12", "_device")
+    for init in ("mpi4py/__init__.py", "cuda/core/__init__.py", "cuda/core/cu12/__init__.py"):
+        (sp / init).write_text("", encoding="utf-8")
+    for dist, top, files in (("mpi4py", "mpi4py", ["mpi4py/__init__.py", f"mpi4py/MPI.mpich{EXT_SUFFIX}"]),
+                             ("cuda_core", "cuda", ["cuda/core/__init__.py", "cuda/core/cu12/__init__.py",
+                                                    f"cuda/core/cu12/_device{EXT_SUFFIX}"])):
+        info = sp / f"{dist}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n", encoding="utf-8")
+        (info / "top_level.txt").write_text(top + "\n", encoding="utf-8")
+        (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
+    sys.path.insert(0, str(sp))
+    try:
+        _v, mpi = loadcheck.package_targets("mpi4py")
+        _v, core = loadcheck.package_targets("cuda_core")
+    finally:
+        sys.path.remove(str(sp))
+    assert [(t.label, t.name) for t in mpi] == [(f"mpi4py/MPI.mpich{EXT_SUFFIX}", "mpi4py.MPI"), ("mpi4py", "mpi4py")]
+    assert [(t.label, t.name) for t in core] == [
+        (f"cuda/core/cu12/_device{EXT_SUFFIX}", "cuda.core.cu12._device"), ("cuda.core", "cuda.core")]
+
+
+def test_device_code_is_a_fat_binary_section(tmp_path: Path) -> None:
+    host = ext_module(tmp_path, "host")
+    device = ext_module(tmp_path, "device", prelude=(
+        '__attribute__((section(".nv_fatbin"), used)) static const unsigned char fb[16] = {0x50, 0xed, 0x55, 0xba};'))
+    assert [loadcheck.dynamic_symbols(p).device_code for p in (host, device)] == [False, True]  # type: ignore[union-attr]

@@ -188,32 +188,70 @@ def _own_mapped(entries: list[dict[str, Any]], owned: dict[str, dict[str, str]])
             e["mapped"] = sorted({own[p] for p in map(os.path.realpath, mapped) if p in own})
 
 
-def _reach(site_packages: str | None, label: str) -> dict[str, str] | None:
-    """What the package's import graph says of a module static did not judge: {package, why, feature}
-    when `import <package>` cannot reach it, else None."""
+def _reach(site_packages: str | None, label: str, path: str | None) -> dict[str, str] | None:
+    """What the package's import graph says of a module static did not judge: {package, why, feature,
+    needed} when the import stage may find `import <package>` does not need it, else None."""
     if not site_packages or not label.endswith(".so") or "/" not in label:
         return None
-    top = label.split("/", 1)[0]
-    need = reach.ImportGraph(Path(site_packages), top).need(reach.dotted_name(label))
-    return {"package": top, "why": need.why, "feature": need.feature} if need.optional else None
+    sp = Path(site_packages)
+    top = reach.package_of(sp, label)
+    need = reach.ImportGraph(sp, top).need(reach.dotted_name(label))
+    symbols = loadcheck.dynamic_symbols(path) if path else None
+    device_code = symbols is None or symbols.device_code
+    if not need.confirmable(label, device_code=device_code):
+        return None
+    return {"package": top, "why": need.why, "feature": need.feature, "needed": need.needed}
+
+
+def _loaded_by_package(entries: list[dict[str, Any]]) -> None:
+    """A module that fails loaded alone, but that its package's own `import` loaded (mapped, and the import
+    succeeded), loads as users load it: opencv's cv2.abi3.so is only ever loaded by cv2/__init__.py's
+    bootstrap, under the name `cv2`. It counts as loaded, saying so."""
+    imports = [e for e in entries if not e["module"].endswith(".so") and e["ok"]]
+    for entry in entries:
+        if entry.get("failure") is None or not entry["module"].endswith(".so"):
+            continue
+        by = next((p for p in imports if p["dist"] == entry["dist"] and entry["module"] in p.get("mapped", ())), None)
+        if by is None:
+            continue
+        entry["loaded"] = f"by `import {by['module']}`, which maps it; loaded alone, {entry.pop('reason')}"
+        entry["alone"] = entry.pop("failure")
+        entry["ok"] = True
+
+
+def _predicted(work_dir: str | None) -> dict[str, dict[str, str]] | None:
+    """static/not-needed.json: the modules static left to this stage; None when no static stage ran."""
+    file = Path(work_dir or ".") / "static" / "not-needed.json"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None if not file.parent.is_dir() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _undecided(work_dir: str | None, entries: list[dict[str, Any]]) -> list[str]:
+    """Modules static could not judge (`import P` may need them) that this stage did not load: no one has
+    looked, so they stay failures."""
+    loaded = {e["module"] for e in entries}
+    return [f"{label}: static could not tell whether `import {guess.get('package')}` needs it, and the import "
+            "stage did not load it" for label, guess in sorted((_predicted(work_dir) or {}).items())
+            if guess.get("needed") == "unknown" and label not in loaded]
 
 
 def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]],
-                        site_packages: str | None = None) -> list[dict[str, Any]]:
+                        site_packages: str | None = None, paths: dict[str, str] | None = None
+                        ) -> list[dict[str, Any]]:
     """Failed modules that `import <package>` truly does not need: a warning each, not a failure.
 
     The static stage, from the package's import graph, lists the modules that cannot load and that the
-    package imports only lazily or under an ImportError guard (static/not-needed.json). Each is confirmed
-    here: the package's own import loaded, and it had not mapped the module when it finished. Anything
-    else (the import failed, or it mapped the module) keeps the failure.
+    package imports only lazily or under an ImportError guard, or that it may load by path
+    (static/not-needed.json). Each is confirmed here: the package's own import loaded, and it had not
+    mapped the module when it finished. Anything else (the import failed, or it mapped the module) keeps
+    the failure.
     """
-    file = Path(work_dir or ".") / "static" / "not-needed.json"
-    try:
-        predicted: dict[str, dict[str, str]] = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        if not file.parent.is_dir():  # no static stage ran: nothing predicted, nothing to confirm
-            return []
-        predicted = {}
+    predicted = _predicted(work_dir)
+    if predicted is None:  # no static stage ran: nothing predicted, nothing to confirm
+        return []
     imports = {(e["dist"], e["module"]): e for e in entries if not e["module"].endswith(".so")}
     out = []
     for entry in entries:
@@ -221,7 +259,8 @@ def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]],
             continue
         # A module static found nothing wrong with (it links) can still fail here (its init raises): ask
         # the package's import graph about it now, only for the modules that did fail.
-        guess = predicted.get(entry["module"]) or _reach(site_packages, entry["module"])
+        guess = predicted.get(entry["module"]) or _reach(site_packages, entry["module"],
+                                                         (paths or {}).get(entry["module"]))
         if guess is None:
             continue
         package = imports.get((entry["dist"], guess.get("package", "")))
@@ -233,8 +272,12 @@ def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]],
             continue
         entry["needed"] = False
         said = f"; {guess['package']} says it is for: {guess['feature']}" if guess.get("feature") else ""
-        entry["verdict"] = (f"{entry['reason']}; `import {guess['package']}` does not need it: it loads without "
-                            f"mapping it ({guess.get('why', '')}){said}")
+        if guess.get("needed") == "unknown":  # the code could not say; what `import` did here does
+            entry["verdict"] = (f"{entry['reason']}; `import {guess['package']}` does not need it here: it loads "
+                                f"without mapping it, though {guess.get('why', '')}{said}")
+        else:
+            entry["verdict"] = (f"{entry['reason']}; `import {guess['package']}` does not need it: it loads "
+                                f"without mapping it ({guess.get('why', '')}){said}")
         out.append(entry)
     return out
 
@@ -277,8 +320,10 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     if driver.lib_dir is not None:
         stage.note(stand_in=str(driver.lib_dir / "libcuda.so.1"), stand_in_symbols=len(driver.symbols))
     _own_mapped(entries, owned)
+    _loaded_by_package(entries)
+    paths = {t.label: t.path for t in plan if t.path is not None}
     optional = {id(e) for e in _confirm_not_needed(compat_context.get("work_dir"), entries,
-                                                   compat_context.get("site_packages"))}
+                                                   compat_context.get("site_packages"), paths)}
     broken: list[dict[str, Any]] = []
     ignored: list[dict[str, Any]] = []
     unjudged: list[dict[str, Any]] = []
@@ -299,6 +344,8 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     stage.note(modules=entries, loaded=sum(e["ok"] for e in entries), total=len(entries),
                ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu],
                warnings=[e.get("verdict") or e["reason"] for e in undeclared])
+    for reason in _undecided(compat_context.get("work_dir"), entries):
+        broken.append({"reason": reason})
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         stage.fail(broken[0]["reason"] + more, failures=[e["reason"] for e in broken])

@@ -26,6 +26,7 @@ import struct
 from collections.abc import Iterable, Sequence
 
 from compatlab.incell import cudacompat
+from compatlab.incell.loadcheck import FATBIN_SECTIONS
 
 __all__ = [
     "FATBIN_MAGIC",
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 
 FATBIN_MAGIC = 0xBA55ED50
 _MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
-FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 
 KIND_PTX = 1
 KIND_ELF = 2

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.errors import LabError, UsageError
-from compatlab.incell.reach import ImportGraph, dotted_name
+from compatlab.incell.loadcheck import dynamic_symbols
+from compatlab.incell.reach import ImportGraph, dotted_name, package_of
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import (
@@ -475,19 +476,24 @@ class _Verdict:
     why: str
     package: str
     feature: str = ""
+    confirmable: bool = False  # the import stage may find it not needed (reach.Need.confirmable)
 
     @property
     def optional(self) -> bool:
-        return self.needed == "no"
+        """A warning here, and listed for the import stage to confirm."""
+        return self.needed == "no" or self.confirmable
 
     @property
     def words(self) -> str:
-        text = f"`import {self.package}` does not need it ({self.why})"
+        if self.needed == "no":
+            text = f"`import {self.package}` does not need it ({self.why})"
+        else:
+            text = f"`import {self.package}` may not need it ({self.why}): the import stage decides"
         return text + (f"; {self.package} says it is for: {self.feature}" if self.feature else "")
 
 
 class _Needs:
-    """Reachability of each failing module from `import <its top-level package>` (see reach.py)."""
+    """Reachability of each failing module from `import <its package>` (see reach.py)."""
 
     def __init__(self, sp: Path, py: tuple[int, int] | None) -> None:
         self.sp = sp
@@ -502,17 +508,22 @@ class _Needs:
     def of(self, rel: str, loaded_by: Sequence[str]) -> _Verdict:
         """An extension module is judged by the import graph of its package; a library by those of the
         extension modules that load it (needed if any of them is)."""
-        top = rel.split("/", 1)[0].split(".", 1)[0]
+        top = package_of(self.sp, rel)
         if is_extension(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
             need = self.graph(top).need(dotted_name(rel))
-            return _Verdict(needed=need.needed, why=need.why, package=top, feature=need.feature)
+            symbols = dynamic_symbols(self.sp / rel)  # one rule with the import stage's: a fat binary section
+            device_code = symbols is None or symbols.device_code
+            return _Verdict(needed=need.needed, why=need.why, package=top, feature=need.feature,
+                            confirmable=need.needed == "unknown" and need.confirmable(rel, device_code=device_code))
         verdicts = [self.of(e, ()) for e in loaded_by if e != rel]
         if not verdicts:
             return _Verdict(needed="unknown", why="no extension module is known to load it", package=top)
+        # A library: only "no" carries over; an unknown loader keeps it red (the import stage loads
+        # extension modules, not libraries, so nothing would confirm it).
         for word in ("yes", "unknown"):
             hit = next((v for v in verdicts if v.needed == word), None)
             if hit is not None:
-                return hit
+                return dataclasses.replace(hit, confirmable=False)
         first = verdicts[0]
         users = ", ".join(sorted({e for e in loaded_by if e != rel}))
         return _Verdict(needed="no", package=first.package, feature=first.feature,
@@ -652,7 +663,8 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                     if need.feature:
                         f.details["feature"] = need.feature
             if need.optional:
-                not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature}
+                not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature,
+                                             "needed": need.needed}
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
     findings.extend(_by_name_findings(ck, modules, packages))

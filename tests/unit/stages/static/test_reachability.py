@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.incell.reach import ImportGraph
+from compatlab.incell.loadcheck import dynamic_symbols
+from compatlab.incell.reach import ImportGraph, package_of
 from compatlab.stages.static.elf import ElfCache
 from compatlab.stages.static.stage import check_site_packages
 from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
@@ -64,7 +65,7 @@ def test_a_module_imported_only_inside_a_function_is_a_warning_naming_the_featur
     assert warn.details["dist"] == "pkg"
     assert report.not_needed == {f"pkg/_opt{EXT_SUFFIX}": {
         "package": "pkg", "why": "only imported inside fast_path() (pkg/layers.py:4)",
-        "feature": "Use the optional vectorised kernels."}}
+        "feature": "Use the optional vectorised kernels.", "needed": "no"}}
 
 
 def test_an_import_under_an_import_error_guard_says_what_the_package_raises(tmp_path: Path, cache: ElfCache) -> None:
@@ -92,23 +93,66 @@ def test_a_module_that_import_needs_stays_red(tmp_path: Path, cache: ElfCache) -
     assert report.not_needed == {}
 
 
-def test_a_module_named_by_a_string_that_import_runs_stays_red(tmp_path: Path, cache: ElfCache) -> None:
-    # sgl_kernel picks sm90/ or sm100/common_ops by path at import time: no import statement names it.
-    sp = _package(tmp_path, '''
-        import importlib.util, pathlib
-        from pkg import _core
-        def _load():
-            path = next(pathlib.Path(__file__).parent.glob("_opt.*.so"))
-            spec = importlib.util.spec_from_file_location("_opt", path)
-            return spec
-        _ops = _load()
-        def later():
-            from pkg import _opt
-    ''')
+LOADER = '''
+    import importlib.util, pathlib
+    from pkg import _core
+    def _load():
+        path = next(pathlib.Path(__file__).parent.glob("_opt.*.so"))
+        spec = importlib.util.spec_from_file_location("_opt", path)
+        return spec
+    _ops = _load()
+    def later():
+        from pkg import _opt
+'''
+NAMED = "pkg/__init__.py, which `import pkg` runs, names '_opt': it may load it by path"
+
+
+def test_a_host_module_named_by_a_string_that_import_runs_is_left_to_the_import_stage(
+        tmp_path: Path, cache: ElfCache) -> None:
+    # mpi4py picks MPI.mpich or MPI.openmpi by path, for the MPI library it finds: whether `import` loads it
+    # here is for the import stage to see (and it stays red there when `import` does load it).
+    sp = _package(tmp_path, LOADER)
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert (report.state, report.reason) == ("fail", MISSING)
-    assert report.of("fail")[0].details["import_needs_why"] == (
-        "pkg/__init__.py, which `import pkg` runs, names '_opt': it may load it by path")
+    assert (report.state, report.reason) == (
+        "warn", f"{MISSING}; `import pkg` may not need it ({NAMED}): the import stage decides")
+    assert report.of("warn")[0].details["import_needs"] == "unknown"
+    assert report.not_needed == {f"pkg/_opt{EXT_SUFFIX}": {"package": "pkg", "why": NAMED, "feature": "",
+                                                           "needed": "unknown"}}
+
+
+# An empty fat binary (magic, version 1, header of 16 bytes, no entries) in the section nvcc writes.
+FATBIN = ('__attribute__((section(".nv_fatbin"), used)) static const unsigned char fatbin[16] = '
+          '{0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0};')
+
+
+@pytest.mark.parametrize("where", ["device code", "sm90/"])
+def test_a_build_the_loader_may_pick_by_gpu_stays_red(tmp_path: Path, cache: ElfCache, where: str) -> None:
+    # sgl_kernel picks sm90/ or sm100/common_ops by the GPU it finds: the GPU here need not be the target's.
+    sp = _site(tmp_path)
+    pkg = sp / "pkg"
+    build = tmp_path / "build"
+    absent = compile_so(build / "libabsent.so.1", "int absent(void) { return 1; }\n", soname="libabsent.so.1")
+    ext_module(pkg, "_core")
+    folder = pkg / "sm90" if where == "sm90/" else pkg
+    ext_module(folder, "_opt", "absent();", f"-L{build}", f"-l:{absent.name}",
+               prelude="int absent(void);" + (FATBIN if where == "device code" else ""))
+    (pkg / "__init__.py").write_text(textwrap.dedent(LOADER).replace('"_opt.*.so"', '"**/_opt.*.so"'),
+                                     encoding="utf-8")
+    rel = folder.relative_to(sp).as_posix()
+    (sp / "pkg-1.0.dist-info").mkdir()
+    (sp / "pkg-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+                                                       encoding="utf-8")
+    (sp / "pkg-1.0.dist-info" / "RECORD").write_text(
+        f"pkg/__init__.py,,\npkg/_core{EXT_SUFFIX},,\n{rel}/_opt{EXT_SUFFIX},,\n", encoding="utf-8")
+    symbols = dynamic_symbols(folder / f"_opt{EXT_SUFFIX}")
+    assert symbols is not None
+    assert symbols.device_code is (where == "device code")
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert report.state == "fail"
+    [fail] = report.of("fail")
+    assert fail.module == f"{rel}/_opt{EXT_SUFFIX}"
+    assert fail.details["import_needs"] == "unknown"
+    assert report.not_needed == {}
 
 
 def test_a_module_no_python_code_imports_or_names_is_a_warning(tmp_path: Path, cache: ElfCache) -> None:
@@ -285,3 +329,29 @@ def test_the_driver_table_is_generated_from_the_toolkit_headers(tmp_path: Path) 
         "cuMemcpyHtoD_v2": {"cuda": "3.2", "driver": None},
         "cuMemcpyHtoD_v2_ptds": {"cuda": "7.0", "driver": None},
     }
+
+
+def test_a_namespace_package_is_judged_by_the_package_below_it(tmp_path: Path, cache: ElfCache) -> None:
+    # cuda-core: cuda/ has no __init__.py; cuda/core/__init__.py imports the cu12/ or cu13/ build by a name it
+    # computes, inside a function. `import cuda` runs none of it: the package is cuda.core.
+    sp = _site(tmp_path)
+    build = tmp_path / "build"
+    absent = compile_so(build / "libabsent.so.1", "int absent(void) { return 1; }\n", soname="libabsent.so.1")
+    core = sp / "cuda" / "core"
+    ext_module(core / "cu12", "_device", "absent();", f"-L{build}", f"-l:{absent.name}", prelude="int absent(void);")
+    (core / "__init__.py").write_text(textwrap.dedent('''
+        def _versioned():
+            import importlib
+            return importlib.import_module(f".cu{12}", __package__)
+        _versioned()
+    '''), encoding="utf-8")
+    (core / "cu12" / "__init__.py").write_text("from cuda.core.cu12 import _device\n", encoding="utf-8")
+    _dist_info(sp, "cuda-core", "1.0")
+    assert package_of(sp, f"cuda/core/cu12/_device{EXT_SUFFIX}") == "cuda.core"
+    assert package_of(sp, f"pkg/_x{EXT_SUFFIX}") == "pkg"  # no __init__.py anywhere: its top folder
+    report = check_site_packages(sp, archs=[], cache=cache)
+    assert report.reason == (
+        f"cuda/core/cu12/_device{EXT_SUFFIX}: libabsent.so.1 not found: not in site-packages nor in the system's "
+        "library cache; `import cuda.core` does not need it (imported only by cuda/core/cu12/__init__.py:1, "
+        "which `import cuda.core` does not run)")
+    assert ImportGraph(sp, "cuda.core").reach()[0] == {"cuda.core": ("cuda.core",)}
