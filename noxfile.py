@@ -288,6 +288,6 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy (strict) over the library and the noxfile."""
     session.install("-e", ".[test]", "ruff", "mypy")
-    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py", "conftest.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "scripts", "noxfile.py", "conftest.py")
     session.run("mypy")
     session.run("mypy", "conftest.py")

@@ -49,7 +49,7 @@ def driver_floor(cuda: tuple[int, int]) -> str | None:
 
 def entry_points(cuda_h: str, typedefs_h: str) -> dict[str, tuple[int, int]]:
     versions: dict[str, set[int]] = {}
-    threaded: dict[tuple[str, int], set[str]] = {}
+    threaded: dict[str, set[tuple[int, str]]] = {}
     for name, number, suffix in _PFN.findall(typedefs_h):
         if suffix:  # the per-thread-stream form of the newest version: its own CUDA version
             threaded.setdefault(name, set()).add((int(number), suffix))
@@ -63,15 +63,21 @@ def entry_points(cuda_h: str, typedefs_h: str) -> dict[str, tuple[int, int]]:
     for name, found in versions.items():
         ordered = sorted(found)
         top = current.get(name, 1)
+        if len(ordered) > top and re.search(rf"\b{name}_v{len(ordered)}\s*\(", cuda_h):
+            top = len(ordered)  # the newest is its own API (cuStreamGetCtx_v2), not what the bare name maps to
+        symbol_of: dict[int, str] = {}
         for i, number in enumerate(ordered):
             k = top - (len(ordered) - 1 - i)
             if k < 1:
                 continue  # older than the symbols this header still names
-            symbol = name if k == 1 else f"{name}_v{k}"
+            symbol_of[number] = symbol = name if k == 1 else f"{name}_v{k}"
             out[symbol] = _cuda(number)
-        newest = name if top == 1 else f"{name}_v{top}"
-        for number, suffix in threaded.get(name, ()):
-            out[newest + suffix] = _cuda(number)
+        # A per-thread-stream form belongs to the version of its number (cuMemPrefetchAsync_v12020_ptsz is
+        # cuMemPrefetchAsync_v2_ptsz), or to the newest version older than it; its oldest number counts.
+        for number, suffix in sorted(threaded.get(name, ())):
+            older = [n for n in symbol_of if n <= number]
+            if older:
+                out.setdefault(symbol_of[max(older)] + suffix, _cuda(number))
     return out
 
 

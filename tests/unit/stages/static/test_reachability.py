@@ -303,6 +303,10 @@ def test_the_driver_table_is_generated_from_the_toolkit_headers(tmp_path: Path) 
         #define CUDA_VERSION 13000
         #define cuCtxCreate                         cuCtxCreate_v4
         #define cuMemcpyHtoD                        __CUDA_API_PTDS(cuMemcpyHtoD_v2)
+        #define cuMemPrefetchAsync                  __CUDA_API_PTSZ(cuMemPrefetchAsync_v2)
+        #define cuStreamGetCtx                      __CUDA_API_PTSZ(cuStreamGetCtx)
+        #define cuStreamGetCtx_v2                   __CUDA_API_PTSZ(cuStreamGetCtx_v2)
+        CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
     '''), encoding="utf-8")
     (include / "cudaTypedefs.h").write_text(textwrap.dedent('''
         typedef CUresult (CUDAAPI *PFN_cuInit_v2000)(unsigned int Flags);
@@ -312,6 +316,14 @@ def test_the_driver_table_is_generated_from_the_toolkit_headers(tmp_path: Path) 
         typedef CUresult (CUDAAPI *PFN_cuMemcpyHtoD_v7000_ptds)(CUdeviceptr_v2 dstDevice);
         typedef CUresult (CUDAAPI *PFN_cuMemcpyHtoD_v3020)(CUdeviceptr_v2 dstDevice);
             typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v2000)(CUcontext *pctx);
+        typedef CUresult (CUDAAPI *PFN_cuMemPrefetchAsync_v8000_ptsz)(CUdeviceptr_v2 devPtr);
+        typedef CUresult (CUDAAPI *PFN_cuMemPrefetchAsync_v12020_ptsz)(CUdeviceptr_v2 devPtr);
+        typedef CUresult (CUDAAPI *PFN_cuMemPrefetchAsync_v8000)(CUdeviceptr_v2 devPtr);
+        typedef CUresult (CUDAAPI *PFN_cuMemPrefetchAsync_v12020)(CUdeviceptr_v2 devPtr);
+        typedef CUresult (CUDAAPI *PFN_cuStreamGetCtx_v9020_ptsz)(CUstream hStream, CUcontext *pctx);
+        typedef CUresult (CUDAAPI *PFN_cuStreamGetCtx_v9020)(CUstream hStream, CUcontext *pctx);
+        typedef CUresult (CUDAAPI *PFN_cuStreamGetCtx_v12050)(CUstream hStream, CUcontext *pctx);
+        typedef CUresult (CUDAAPI *PFN_cuStreamGetCtx_v12050_ptsz)(CUstream hStream, CUcontext *pctx);
     '''), encoding="utf-8")
     script = Path(__file__).resolve().parents[4] / "scripts" / "gen_driver_api.py"
     out = tmp_path / "driver_api.json"
@@ -328,6 +340,16 @@ def test_the_driver_table_is_generated_from_the_toolkit_headers(tmp_path: Path) 
         "cuInit": {"cuda": "2.0", "driver": None},
         "cuMemcpyHtoD_v2": {"cuda": "3.2", "driver": None},
         "cuMemcpyHtoD_v2_ptds": {"cuda": "7.0", "driver": None},
+        # each per-thread form with the version of its own number, whatever order the header lists them in
+        "cuMemPrefetchAsync": {"cuda": "8.0", "driver": None},
+        "cuMemPrefetchAsync_ptsz": {"cuda": "8.0", "driver": None},
+        "cuMemPrefetchAsync_v2": {"cuda": "12.2", "driver": "535.54.03"},
+        "cuMemPrefetchAsync_v2_ptsz": {"cuda": "12.2", "driver": "535.54.03"},
+        # the bare name maps to itself, and the newer version is an API of its own (cuStreamGetCtx_v2)
+        "cuStreamGetCtx": {"cuda": "9.2", "driver": None},
+        "cuStreamGetCtx_ptsz": {"cuda": "9.2", "driver": None},
+        "cuStreamGetCtx_v2": {"cuda": "12.5", "driver": "555.42.02"},
+        "cuStreamGetCtx_v2_ptsz": {"cuda": "12.5", "driver": "555.42.02"},
     }
 
 
