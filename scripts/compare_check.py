@@ -93,21 +93,32 @@ def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any
     if "import" not in stages:
         raise SystemExit("error: the results have no import stage: run compatlab check without --until/--stages")
     entries = stages["import"].get("details", {}).get("modules", [])
-    packages = {e["dist"]: e["module"] for e in entries if not e["module"].endswith(".so")}
-    so = [e for e in entries if e["module"].endswith(".so")]
+    imported = sorted({e["module"] for e in entries if not e["module"].endswith(".so")}, key=len, reverse=True)
     static = stages.get("static", {}).get("details", {}).get("findings", [])
-    static_red = {f["module"] for f in static if f["severity"] == "fail" and f["kind"] in LOAD_KINDS}
+    static_red = {f["module"]: f["message"] for f in static if f["severity"] == "fail" and f["kind"] in LOAD_KINDS}
     others = sorted({f"{f['module']}: {f['message']}" for f in static
                      if f["severity"] == "fail" and f["kind"] not in LOAD_KINDS})
+    so = [e for e in entries if e["module"].endswith(".so")]
+    # what static calls unloadable but the import stage did not load (a library; a module it did not find)
+    so += [{"module": rel, "dist": "", "ok": False, "reason": f"static: {why}"}
+           for rel, why in sorted(static_red.items()) if rel not in {e["module"] for e in so}]
+    # a module's package: the longest imported package its dotted name is in (torch/_C -> torch,
+    # functorch/_C -> functorch, cuda/core/cu12/_device -> cuda.core); else its distribution's first
+    first: dict[str, str] = {}
+    for e in entries:
+        if not e["module"].endswith(".so"):
+            first.setdefault(e["dist"], e["module"])
+    packages = {e["module"]: next((p for p in imported if (_dotted(e["module"]) + ".").startswith(p + ".")),
+                                  first.get(e["dist"], "")) for e in so}
     started = time.monotonic()
-    loads, mapped = truth(python, [(e["module"], packages.get(e["dist"], "")) for e in so],
-                          sorted(set(packages.values())), jobs=jobs)
+    loads, mapped = truth(python, [(e["module"], packages[e["module"]]) for e in so],
+                          sorted(set(imported) | {p for p in packages.values() if p}), jobs=jobs)
     sites = _sites(python)
     false_red, false_green, agree = [], [], 0
     for e in so:
         red = (not e["ok"] and e.get("needed") is not False
                and e.get("failure", {}).get("kind") in RED_KINDS) or e["module"] in static_red
-        package = packages.get(e["dist"])
+        package = packages[e["module"]]
         pkg_maps = mapped.get(package) if package else None
         maps_it = pkg_maps is not None and bool(_real(sites, e["module"]) & pkg_maps)
         loads_for_real = loads[e["module"]] or maps_it
@@ -129,7 +140,7 @@ def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any
     return {
         "cell": {"state": cell["state"], "reason": cell.get("reason", "")},
         "stages": {n: {"state": s["state"], "seconds": s.get("seconds")} for n, s in stages.items()},
-        "modules": len(so), "packages": len(packages), "agree": agree,
+        "modules": len(so), "packages": len(imported), "agree": agree,
         "false_red": false_red, "false_green": false_green, "packages_disagree": pkg_disagree,
         "warnings": details.get("warnings", []) + [f"static: {f['message']}" for f in static
                                                    if f["severity"] == "warn"],
@@ -154,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(f"cell: {out['cell']['state']}: {out['cell']['reason']}")
     print("stages: " + ", ".join(f"{n} {s['state']} {s['seconds']} s" for n, s in out["stages"].items()))
-    print(f"{out['modules']} extension modules and {out['packages']} packages compared with a real import "
+    print(f"{out['modules']} shared objects and {out['packages']} packages compared with a real import "
           f"({out['truth_seconds']} s): {out['agree']} modules agree, {len(out['false_red'])} false red, "
           f"{len(out['false_green'])} false green, {len(out['packages_disagree'])} packages disagree")
     for kind in ("false_red", "false_green", "packages_disagree"):

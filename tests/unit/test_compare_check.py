@@ -70,3 +70,17 @@ def test_a_red_module_that_loads_is_a_false_red_and_a_green_one_that_cannot_is_a
     assert [r["module"] for r in out["false_red"]] == [f"pkg/_good{EXT_SUFFIX}"]
     assert out["false_red"][0]["real"] == "loads"
     assert [g["module"] for g in out["false_green"]] == [f"pkg/_bad{EXT_SUFFIX}"]
+
+
+def test_a_static_red_the_import_stage_did_not_load_is_compared_too(tmp_path: Path, venv: Path) -> None:
+    results = _results(tmp_path, {"ok": True}, {"ok": True})
+    data = json.loads(results.read_text(encoding="utf-8"))
+    [cell] = data["cells"]
+    cell["stages"][0]["details"]["modules"].pop()  # the import stage never saw pkg/_bad
+    cell["stages"].insert(0, {"name": "static", "state": "fail", "seconds": 0.1, "details": {"findings": [
+        {"severity": "fail", "module": f"pkg/_bad{EXT_SUFFIX}", "kind": "library", "message": "libgone.so not found"}]}})
+    results.write_text(json.dumps(data), encoding="utf-8")
+    rc, out = _compare(tmp_path, venv, results)
+    assert rc == 1
+    assert out["false_red"] == [{"module": f"pkg/_bad{EXT_SUFFIX}", "compatlab": "static: libgone.so not found",
+                                 "real": "cannot load; `import pkg` works without it"}]
