@@ -40,9 +40,11 @@ __all__ = [
     "describe",
     "dynamic_symbols",
     "elf_files",
+    "importable_here",
     "is_extension_module",
     "load_module",
     "mapped_of",
+    "other_python_modules",
     "package_targets",
     "probe_argv",
 ]
@@ -462,6 +464,8 @@ def package_targets(dist_name: str) -> tuple[str, list[LoadTarget]]:
     for f in sorted(dist.files or (), key=str):
         if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
             continue
+        if not importable_here(f.name):
+            continue  # another Python's build (see other_python_modules): nothing here imports it
         path = Path(str(dist.locate_file(f)))
         base = is_extension_module(path)
         if base is None:
@@ -470,6 +474,25 @@ def package_targets(dist_name: str) -> tuple[str, list[LoadTarget]]:
         modules.append(LoadTarget(dist=dist_name, label=f.as_posix(), name=dotted, path=str(path)))
     imports = [LoadTarget(dist=dist_name, label=n, name=n) for n in _top_level_names(dist)]
     return dist.version, modules + imports
+
+
+def importable_here(filename: str) -> bool:
+    """False for a file tagged for another CPython (``.cpython-310-x86_64-linux-gnu.so`` here in 3.11): no
+    import of this interpreter takes it, by name or by a package's loader. Untagged and abi3 files are taken."""
+    if not re.search(r"\.cpython-[^.]+\.so$", filename):
+        return True
+    return any(filename.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES
+               if suffix.startswith(".cpython-"))
+
+
+def other_python_modules(dist_name: str) -> list[str]:
+    """Extension modules of *dist_name* built for another Python than this one (sgl-kernel 0.3.21's
+    ``_mscclpp.cpython-310-x86_64-linux-gnu.so`` beside a 3.11 interpreter): ``import`` never finds them here,
+    and loading one by path anyway runs code built for another C API (it crashes). Their labels."""
+    dist = importlib.metadata.distribution(dist_name)
+    return [f.as_posix() for f in sorted(dist.files or (), key=str)
+            if f.name.endswith(".so") and not (f.parts and f.parts[0] == "..") and not importable_here(f.name)
+            and is_extension_module(Path(str(dist.locate_file(f)))) is not None]
 
 
 def elf_files(dist_name: str) -> list[str]:

@@ -196,6 +196,31 @@ def test_builds_of_one_module_and_namespace_packages_are_found(tmp_path: Path) -
         (f"cuda/core/cu12/_device{EXT_SUFFIX}", "cuda.core.cu12._device"), ("cuda.core", "cuda.core")]
 
 
+def test_a_module_built_for_another_python_is_not_loaded(tmp_path: Path) -> None:
+    """sgl-kernel 0.3.21 ships _mscclpp.cpython-310-x86_64-linux-gnu.so in its abi3 wheel: a 3.11 interpreter never
+    imports it (and loading it by path crashes); it is listed, not loaded."""
+    sp = tmp_path / "site"
+    other = f"cpython-{sys.version_info.major}{sys.version_info.minor - 1}-x86_64-linux-gnu.so"
+    built = ext_module(sp, "_stray")
+    built.rename(sp / f"_stray.{other}")
+    ext_module(sp / "pkg", "_core")
+    (sp / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    info = sp / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n", encoding="utf-8")
+    (info / "RECORD").write_text(f"_stray.{other},,\npkg/__init__.py,,\npkg/_core{EXT_SUFFIX},,\n", encoding="utf-8")
+    sys.path.insert(0, str(sp))
+    try:
+        _v, targets = loadcheck.package_targets("pkg")
+        stray = loadcheck.other_python_modules("pkg")
+    finally:
+        sys.path.remove(str(sp))
+    assert [t.label for t in targets] == [f"pkg/_core{EXT_SUFFIX}", "pkg"]
+    assert stray == [f"_stray.{other}"]
+    assert not loadcheck.importable_here(f"_stray.{other}")
+    assert loadcheck.importable_here(f"_core{EXT_SUFFIX}")
+
+
 def test_device_code_is_a_fat_binary_section(tmp_path: Path) -> None:
     host = ext_module(tmp_path, "host")
     device = ext_module(tmp_path, "device", prelude=(

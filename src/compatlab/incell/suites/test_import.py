@@ -291,9 +291,12 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     missing: list[str] = []
     installed: dict[str, str] = {}
     owned: dict[str, dict[str, str]] = {}  # dist -> real path of each shared object it installed -> label
+    other_python: list[str] = []
     for dist, version in packages.items():
         try:
             installed[dist], found = loadcheck.package_targets(dist)
+            other_python.extend(f"{label}: built for another Python; {sys.implementation.cache_tag} never imports "
+                                "it, so it was not loaded" for label in loadcheck.other_python_modules(dist))
             files = loadcheck.elf_files(dist)
             elf.extend(files)
             owned[dist] = {os.path.realpath(f): _label(f, found) for f in files}
@@ -343,7 +346,7 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
             needs_gpu.append(entry)
     stage.note(modules=entries, loaded=sum(e["ok"] for e in entries), total=len(entries),
                ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu],
-               warnings=[e.get("verdict") or e["reason"] for e in undeclared])
+               warnings=[e.get("verdict") or e["reason"] for e in undeclared] + other_python)
     for reason in _undecided(compat_context.get("work_dir"), entries):
         broken.append({"reason": reason})
     if broken:
