@@ -37,6 +37,8 @@ RED_KINDS = ("undefined-symbol", "symbol-version", "missing-library", "import-er
 _BY_PATH = ("import importlib.util, sys\n"
             "spec = importlib.util.spec_from_file_location(sys.argv[1], sys.argv[2])\n"
             "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n")
+_BY_NAME = ("import importlib, os, sys\n"
+            "print(os.path.realpath(getattr(importlib.import_module(sys.argv[1]), '__file__', None) or ''))\n")
 _MAPS = ("import importlib, os, sys\nimportlib.import_module(sys.argv[1])\n"
          "print('\\n'.join(sorted({os.path.realpath(l.split(None, 5)[5]) for l in open('/proc/self/maps')"
          " if len(l.split(None, 5)) == 6 and l.split(None, 5)[5].startswith('/')})))\n")
@@ -68,10 +70,15 @@ def truth(python: str, modules: list[tuple[str, str]], packages: list[str], *, j
     sites = _sites(python)
 
     def alone(rel: str) -> bool:
-        if _ok([python, "-c", f"import {_dotted(rel)}"], timeout) is not None:
-            return True
+        """This very file loads: by path, or imported by name where that name's import takes this file
+        (`import mpi4py.MPI` takes whichever build mpi4py picks, not necessarily MPI.mpich)."""
         path = next((s / rel for s in sites if (s / rel).exists()), None)
-        return path is not None and _ok([python, "-c", _BY_PATH, _dotted(rel), str(path)], timeout) is not None
+        if path is None:
+            return False
+        if _ok([python, "-c", _BY_PATH, _dotted(rel), str(path)], timeout) is not None:
+            return True
+        done = _ok([python, "-c", _BY_NAME, _dotted(rel)], timeout)
+        return done is not None and done.stdout.strip() == os.path.realpath(path)
 
     def maps(package: str) -> set[str] | None:
         done = _ok([python, "-c", _MAPS, package], timeout)

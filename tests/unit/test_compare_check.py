@@ -84,3 +84,24 @@ def test_a_static_red_the_import_stage_did_not_load_is_compared_too(tmp_path: Pa
     assert rc == 1
     assert out["false_red"] == [{"module": f"pkg/_bad{EXT_SUFFIX}", "compatlab": "static: libgone.so not found",
                                  "real": "cannot load; `import pkg` works without it"}]
+
+
+def test_a_build_is_judged_by_its_own_file_not_by_the_one_its_name_imports(tmp_path: Path, venv: Path) -> None:
+    # mpi4py ships MPI.mpich and MPI.openmpi, both PyInit_MPI: `import mpi4py.MPI` loads the one mpi4py picks,
+    # which says nothing of the other. Here pkg/_bad.alt.so (needs an absent library) beside a good pkg/_bad.so.
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    bad = site / "pkg" / f"_bad{EXT_SUFFIX}"
+    alt = bad.with_name(f"_bad.alt{EXT_SUFFIX}")
+    bad.rename(alt)
+    ext_module(site / "pkg", "_bad")
+    try:
+        results = _results(tmp_path, {"ok": True}, {"ok": True})
+        data = json.loads(results.read_text(encoding="utf-8"))
+        data["cells"][0]["stages"][0]["details"]["modules"][2]["module"] = f"pkg/_bad.alt{EXT_SUFFIX}"
+        results.write_text(json.dumps(data), encoding="utf-8")
+        rc, out = _compare(tmp_path, venv, results)
+    finally:
+        bad.unlink()
+        alt.rename(bad)
+    assert rc == 1
+    assert [g["module"] for g in out["false_green"]] == [f"pkg/_bad.alt{EXT_SUFFIX}"]
