@@ -598,7 +598,47 @@ def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[
             out.append(Finding(severity="warn" if in_python else "note", module=first, kind="by-name",
                                details=details, message=(
                 f"{shown} {verb} {name} {what}, which ld.so would not find here: {hint}")))
-    return out
+    return _one_per_catalog(out)
+
+
+def _one_symbol_warning(found: list[Finding], rel: str, words: str) -> list[Finding]:
+    """A module import does not need that lacks many symbols (cuda-core's cu12/_tensor_bridge, 25 of torch's
+    aoti_* symbols): one warning naming them, not one each. Failures stay one a symbol."""
+    missing = [f for f in found if f.kind == "symbol" and f.severity == "warn"]
+    if len(missing) < 2:
+        return found
+    names = [str(f.details.get("demangled") or f.details["symbol"]) for f in missing]
+    merged = Finding(severity="warn", module=rel, kind="symbol", details={
+        **missing[0].details, "symbols": [f.details["symbol"] for f in missing]}, message=(
+        f"{rel} needs {len(names)} symbols that no library in its load set defines: {', '.join(names[:4])}"
+        + (f" and {len(names) - 4} more" if len(names) > 4 else "") + f"; {words}"))
+    merged_ids = {id(f) for f in missing}
+    return [f for f in found if id(f) not in merged_ids] + [merged]
+
+
+_CATALOG = 4  # a file naming this many absent libraries is a list of candidates: one finding for it
+
+
+def _one_per_catalog(findings: list[Finding]) -> list[Finding]:
+    """One finding for a file that names many absent libraries (cuda-pathfinder's descriptor_catalog.py
+    names 92 across CUDA 12 and 13): a list of candidates the package looks for, each only when asked."""
+    absent: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        if f.details.get("found") is None and "which ld.so would not find here" in f.message:
+            absent.setdefault((f.module.rsplit(":", 1)[0], f.severity), []).append(f)
+    out: list[Finding] = []
+    grouped: set[int] = set()
+    for (file, severity), group in absent.items():
+        if len(group) < _CATALOG:
+            continue
+        grouped |= {id(f) for f in group}
+        names = [str(f.details["library"]) for f in group]
+        out.append(Finding(severity=severity, module=group[0].module, kind="by-name", details={
+            "libraries": names, "named_in": sorted({p for f in group for p in f.details["named_in"]}),
+            "dist": group[0].details.get("dist")}, message=(
+            f"{file} names {len(names)} libraries to load by name at run time that ld.so would not find here: "
+            f"{', '.join(names[:4])} and {len(names) - 4} more (each is needed only when the package loads it)")))
+    return [f for f in findings if id(f) not in grouped] + out
 
 
 def _package_rank(rel: str) -> int:
@@ -665,6 +705,8 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
             if need.optional:
                 not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature,
                                              "needed": need.needed}
+                findings.extend(_one_symbol_warning(found, ck.rel(mpath), need.words))
+                continue
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
     findings.extend(_by_name_findings(ck, modules, packages))

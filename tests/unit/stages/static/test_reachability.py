@@ -261,6 +261,38 @@ def test_libraries_loaded_by_name_are_resolved_here(tmp_path: Path, cache: ElfCa
     assert report.state == "warn"
 
 
+def test_a_file_naming_many_absent_libraries_is_one_finding(tmp_path: Path, cache: ElfCache) -> None:
+    # cuda-pathfinder's descriptor_catalog.py lists every library it may look for, 92 of them absent here.
+    sp = _site(tmp_path)
+    (sp / "cat").mkdir()
+    names = [f"libgone{i}.so.{i}" for i in range(6)]
+    (sp / "cat" / "__init__.py").write_text("".join(f'LIB{i} = "{n}"\n' for i, n in enumerate(names)),
+                                            encoding="utf-8")
+    _dist_info(sp, "cat", "1.0")
+    report = check_site_packages(sp, archs=[], packages=["cat"], cache=cache)
+    by_name = [f for f in report.findings if f.kind == "by-name"]
+    assert [(f.severity, f.message) for f in by_name] == [(
+        "warn", "cat/__init__.py names 6 libraries to load by name at run time that ld.so would not find here: "
+                "libgone0.so.0, libgone1.so.1, libgone2.so.2, libgone3.so.3 and 2 more (each is needed only when the "
+                "package loads it)")]
+    assert by_name[0].details["libraries"] == names
+
+
+def test_a_module_import_does_not_need_that_lacks_many_symbols_is_one_warning(tmp_path: Path,
+                                                                               cache: ElfCache) -> None:
+    sp = _site(tmp_path)
+    ext_module(sp / "pkg", "_opt", "gone_a(); gone_b(); gone_c();", prelude="void gone_a(void); void gone_b(void); "
+               "void gone_c(void);")
+    (sp / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    _dist_info(sp, "pkg", "1.0")
+    report = check_site_packages(sp, archs=[], cache=cache)
+    symbols = [f for f in report.findings if f.kind == "symbol"]
+    assert [(f.severity, f.message) for f in symbols] == [(
+        "warn", f"pkg/_opt{EXT_SUFFIX} needs 3 symbols that no library in its load set defines: gone_a, gone_b, "
+                "gone_c; `import pkg` does not need it (no Python code of pkg imports it or names it)")]
+    assert symbols[0].details["symbols"] == ["gone_a", "gone_b", "gone_c"]
+
+
 def _driver_site(root: Path) -> Path:
     """'drv' whose extension links libcuda.so.1 and imports cuInit (CUDA 2.0) and cuTensorMapEncodeIm2colWide
     (CUDA 12.8, driver 570.26); `import drv` imports it."""
