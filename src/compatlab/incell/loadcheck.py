@@ -32,6 +32,7 @@ __all__ = [
     "PROBE",
     "STACK_KINDS",
     "DynamicSymbols",
+    "Installed",
     "LoadFailure",
     "LoadTarget",
     "classify",
@@ -39,12 +40,10 @@ __all__ = [
     "demangle",
     "describe",
     "dynamic_symbols",
-    "elf_files",
     "importable_here",
     "is_extension_module",
     "load_module",
     "mapped_of",
-    "other_python_modules",
     "package_targets",
     "probe_argv",
 ]
@@ -422,8 +421,7 @@ def _regular_packages(files: Sequence[Any], top: str) -> list[str]:
     return [".".join(p) for p in found]
 
 
-def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
-    files = list(dist.files or ())
+def _top_level_names(dist: importlib.metadata.Distribution, files: Sequence[Any]) -> list[str]:
     text = dist.read_text("top_level.txt")
     if text:
         listed = [n.strip() for n in text.splitlines() if n.strip()]
@@ -436,7 +434,7 @@ def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
     else:
         packages: list[str] = []
         modules: list[str] = []
-        for f in dist.files or ():
+        for f in files:
             parts = f.parts
             if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith((".dist-info", ".data")):
                 continue
@@ -456,24 +454,61 @@ def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
     return sorted(seen)
 
 
+class Installed:
+    """One distribution as installed, its RECORD read once (torch's lists some 20,000 files: reading it for
+    each question cost the import stage over a second a cell). Raises importlib.metadata.PackageNotFoundError
+    when it is not installed."""
+
+    def __init__(self, dist_name: str) -> None:
+        self.name = dist_name
+        self.dist = importlib.metadata.distribution(dist_name)
+        self.version = self.dist.version
+        self.files = list(self.dist.files or ())
+        self._modules: tuple[list[LoadTarget], list[str]] | None = None
+
+    @functools.cached_property
+    def elf_files(self) -> list[str]:
+        """Every shared object it installed (extension modules and plain libraries)."""
+        return [str(self.dist.locate_file(f)) for f in self.files
+                if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == "..")]
+
+    def _extension_modules(self) -> tuple[list[LoadTarget], list[str]]:
+        if self._modules is None:
+            modules: list[LoadTarget] = []
+            other: list[str] = []
+            for f in sorted(self.files, key=str):
+                if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
+                    continue
+                path = Path(str(self.dist.locate_file(f)))
+                base = is_extension_module(path)
+                if base is None:
+                    continue
+                if not importable_here(f.name):
+                    other.append(f.as_posix())
+                    continue
+                dotted = ".".join([*f.parts[:-1], base])
+                modules.append(LoadTarget(dist=self.name, label=f.as_posix(), name=dotted, path=str(path)))
+            self._modules = modules, other
+        return self._modules
+
+    @property
+    def targets(self) -> list[LoadTarget]:
+        """What to load of it: its extension modules, then its top-level packages."""
+        modules, _other = self._extension_modules()
+        return modules + [LoadTarget(dist=self.name, label=n, name=n) for n in _top_level_names(self.dist, self.files)]
+
+    @property
+    def other_python(self) -> list[str]:
+        """Extension modules built for another Python than this one (sgl-kernel 0.3.21's
+        ``_mscclpp.cpython-310-x86_64-linux-gnu.so`` beside a 3.11 interpreter): ``import`` never finds them
+        here, and loading one by path anyway runs code built for another C API (it crashes). Their labels."""
+        return self._extension_modules()[1]
+
+
 def package_targets(dist_name: str) -> tuple[str, list[LoadTarget]]:
-    """The installed version of *dist_name* and what to load of it: its extension modules, then its
-    top-level packages. Raises importlib.metadata.PackageNotFoundError when it is not installed."""
-    dist = importlib.metadata.distribution(dist_name)
-    modules: list[LoadTarget] = []
-    for f in sorted(dist.files or (), key=str):
-        if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
-            continue
-        if not importable_here(f.name):
-            continue  # another Python's build (see other_python_modules): nothing here imports it
-        path = Path(str(dist.locate_file(f)))
-        base = is_extension_module(path)
-        if base is None:
-            continue
-        dotted = ".".join([*f.parts[:-1], base])
-        modules.append(LoadTarget(dist=dist_name, label=f.as_posix(), name=dotted, path=str(path)))
-    imports = [LoadTarget(dist=dist_name, label=n, name=n) for n in _top_level_names(dist)]
-    return dist.version, modules + imports
+    """The installed version of *dist_name* and what to load of it (:attr:`Installed.targets`)."""
+    installed = Installed(dist_name)
+    return installed.version, installed.targets
 
 
 def importable_here(filename: str) -> bool:
@@ -483,23 +518,6 @@ def importable_here(filename: str) -> bool:
         return True
     return any(filename.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES
                if suffix.startswith(".cpython-"))
-
-
-def other_python_modules(dist_name: str) -> list[str]:
-    """Extension modules of *dist_name* built for another Python than this one (sgl-kernel 0.3.21's
-    ``_mscclpp.cpython-310-x86_64-linux-gnu.so`` beside a 3.11 interpreter): ``import`` never finds them here,
-    and loading one by path anyway runs code built for another C API (it crashes). Their labels."""
-    dist = importlib.metadata.distribution(dist_name)
-    return [f.as_posix() for f in sorted(dist.files or (), key=str)
-            if f.name.endswith(".so") and not (f.parts and f.parts[0] == "..") and not importable_here(f.name)
-            and is_extension_module(Path(str(dist.locate_file(f)))) is not None]
-
-
-def elf_files(dist_name: str) -> list[str]:
-    """Every shared object a distribution installed (extension modules and plain libraries)."""
-    dist = importlib.metadata.distribution(dist_name)
-    return [str(dist.locate_file(f)) for f in dist.files or ()
-            if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == "..")]
 
 
 # --- loading one module in its own process ---------------------------------------------------------------

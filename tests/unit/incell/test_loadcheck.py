@@ -212,7 +212,7 @@ def test_a_module_built_for_another_python_is_not_loaded(tmp_path: Path) -> None
     sys.path.insert(0, str(sp))
     try:
         _v, targets = loadcheck.package_targets("pkg")
-        stray = loadcheck.other_python_modules("pkg")
+        stray = loadcheck.Installed("pkg").other_python
     finally:
         sys.path.remove(str(sp))
     assert [t.label for t in targets] == [f"pkg/_core{EXT_SUFFIX}", "pkg"]
