@@ -64,10 +64,9 @@ def _sites(python: str) -> list[Path]:
     return [Path(p) for p in dict.fromkeys(json.loads(done.stdout))]
 
 
-def truth(python: str, modules: list[tuple[str, str]], packages: list[str], *, jobs: int,
+def truth(python: str, sites: list[Path], modules: list[tuple[str, str]], packages: list[str], *, jobs: int,
           timeout: float = 300.0) -> tuple[dict[str, bool], dict[str, set[str] | None]]:
     """({rel: loads alone, by name or by path}, {package: real paths its import maps, None if it fails})."""
-    sites = _sites(python)
 
     def alone(rel: str) -> bool:
         """This very file loads: by path, or imported by name where that name's import takes this file
@@ -118,9 +117,9 @@ def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any
     packages = {e["module"]: next((p for p in imported if (_dotted(e["module"]) + ".").startswith(p + ".")),
                                   first.get(e["dist"], "")) for e in so}
     started = time.monotonic()
-    loads, mapped = truth(python, [(e["module"], packages[e["module"]]) for e in so],
-                          sorted(set(imported) | {p for p in packages.values() if p}), jobs=jobs)
     sites = _sites(python)
+    loads, mapped = truth(python, sites, [(e["module"], packages[e["module"]]) for e in so],
+                          sorted(set(imported) | {p for p in packages.values() if p}), jobs=jobs)
     false_red, false_green, agree = [], [], 0
     for e in so:
         red = (not e["ok"] and e.get("needed") is not False

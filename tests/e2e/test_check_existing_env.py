@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,17 +23,21 @@ def _imports(python: Path, module: str) -> bool:
     return done.returncode == 0
 
 
-def test_numba_environment_is_green_with_a_warning_for_its_tbb_layer(tmp_path: Path) -> None:
-    venv = env_or_skip("numba")
+def _check(venv: Path, out: Path) -> dict[str, dict[str, Any]]:
+    """`compatlab check --venv VENV --out OUT`, which must exit 0 with pass or partial; its stages by name."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("VIRTUAL_ENV", None)
-    done = subprocess.run([sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=900, env=env, check=False)
+    done = subprocess.run([sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--out", str(out)],
+                          capture_output=True, text=True, timeout=900, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
-    [cell] = results["cells"]
+    [cell] = json.loads((out / "results.json").read_text(encoding="utf-8"))["cells"]
     assert cell["state"] in ("pass", "partial"), cell["reason"]
-    stages = {s["name"]: s for s in cell["stages"]}
+    return {s["name"]: s for s in cell["stages"]}
+
+
+def test_numba_environment_is_green_with_a_warning_for_its_tbb_layer(tmp_path: Path) -> None:
+    venv = env_or_skip("numba")
+    stages = _check(venv, tmp_path / "out")
     python = venv / "bin" / "python"
     modules = [m for m in stages["import"]["details"]["modules"] if m["module"].endswith(".so")]
     assert len(modules) > 20
@@ -61,14 +66,7 @@ COMPARE = Path(__file__).resolve().parents[2] / "scripts" / "compare_check.py"
 
 def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> None:
     venv = env_or_skip("gpubox")
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    env.pop("VIRTUAL_ENV", None)
-    done = subprocess.run([sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=900, env=env, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    [cell] = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["cells"]
-    assert cell["state"] in ("pass", "partial"), cell["reason"]
-    stages = {s["name"]: s for s in cell["stages"]}
+    stages = _check(venv, tmp_path / "out")
     modules = [m for m in stages["import"]["details"]["modules"] if m["module"].endswith(".so")]
     packages = {m["dist"]: m["module"] for m in stages["import"]["details"]["modules"] if not m["module"].endswith(".so")}
     assert packages["cuda-core"] == "cuda.core"

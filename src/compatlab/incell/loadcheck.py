@@ -464,7 +464,6 @@ class Installed:
         self.dist = importlib.metadata.distribution(dist_name)
         self.version = self.dist.version
         self.files = list(self.dist.files or ())
-        self._modules: tuple[list[LoadTarget], list[str]] | None = None
 
     @functools.cached_property
     def elf_files(self) -> list[str]:
@@ -472,37 +471,37 @@ class Installed:
         return [str(self.dist.locate_file(f)) for f in self.files
                 if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == "..")]
 
+    @functools.cached_property
     def _extension_modules(self) -> tuple[list[LoadTarget], list[str]]:
-        if self._modules is None:
-            modules: list[LoadTarget] = []
-            other: list[str] = []
-            for f in sorted(self.files, key=str):
-                if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
-                    continue
-                path = Path(str(self.dist.locate_file(f)))
-                base = is_extension_module(path)
-                if base is None:
-                    continue
-                if not importable_here(f.name):
-                    other.append(f.as_posix())
-                    continue
-                dotted = ".".join([*f.parts[:-1], base])
-                modules.append(LoadTarget(dist=self.name, label=f.as_posix(), name=dotted, path=str(path)))
-            self._modules = modules, other
-        return self._modules
+        """(the extension modules to load, the labels of those built for another Python)"""
+        modules: list[LoadTarget] = []
+        other: list[str] = []
+        for f in sorted(self.files, key=str):
+            if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
+                continue
+            path = Path(str(self.dist.locate_file(f)))
+            base = is_extension_module(path)
+            if base is None:
+                continue
+            if not importable_here(f.name):
+                other.append(f.as_posix())
+                continue
+            dotted = ".".join([*f.parts[:-1], base])
+            modules.append(LoadTarget(dist=self.name, label=f.as_posix(), name=dotted, path=str(path)))
+        return modules, other
 
     @property
     def targets(self) -> list[LoadTarget]:
         """What to load of it: its extension modules, then its top-level packages."""
-        modules, _other = self._extension_modules()
-        return modules + [LoadTarget(dist=self.name, label=n, name=n) for n in _top_level_names(self.dist, self.files)]
+        return self._extension_modules[0] + [LoadTarget(dist=self.name, label=n, name=n)
+                                             for n in _top_level_names(self.dist, self.files)]
 
     @property
     def other_python(self) -> list[str]:
         """Extension modules built for another Python than this one (sgl-kernel 0.3.21's
         ``_mscclpp.cpython-310-x86_64-linux-gnu.so`` beside a 3.11 interpreter): ``import`` never finds them
         here, and loading one by path anyway runs code built for another C API (it crashes). Their labels."""
-        return self._extension_modules()[1]
+        return self._extension_modules[1]
 
 
 def package_targets(dist_name: str) -> tuple[str, list[LoadTarget]]:

@@ -17,9 +17,10 @@ def test_a_module_static_left_undecided_and_nobody_loaded_stays_red(tmp_path: Pa
         "pkg/_seen.so": {"package": "pkg", "why": "pkg/__init__.py names '_seen'", "feature": "", "needed": "unknown"},
     }), encoding="utf-8")
     entries = [{"module": "pkg/_seen.so", "dist": "pkg", "ok": True}]
-    assert suite._undecided(str(tmp_path), entries) == [
+    assert suite._undecided(suite._predicted(str(tmp_path)), entries) == [
         "pkg/_named.so: static could not tell whether `import pkg` needs it, and the import stage did not load it"]
-    assert suite._undecided(str(tmp_path / "nowhere"), entries) == []  # no static stage ran
+    assert suite._predicted(str(tmp_path / "nowhere")) is None  # no static stage ran
+    assert suite._undecided(suite._predicted(str(tmp_path / "nowhere")), entries) == []
 
 
 def test_a_module_that_fails_alone_but_its_package_maps_counts_as_loaded() -> None:

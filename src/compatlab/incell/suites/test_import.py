@@ -239,16 +239,16 @@ def _predicted(work_dir: str | None) -> dict[str, dict[str, str]] | None:
     return data if isinstance(data, dict) else {}
 
 
-def _undecided(work_dir: str | None, entries: list[dict[str, Any]]) -> list[str]:
+def _undecided(predicted: dict[str, dict[str, str]] | None, entries: list[dict[str, Any]]) -> list[str]:
     """Modules static could not judge (`import P` may need them) that this stage did not load: no one has
     looked, so they stay failures."""
     loaded = {e["module"] for e in entries}
     return [f"{label}: static could not tell whether `import {guess.get('package')}` needs it, and the import "
-            "stage did not load it" for label, guess in sorted((_predicted(work_dir) or {}).items())
+            "stage did not load it" for label, guess in sorted((predicted or {}).items())
             if guess.get("needed") == "unknown" and label not in loaded]
 
 
-def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]],
+def _confirm_not_needed(predicted: dict[str, dict[str, str]] | None, entries: list[dict[str, Any]],
                         site_packages: str | None = None, paths: dict[str, str] | None = None
                         ) -> list[dict[str, Any]]:
     """Failed modules that `import <package>` truly does not need: a warning each, not a failure.
@@ -259,7 +259,6 @@ def _confirm_not_needed(work_dir: str | None, entries: list[dict[str, Any]],
     mapped the module when it finished. Anything else (the import failed, or it mapped the module) keeps
     the failure.
     """
-    predicted = _predicted(work_dir)
     if predicted is None:  # no static stage ran: nothing predicted, nothing to confirm
         return []
     imports = {(e["dist"], e["module"]): e for e in entries if not e["module"].endswith(".so")}
@@ -338,8 +337,8 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     _own_mapped(entries, owned)
     _loaded_by_package(entries)
     paths = {t.label: t.path for t in plan if t.path is not None}
-    optional = {id(e) for e in _confirm_not_needed(compat_context.get("work_dir"), entries,
-                                                   compat_context.get("site_packages"), paths)}
+    predicted = _predicted(compat_context.get("work_dir"))
+    optional = {id(e) for e in _confirm_not_needed(predicted, entries, compat_context.get("site_packages"), paths)}
     broken: list[dict[str, Any]] = []
     ignored: list[dict[str, Any]] = []
     unjudged: list[dict[str, Any]] = []
@@ -360,7 +359,7 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     stage.note(modules=entries, loaded=sum(e["ok"] for e in entries), total=len(entries),
                ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu],
                warnings=[e.get("verdict") or e["reason"] for e in undeclared] + other_python)
-    for reason in _undecided(compat_context.get("work_dir"), entries):
+    for reason in _undecided(predicted, entries):
         broken.append({"reason": reason})
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
