@@ -85,7 +85,8 @@ class Resolver:
     def __init__(self, sp: Path, cache: ElfCache, hashes: dict[str, tuple[str, int]]) -> None:
         self.sp = sp
         self.cache = cache
-        self.hashes = hashes  # RECORD (hex sha256, size) by normalised path: no need to hash those files
+        self.hashes = hashes  # RECORD (hex sha256, size) by normalised path (the cache never trusts them)
+        self.unreadable: dict[str, str] = {}  # path -> why it cannot be read (NotElf's message)
         self.python = self._interpreter()
         self.base = self._closure_of([self.python] if self.python else [], {}) if self.python else []
         self.base_loaded = self._loaded_map(self.base)
@@ -102,19 +103,13 @@ class Resolver:
     # Reading ---------------------------------------------------------------------------------------
 
     def info(self, path: str) -> ElfInfo | None:
-        known = self.hashes.get(path)
-        digest = None
-        if known is not None:
-            try:
-                # A file changed after install no longer matches its RECORD hash: hash it instead.
-                if os.stat(path).st_size == known[1]:
-                    digest = known[0]
-            except OSError:
-                return None
+        """The file's ElfInfo, read by its own content (never by what RECORD claims); None if unreadable,
+        with the reason in ``self.unreadable``."""
         try:
-            return self.cache.load(Path(path), digest)
+            return self.cache.load(Path(path))
         except (NotElf, OSError) as exc:
             log.info("cannot read %s: %s", path, exc)
+            self.unreadable[path] = str(exc)
             return None
 
     def _interpreter(self) -> Library | None:

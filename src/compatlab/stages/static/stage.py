@@ -249,13 +249,22 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
     rel = ck.rel(mpath)
     module = ck._lib(mpath)
     if module is None:
-        return [Finding(severity="warn", module=rel, kind="unreadable",
-                        message=f"{rel}: not a readable ELF file")], set()
+        # Never a silent pass: the static stage says it could not judge this file (the import stage will).
+        why = ck.unreadable.get(mpath, f"{mpath}: not a readable ELF file").replace(mpath, rel)
+        return [Finding(severity="warn", module=rel, kind="unreadable", details={"why": why},
+                        message=f"{why}; the static stage cannot check it")], {mpath}
     ls = ck.load_set(module)
     missing_names = set()
     for name, needer in ls.missing:
         missing_names.add(name)
         via = "" if needer == mpath else f" (needed by {ck.rel(needer)})"
+        unreadable = next((p for p in ck.unreadable if os.path.basename(p) == name), None)
+        if unreadable is not None:
+            why = ck.unreadable[unreadable].replace(unreadable, ck.rel(unreadable))
+            findings.append(Finding(
+                severity="warn", module=rel, kind="unreadable", details={"library": name, "why": why},
+                message=f"{rel} needs {name}{via}; {why}; the static stage cannot check it"))
+            continue
         if name in DRIVER_LIBS:
             findings.append(Finding(
                 severity="note", module=rel, kind="driver",

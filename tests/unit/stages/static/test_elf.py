@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from compatlab.proc import run
-from compatlab.stages.static.elf import ElfCache, NotElf, UndefinedSymbol, demangle, read_elf, record_sha256
+from compatlab.stages.static.elf import (
+    CACHE_SCHEMA,
+    ElfCache,
+    NotElf,
+    UndefinedSymbol,
+    demangle,
+    read_elf,
+    record_sha256,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
@@ -109,14 +117,16 @@ def test_cache_reads_each_content_once(built: dict[str, Path], tmp_path: Path) -
     assert json.loads(entries[0].read_text(encoding="utf-8"))["soname"] == ""
 
 
-def test_cache_uses_given_hash_and_survives_corruption(built: dict[str, Path], tmp_path: Path) -> None:
-    digest = "ab" * 32
+def test_cache_is_keyed_by_content_and_survives_corruption(built: dict[str, Path], tmp_path: Path) -> None:
+    # A hash handed in (RECORD's) is not the key: the file's own sha256 is.
     cache = ElfCache(tmp_path)
-    cache.load(built["prov"], digest)
-    entry = tmp_path / "elf-v1" / "ab" / f"{digest}.json"
+    cache.load(built["prov"], "ab" * 32)
+    digest = hashlib.sha256(built["prov"].read_bytes()).hexdigest()
+    entry = tmp_path / f"elf-v{CACHE_SCHEMA}" / digest[:2] / f"{digest}.json"
     assert entry.is_file()
+    assert not list(tmp_path.rglob("abab*.json"))
     entry.write_text("{not json", encoding="utf-8")
     fresh = ElfCache(tmp_path)
-    assert fresh.load(built["prov"], digest).soname == "libprov.so.1"
+    assert fresh.load(built["prov"]).soname == "libprov.so.1"
     assert (fresh.hits, fresh.misses) == (0, 1)
     assert json.loads(entry.read_text(encoding="utf-8"))["soname"] == "libprov.so.1"

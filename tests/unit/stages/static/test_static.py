@@ -18,7 +18,7 @@ from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.proc import run
 from compatlab.stages.base import CellContext
-from compatlab.stages.static.elf import ElfCache
+from compatlab.stages.static.elf import CACHE_SCHEMA, ElfCache
 from compatlab.stages.static.stage import check_site_packages, ld_cache, run_static_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -117,9 +117,9 @@ def test_cache_makes_the_second_run_read_nothing(tmp_path: Path, cache: ElfCache
     again = check_site_packages(sp, archs=[], cache=ElfCache(tmp_path / "cache"))
     assert again.cache_misses == 0
     assert again.cache_hits > 0
-    # The RECORD hash is the key: kern's module is stored under the sha256 its RECORD lists.
+    # The file's own content is the key: kern's module is stored under the sha256 of its bytes.
     digest = hashlib.sha256((sp / "kern" / "_ops.abi3.so").read_bytes()).hexdigest()
-    assert (tmp_path / "cache" / "elf-v1" / digest[:2] / f"{digest}.json").is_file()
+    assert (tmp_path / "cache" / f"elf-v{CACHE_SCHEMA}" / digest[:2] / f"{digest}.json").is_file()
 
 
 def test_missing_library(tmp_path: Path, cache: ElfCache) -> None:
