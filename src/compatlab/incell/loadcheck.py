@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -300,27 +301,46 @@ class DynamicSymbols:
     device_code: bool = False  # it has a CUDA fat binary section (.nv_fatbin, __nv_relfatbin)
 
 
-_SHT_DYNAMIC, _SHT_DYNSYM = 6, 11
+_SHT_DYNAMIC, _SHT_DYNSYM, _SHT_NOBITS = 6, 11, 8
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")  # the sections that hold CUDA fat binaries
 _DT_NEEDED = 1
+# The most of one section read into memory: a header claiming more (900 GiB) makes the file unreadable.
+MAX_SECTION_BYTES = 256 << 20
 
 
 def dynamic_symbols(path: str | os.PathLike[str]) -> DynamicSymbols | None:
-    """Read .dynsym and .dynamic of a 64-bit little-endian ELF file; None if it is not one (or is broken)."""
+    """Read .dynsym and .dynamic of a 64-bit little-endian ELF file; None if it is not one (or is broken).
+
+    Only a regular file is opened (O_NONBLOCK, then fstat: a FIFO named ``x.so`` would block ``open``), and
+    only sections that lie inside the file and are at most MAX_SECTION_BYTES are read.
+    """
     try:
-        with open(path, "rb") as fh:
-            return _read_dynamic(fh)
-    except (OSError, struct.error, ValueError, IndexError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            return _read_dynamic(fh, st.st_size)
+    except (OSError, struct.error, ValueError, IndexError, MemoryError):
         return None
 
 
-def _read_dynamic(fh: Any) -> DynamicSymbols | None:
+def _read_dynamic(fh: Any, size: int) -> DynamicSymbols | None:
     ident = fh.read(64)
     if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
         return None
     shoff = struct.unpack_from("<Q", ident, 0x28)[0]
     shentsize, shnum = struct.unpack_from("<HH", ident, 0x3A)
-    if shoff == 0 or shentsize < 64:
+    if shoff == 0 or shentsize < 64 or shoff + shentsize * shnum > size:
         return None
     shstrndx = struct.unpack_from("<H", ident, 0x3E)[0]
     fh.seek(shoff)
@@ -328,16 +348,22 @@ def _read_dynamic(fh: Any) -> DynamicSymbols | None:
     sections = []
     names = []
     for i in range(shnum):
-        sh_name, sh_type, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
+        sh_name, sh_type, _flags, _addr, offset, length, link, _info, _align, entsize = struct.unpack_from(
             "<IIQQQQIIQQ", table, i * shentsize
         )
-        sections.append((sh_type, offset, size, link, entsize))
+        if sh_type != _SHT_NOBITS and offset + length > size:
+            raise ValueError(f"section {i} runs past the end of the file")
+        sections.append((sh_type, offset, length, link, entsize))
         names.append(sh_name)
 
     def read(index: int) -> bytes:
-        _, offset, size, _, _ = sections[index]
+        sh_type, offset, length, _, _ = sections[index]
+        if sh_type == _SHT_NOBITS:
+            return b""
+        if length > MAX_SECTION_BYTES:
+            raise ValueError(f"section {index} is {length} bytes")
         fh.seek(offset)
-        data: bytes = fh.read(size)
+        data: bytes = fh.read(length)
         return data
 
     def cstr(strtab: bytes, at: int) -> str:
@@ -351,7 +377,7 @@ def _read_dynamic(fh: Any) -> DynamicSymbols | None:
         if sh_type == _SHT_DYNSYM:
             strtab = read(link)
             data = read(index)
-            step = entsize or 24
+            step = max(entsize, 24)  # an Elf64_Sym is 24 bytes; a smaller claim is damage
             for at in range(step, len(data) - step + 1, step):
                 st_name, _st_info, _st_other, st_shndx = struct.unpack_from("<IBBH", data, at)
                 name = cstr(strtab, st_name)
@@ -466,10 +492,29 @@ class Installed:
         self.files = list(self.dist.files or ())
 
     @functools.cached_property
+    def _roots(self) -> tuple[str, ...]:
+        # The environment (a venv's data files live in <prefix>/lib, <prefix>/bin) and the folder the
+        # distribution is installed in (a base interpreter's site-packages, seen from a venv).
+        return tuple({os.path.realpath(sys.prefix), os.path.realpath(str(self.dist.locate_file("")))})
+
+    def inside(self, path: str) -> bool:
+        """Whether *path*, symlinks resolved, lies in this environment: a RECORD row naming ``/tmp/x.so``
+        or ``../../../../x.so`` must never make the lab load a file from elsewhere."""
+        real = os.path.realpath(path)
+        return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self._roots)
+
+    @functools.cached_property
+    def outside(self) -> list[str]:
+        """RECORD's shared objects that lie outside the environment (never read, never loaded)."""
+        return [f.as_posix() for f in self.files if (f.name.endswith(".so") or ".so." in f.name)
+                and not self.inside(str(self.dist.locate_file(f)))]
+
+    @functools.cached_property
     def elf_files(self) -> list[str]:
-        """Every shared object it installed (extension modules and plain libraries)."""
-        return [str(self.dist.locate_file(f)) for f in self.files
-                if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == "..")]
+        """Every shared object it installed in the environment (extension modules and plain libraries)."""
+        paths = (str(self.dist.locate_file(f)) for f in self.files
+                 if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == ".."))
+        return [p for p in paths if self.inside(p)]
 
     @functools.cached_property
     def _extension_modules(self) -> tuple[list[LoadTarget], list[str]]:
@@ -480,6 +525,8 @@ class Installed:
             if not f.name.endswith(".so") or (f.parts and f.parts[0] == ".."):
                 continue
             path = Path(str(self.dist.locate_file(f)))
+            if not self.inside(str(path)):
+                continue
             base = is_extension_module(path)
             if base is None:
                 continue

@@ -1,0 +1,53 @@
+"""The import stage's reading of an environment against hostile files: FIFOs, absurd sections, RECORD rows
+that point outside the environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compatlab.incell import loadcheck
+from fixtures.hostile import hard_deadline, record_hash, section, set_section, versioned_so
+from fixtures.sofix import EXT_SUFFIX, ext_module
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+
+
+def test_a_fifo_named_like_a_module_is_never_opened(tmp_path: Path) -> None:
+    fifo = tmp_path / f"evil{EXT_SUFFIX}"
+    os.mkfifo(fifo)
+    with hard_deadline(5, "reading a FIFO named *.so"):
+        assert loadcheck.dynamic_symbols(fifo) is None
+        assert loadcheck.is_extension_module(fifo) is None
+
+
+def test_a_section_claiming_900_gib_reads_as_broken_not_as_a_traceback(tmp_path: Path) -> None:
+    so = versioned_so(tmp_path / "libhost.so")
+    assert loadcheck.dynamic_symbols(so) is not None
+    set_section(so, ".dynsym", sh_size=900 << 30)
+    assert section(so, ".dynsym", "sh_size") == 900 << 30
+    assert loadcheck.dynamic_symbols(so) is None
+
+
+def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    sp = tmp_path / "site"
+    good = ext_module(sp / "hostpkg", "good")
+    absolute = ext_module(tmp_path / "elsewhere", "evil")
+    climbing = ext_module(tmp_path / "above", "climb")
+    info = sp / "hostpkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hostpkg\nVersion: 1.0\n", encoding="utf-8")
+    rows = [f"hostpkg/{good.name},{record_hash(good)},{good.stat().st_size}",
+            f"{absolute},{record_hash(absolute)},{absolute.stat().st_size}",
+            f"hostpkg/../../above/{climbing.name},{record_hash(climbing)},{climbing.stat().st_size}",
+            "hostpkg-1.0.dist-info/RECORD,,"]
+    (info / "RECORD").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(sp))
+    installed = loadcheck.Installed("hostpkg")
+    assert [t.label for t in installed.targets if t.path] == [f"hostpkg/{good.name}"]
+    assert installed.elf_files == [str(good)]
+    assert installed.outside == [absolute.as_posix(), f"hostpkg/../../above/{climbing.name}"]
