@@ -18,6 +18,18 @@ a 900 MB torch wheel costs a few hundred KiB. A server without range support ser
 Credentials come in the index URL (``https://user:password@host/simple``); they are sent as HTTP basic
 auth to that host only (never on a redirect elsewhere), and every URL in a message is redacted.
 Nothing here knows matrix.toml: callers pass URLs and names.
+
+An index's answers are believed only when complete, and asking is bounded work:
+
+- every request (connection, headers and body together) has one wall-clock deadline, ``timeout``; a
+  server that drips a byte at a time is cut off there, not at each read's socket timeout;
+- a body shorter than its ``Content-Length`` (or a chunked body cut before its last chunk), or longer than
+  the limit (``PAGE_LIMIT``, ``WHOLE_LIMIT``), is no answer; so is PEP 691 JSON that does not parse, whose
+  ``name`` is another project, or whose ``files`` is not a list;
+- file links resolve against the URL that answered (after redirects); a remote page's links are followed
+  only to http(s) (a ``file://`` link on a remote page would read this machine's files), and credentials go
+  only to the host of the index they belong to;
+- a release's metadata must name the project and version asked for (PEP 440 equality).
 """
 
 from __future__ import annotations
@@ -27,9 +39,13 @@ import email.parser
 import http.client
 import io
 import json
+import struct
+import threading
+import time
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from typing import Any
@@ -69,6 +85,7 @@ PAGE_LIMIT = 64 << 20
 # A wheel read whole when its server cannot serve ranges, and the METADATA member, are at most this big.
 WHOLE_LIMIT = 64 << 20
 _TAIL = 256 << 10  # the end of a wheel read first: the zip's central directory is there
+_MAX_RANGE_READS = 64  # HTTP range requests for one wheel's metadata
 _CHUNK = 64 << 10
 
 
@@ -104,6 +121,76 @@ class Page:
     unreachable: str = ""
     json: Any = None
     html: SimpleHTML | None = None
+    url: str = ""  # the URL that answered, after redirects: file links are relative to it
+
+
+class _Incomplete(ValueError):
+    """An answer that cannot be believed whole: cut short, too long, or too slow."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answer:
+    status: int
+    headers: Any
+    body: bytes
+    url: str
+
+
+def _read_body(answer: Any, limit: int, deadline: float, seconds: float) -> bytes:
+    """The whole body, or _Incomplete: past *deadline*, over *limit*, or short of its Content-Length."""
+    length = answer.headers.get("Content-Length", "") if answer.headers else ""
+    if length.strip().isdigit() and int(length) > limit:
+        raise _Incomplete(f"the answer is {int(length) >> 20} MiB, more than the {limit >> 20} MiB read of one")
+    chunks: list[bytes] = []
+    total = 0
+    read = getattr(answer, "read1", None) or answer.read
+    while True:
+        if time.monotonic() > deadline:
+            raise _Incomplete(f"no complete answer within {seconds:g} s")
+        chunk = read(_CHUNK)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > limit:
+            raise _Incomplete(f"the answer is larger than {limit >> 20} MiB")
+        chunks.append(chunk)
+    if length.strip().isdigit() and total != int(length):
+        raise _Incomplete(f"the answer was cut short: {total} of the {int(length)} bytes its Content-Length "
+                          "announced")
+    return b"".join(chunks)
+
+
+def _get(opener: urllib.request.OpenerDirector, request: urllib.request.Request, *, limit: int,
+         seconds: float) -> _Answer:
+    """One request, connection to last byte within *seconds* of wall clock.
+
+    The request runs in a daemon thread that the caller stops waiting for at the deadline (a server that
+    drips its headers holds that thread, never the lab); its body loop stops at the deadline too.
+    """
+    deadline = time.monotonic() + seconds
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            with opener.open(request, timeout=seconds) as answer:
+                body = _read_body(answer, limit, deadline, seconds)
+                box["answer"] = _Answer(status=answer.status or 200, headers=answer.headers, body=body,
+                                        url=answer.geturl())
+        except urllib.error.HTTPError as exc:
+            exc.close()  # its socket: the caller needs only the status
+            box["error"] = exc
+        except BaseException as exc:  # noqa: BLE001  handed to the waiting caller as it is
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="compatlab-index", daemon=True)
+    thread.start()
+    thread.join(seconds + 0.5)
+    if thread.is_alive():
+        raise _Incomplete(f"no complete answer within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    answer: _Answer = box["answer"]
+    return answer
 
 
 def _opener(url: str, credentials: Credentials | None) -> urllib.request.OpenerDirector:
@@ -119,30 +206,34 @@ def _opener(url: str, credentials: Credentials | None) -> urllib.request.OpenerD
 
 
 def fetch(url: str, credentials: Credentials | None, *, accept: str, limit: int, timeout: float) -> Page:
-    """GET a page of an index (*url* without credentials; those apart)."""
+    """GET a page of an index (*url* without credentials; those apart), whole within *timeout* seconds."""
     # The URL is an index of matrix.toml, which admits only http(s):// and file:// ones.
     request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "compatlab"})  # noqa: S310
     try:
-        with _opener(url, credentials).open(request, timeout=timeout) as answer:
-            body = answer.read(limit)
-            ctype = answer.headers.get("Content-Type", "")
-            status = answer.status or 200  # a file:// answer has no status
+        answer = _get(_opener(url, credentials), request, limit=limit, seconds=timeout)
     except urllib.error.HTTPError as exc:
         return Page(status=exc.code)
+    except _Incomplete as exc:
+        return Page(status=None, unreachable=str(exc))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, FileNotFoundError):
             return Page(status=404)  # a file:// index without that page
+        if isinstance(exc, http.client.IncompleteRead):
+            return Page(status=None, unreachable="the answer was cut short (a chunked body without its last chunk)")
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         return Page(status=None, unreachable=redact_text(str(reason)) or type(exc).__name__)
-    text = body.decode("utf-8", "replace")
+    ctype = answer.headers.get("Content-Type", "") if answer.headers else ""
+    text = answer.body.decode("utf-8", "replace")
     if ctype.startswith("application/vnd.pypi.simple.v1+json"):
         try:
-            return Page(status=status, json=json.loads(text))
-        except ValueError:
-            return Page(status=status, json={"meta": {}} if '"api-version"' in text else None)
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            # Cut or broken JSON is no answer: read as complete, it lost releases without a word.
+            return Page(status=None, unreachable=f"its PEP 691 JSON does not parse ({len(answer.body)} bytes)")
+        return Page(status=answer.status, json=data, url=answer.url)
     parser = SimpleHTML()
     parser.feed(text)
-    return Page(status=status, html=parser)
+    return Page(status=answer.status, html=parser, url=answer.url)
 
 
 def page_url(base: str, *parts: str) -> str:
@@ -189,6 +280,7 @@ class Release:
 
     version: str
     files: tuple[DistFile, ...]
+    project: str = ""  # the normalized name asked for: its metadata must say the same
 
     @property
     def yanked(self) -> bool:
@@ -223,16 +315,35 @@ def version_of(filename: str, name: str) -> str | None:
     return str(version) if canonicalize_name(project) == name else None
 
 
+def _link(base: str, href: str) -> str | None:
+    """*href* resolved against *base* (the URL that answered); None for a link this lab must not follow:
+    anything but http(s), except file:// links of a file:// index (a local folder)."""
+    url = urljoin(base, href)
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("http", "https") or (scheme == "file" and urlsplit(base).scheme.lower() == "file"):
+        return url
+    return None
+
+
 def project_files(page: Page, url: str) -> list[DistFile]:
-    """Every distribution file of a project page at *url*, its attributes read as PEP 691/592/658 say."""
+    """Every distribution file of a project page at *url*, its attributes read as PEP 691/592/658 say.
+
+    Links resolve against the URL that answered (``page.url``, after redirects), else *url*; links this
+    lab must not follow (a ``file://`` link on a remote page) are left out.
+    """
+    base = page.url or url
     out: list[DistFile] = []
     if isinstance(page.json, dict):
-        for f in page.json.get("files", []):
+        files = page.json.get("files", [])
+        for f in files if isinstance(files, list) else []:
             if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
                 continue
+            link = _link(base, str(f.get("url", f["filename"])))
+            if link is None:
+                continue
             meta = f.get("core-metadata", f.get("data-dist-info-metadata"))
-            out.append(DistFile(filename=f["filename"], url=urljoin(url, str(f.get("url", f["filename"]))),
-                                yanked=_truthy(f.get("yanked")), metadata=_truthy(meta)))
+            out.append(DistFile(filename=f["filename"], url=link, yanked=_truthy(f.get("yanked")),
+                                metadata=_truthy(meta)))
         return out
     if page.html is None:
         return out
@@ -241,9 +352,12 @@ def project_files(page: Page, url: str) -> list[DistFile]:
         name = unquote(href.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1])
         if not name.endswith((".whl", ".tar.gz", ".zip")):
             continue
+        link = _link(base, href.split("#", 1)[0])
+        if link is None:
+            continue
         meta = anchor.get("data-core-metadata", anchor.get("data-dist-info-metadata"))
-        out.append(DistFile(filename=name, url=urljoin(url, href.split("#", 1)[0]),
-                            yanked="data-yanked" in anchor, metadata=meta is not None and meta != "false"))
+        out.append(DistFile(filename=name, url=link, yanked="data-yanked" in anchor,
+                            metadata=meta is not None and meta != "false"))
     return out
 
 
@@ -267,12 +381,18 @@ def releases(index: str, package: str, *, timeout: float = TIMEOUT) -> tuple[Rel
         raise IndexUnavailable(f"{shown} has no project {name!r} (HTTP {page.status} for {page_url(shown, name)})")
     if page.status != 200 or (page.json is None and page.html is None):
         raise IndexUnavailable(f"{shown} answered HTTP {page.status} for {name}'s page")
+    if page.json is not None:
+        if not isinstance(page.json, dict) or not isinstance(page.json.get("files"), list):
+            raise IndexUnavailable(f"{shown} answered PEP 691 JSON without a list of files for {name}'s page")
+        listed = page.json.get("name")
+        if isinstance(listed, str) and canonicalize_name(listed) != name:
+            raise IndexUnavailable(f"{shown} answered the page of {listed!r} when asked for {name}'s")
     by_version: dict[Version, list[DistFile]] = {}
     for f in project_files(page, url):
         version = version_of(f.filename, name)
         if version is not None:
             by_version.setdefault(Version(version), []).append(f)
-    return tuple(Release(version=str(v), files=tuple(by_version[v])) for v in sorted(by_version))
+    return tuple(Release(version=str(v), files=tuple(by_version[v]), project=name) for v in sorted(by_version))
 
 
 def _preferred(files: Sequence[DistFile]) -> list[DistFile]:
@@ -288,7 +408,11 @@ def _preferred(files: Sequence[DistFile]) -> list[DistFile]:
 
 
 class _RangeFile(io.RawIOBase):
-    """A remote file read by HTTP range requests, each at least ``_CHUNK`` long, kept once read."""
+    """A remote file read by HTTP range requests, each at least ``_CHUNK`` long, kept once read.
+
+    Bounded: at most ``_MAX_RANGE_READS`` requests, none over ``WHOLE_LIMIT`` (a zip directory claiming
+    900 GiB is refused, never allocated), each whole within the timeout, each a 206 of the span asked.
+    """
 
     def __init__(self, opener: urllib.request.OpenerDirector, url: str, size: int, tail: bytes,
                  timeout: float) -> None:
@@ -296,6 +420,7 @@ class _RangeFile(io.RawIOBase):
         self._opener, self._url, self._size, self._timeout = opener, url, size, timeout
         self._spans: list[tuple[int, bytes]] = [(size - len(tail), tail)]
         self._pos = 0
+        self._reads = 0
 
     def readable(self) -> bool:
         return True
@@ -311,6 +436,15 @@ class _RangeFile(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
+    def read(self, size: int | None = -1) -> bytes:
+        left = max(0, self._size - self._pos)
+        n = left if size is None or size < 0 else min(size, left)
+        if n > WHOLE_LIMIT:
+            raise _Incomplete(f"reading its metadata would read {n} bytes of it")
+        buffer = bytearray(n)
+        got = self.readinto(buffer)
+        return bytes(buffer[:got])
+
     def _cached(self, start: int, n: int) -> bytes | None:
         for at, data in self._spans:
             if at <= start and start + n <= at + len(data):
@@ -323,13 +457,17 @@ class _RangeFile(io.RawIOBase):
             return 0
         data = self._cached(self._pos, n)
         if data is None:
+            self._reads += 1
+            if self._reads > _MAX_RANGE_READS:
+                raise _Incomplete(f"reading its metadata took more than {_MAX_RANGE_READS} range requests")
             end = min(self._size, self._pos + max(n, _CHUNK)) - 1
             request = urllib.request.Request(self._url, headers={"Range": f"bytes={self._pos}-{end}",  # noqa: S310
                                                                  "User-Agent": "compatlab"})
-            with self._opener.open(request, timeout=self._timeout) as answer:
-                chunk = answer.read(end - self._pos + 1)
-            self._spans.append((self._pos, chunk))
-            data = chunk[:n]
+            answer = _get(self._opener, request, limit=end - self._pos + 1, seconds=self._timeout)
+            if answer.status != 206 or not answer.body:
+                raise _Incomplete(f"HTTP {answer.status} with {len(answer.body)} bytes for a range request")
+            self._spans.append((self._pos, answer.body))
+            data = answer.body[:n]
         buffer[:len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -340,40 +478,69 @@ def _metadata_member(archive: zipfile.ZipFile, filename: str) -> str:
     if len(names) != 1:
         raise IndexUnavailable(f"{filename}: expected one *.dist-info/METADATA, found {len(names)}")
     info = archive.getinfo(names[0])
-    if info.file_size > WHOLE_LIMIT:
+    if info.file_size > WHOLE_LIMIT or info.compress_size > WHOLE_LIMIT:
         raise IndexUnavailable(f"{filename}: its METADATA is {info.file_size} bytes, more than a wheel's metadata")
-    return archive.read(names[0]).decode("utf-8", "replace")
+    if info.flag_bits & 0x1:
+        raise IndexUnavailable(f"{filename}: not a readable wheel (its METADATA is encrypted)")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise IndexUnavailable(f"{filename}: not a readable wheel (its METADATA is compressed with method "
+                               f"{info.compress_type}; a wheel uses stored or deflate)")
+    with archive.open(info) as member:
+        data = member.read(WHOLE_LIMIT + 1)
+    if len(data) > WHOLE_LIMIT:
+        raise IndexUnavailable(f"{filename}: its METADATA is larger than {WHOLE_LIMIT >> 20} MiB")
+    return data.decode("utf-8", "replace")
 
 
 def _wheel_metadata(file: DistFile, credentials: Credentials | None, timeout: float) -> str:
     opener = _opener(file.url, credentials)
     request = urllib.request.Request(file.url, headers={"Range": f"bytes=-{_TAIL}",  # noqa: S310
                                                         "User-Agent": "compatlab"})
-    with opener.open(request, timeout=timeout) as answer:
-        status = answer.status or 200
-        if status == 206:
-            total = answer.headers.get("Content-Range", "").rpartition("/")[2]
-            tail = answer.read(_TAIL + 1)
-            size = int(total) if total.isdigit() else len(tail)
-            source: io.RawIOBase | io.BytesIO = _RangeFile(opener, file.url, size, tail, timeout)
-        else:  # no range support: the whole file, when it is small
-            length = answer.headers.get("Content-Length", "")
-            if length.isdigit() and int(length) > WHOLE_LIMIT:
-                raise IndexUnavailable(f"{redact(file.url)}: the server offers neither PEP 658 metadata nor range "
-                                       f"requests, and the file is {int(length) >> 20} MiB")
-            source = io.BytesIO(answer.read(WHOLE_LIMIT + 1))
+    try:
+        answer = _get(opener, request, limit=WHOLE_LIMIT, seconds=timeout)
+    except _Incomplete as exc:
+        if "more than the" in str(exc):
+            raise IndexUnavailable(f"{redact(file.url)}: the server offers neither PEP 658 metadata nor range "
+                                   f"requests, and {exc}") from None
+        raise
+    source: io.RawIOBase | io.BytesIO
+    if answer.status == 206:
+        total = answer.headers.get("Content-Range", "").rpartition("/")[2]
+        size = int(total) if total.isdigit() else len(answer.body)
+        if len(answer.body) > size:
+            raise IndexUnavailable(f"{file.filename}: the server sent {len(answer.body)} bytes of a {size}-byte file")
+        source = _RangeFile(opener, file.url, size, answer.body, timeout)
+    else:  # no range support: the whole file, when it is small
+        source = io.BytesIO(answer.body)
     try:
         with zipfile.ZipFile(source) as archive:
             return _metadata_member(archive, file.filename)
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError,
+            zlib.error, struct.error) as exc:
         raise IndexUnavailable(f"{file.filename}: not a readable wheel ({exc})") from None
+
+
+def _check_metadata(text: str, release: Release, filename: str) -> str:
+    """*text* if it is the metadata of *release* (its Name and Version, by PEP 503 and PEP 440 equality)."""
+    if not release.project:
+        return text
+    headers = email.parser.HeaderParser().parsestr(text, headersonly=True)
+    name, version = str(headers.get("Name") or ""), str(headers.get("Version") or "")
+    try:
+        same_version = Version(version) == Version(release.version)
+    except InvalidVersion:
+        same_version = False
+    if canonicalize_name(name) != release.project or not same_version:
+        raise IndexUnavailable(f"{filename}: its metadata is of {name or '(no Name)'} {version or '(no Version)'}, "
+                               f"not of {release.project} {release.version}")
+    return text
 
 
 def core_metadata(index: str, release: Release, *, timeout: float = TIMEOUT) -> str:
     """The METADATA text of one wheel of *release* on *index* (whose credentials go to its host only).
 
-    Raises IndexUnavailable when no wheel can be read (the release has only an sdist, or every server
-    refused).
+    Each request is whole within *timeout* seconds. Raises IndexUnavailable when no wheel can be read (the
+    release has only an sdist, every server refused, or what came back is another project's or version's).
     """
     _, credentials = split(index)
     index_host = urlsplit(split(index)[0]).netloc
@@ -384,11 +551,15 @@ def core_metadata(index: str, release: Release, *, timeout: float = TIMEOUT) -> 
             if file.metadata:
                 request = urllib.request.Request(file.url + ".metadata",  # noqa: S310
                                                  headers={"User-Agent": "compatlab"})
-                with _opener(file.url, mine).open(request, timeout=timeout) as answer:
-                    return str(answer.read(WHOLE_LIMIT).decode("utf-8", "replace"))
-            return _wheel_metadata(file, mine, timeout)
+                answer = _get(_opener(file.url, mine), request, limit=WHOLE_LIMIT, seconds=timeout)
+                text = answer.body.decode("utf-8", "replace")
+            else:
+                text = _wheel_metadata(file, mine, timeout)
+            return _check_metadata(text, release, file.filename)
         except urllib.error.HTTPError as exc:
             problems.append(f"{file.filename}: HTTP {exc.code}")
+        except http.client.IncompleteRead:
+            problems.append(f"{file.filename}: the answer was cut short")
         except (OSError, http.client.HTTPException, ValueError) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             problems.append(f"{file.filename}: {redact_text(str(reason))}")
