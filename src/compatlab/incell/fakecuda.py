@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -204,9 +205,24 @@ def stand_in_env(lib_dir: Path, env: dict[str, str]) -> dict[str, str]:
 
 
 def cache_dir(work_dir: str | os.PathLike[str] | None) -> Path:
-    """Where the stand-in is built: $COMPATLAB_CACHE, else the cell's work_dir, else a user cache."""
-    if env := os.environ.get("COMPATLAB_CACHE"):
+    """Where the stand-in is built: $COMPATLAB_CACHE if it can be written, else the cell's work_dir, else a
+    user cache."""
+    if (env := os.environ.get("COMPATLAB_CACHE")) and _writable(Path(env)):
         return Path(env)
     if work_dir:
         return Path(work_dir)
     return Path.home() / ".cache" / "compatlab"
+
+
+def _writable(folder: Path) -> bool:
+    """Whether files can be made in *folder* (made if missing): tried, since root ignores permission bits but
+    not a read-only mount."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError:
+        log.warning("cannot write the cache %s: the stand-in driver is built in the cell's folder", folder)
+        return False
+    return True

@@ -6,9 +6,11 @@ folder that puts ``compatlab.incell`` alone on the cell's ``PYTHONPATH`` (``ince
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import importlib.resources
+import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +23,9 @@ from compatlab.config.matrix import Matrix
 from compatlab.runs.model import StageResult
 
 __all__ = ["CellContext", "Stage", "blocked", "cell_env", "incell_path"]
+
+log = logging.getLogger(__name__)
+_FALLBACK: list[Path] = []  # this process's private copy when the cache cannot be written
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -102,7 +107,9 @@ def incell_path(cache: Path | None = None) -> Path:
 
     The cell's interpreter must see the standard library and ``compatlab.incell`` only (never the lab's
     dependencies, nor the rest of compatlab), from a checkout or an installed compatlab alike. The copy is
-    named by the content hash of the package, made once, and swapped in whole with a rename.
+    named by the content hash of the package, made once, and swapped in whole with a rename. Where the cache
+    cannot be written (a read-only ``$COMPATLAB_CACHE``), the copy goes to a temporary folder of this process,
+    with one warning.
     """
     package = importlib.resources.files("compatlab.incell")
     files = sorted(
@@ -117,7 +124,23 @@ def incell_path(cache: Path | None = None) -> Path:
     dest = root / f"incell-{digest.hexdigest()[:16]}"
     if (dest / "compatlab" / "incell" / "__init__.py").exists():
         return dest
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return _copy_incell(root, dest, files)
+    except OSError as exc:
+        # A read-only or full cache (a shared CI machine's) costs a copy per process, never the cell.
+        if not _FALLBACK:
+            _FALLBACK.append(Path(tempfile.mkdtemp(prefix="compatlab-incell-")))
+            atexit.register(shutil.rmtree, _FALLBACK[0], ignore_errors=True)
+            log.warning("cannot write the cache %s (%s): compatlab.incell is copied to %s for this process only",
+                        root, exc.strerror or exc, _FALLBACK[0])
+        private = _FALLBACK[0] / dest.name
+        if (private / "compatlab" / "incell" / "__init__.py").exists():
+            return private
+        return _copy_incell(_FALLBACK[0], private, files)
+
+
+def _copy_incell(root: Path, dest: Path, files: list[tuple[str, importlib.resources.abc.Traversable]]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".incell-", dir=root))
     try:
         (tmp / "compatlab").mkdir()

@@ -479,6 +479,7 @@ class ElfCache:
         self._unreadable: dict[tuple[int, ...], NotElf] = {}
         self.hits = 0  # served from disk or memory
         self.misses = 0  # read from the ELF file
+        self.read_only = False  # set once a write failed: the cache is then read, never written
 
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / f"{digest}.json"
@@ -531,7 +532,7 @@ class ElfCache:
             info = ElfInfo.from_json(data)
             if info.sha256 != digest:
                 raise ValueError(f"entry is for {info.sha256}")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             # A corrupt or foreign entry is re-read, never trusted.
@@ -555,6 +556,8 @@ class ElfCache:
         self._write(target, json.dumps(info.to_json(), separators=(",", ":")))
 
     def _write(self, target: Path, text: str) -> None:
+        if self.read_only:
+            return
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -566,5 +569,7 @@ class ElfCache:
                 Path(tmp).unlink(missing_ok=True)
                 raise
         except OSError as exc:
-            # A read-only or full cache makes the check slower, not wrong.
-            log.warning("cannot write cache entry %s: %s", target, exc)
+            # A read-only or full cache makes the check slower, not wrong: one warning, no more tries.
+            self.read_only = True
+            log.warning("cannot write the ELF cache %s (%s): this run reads ELF files without storing them",
+                        self.root, exc.strerror or exc)
