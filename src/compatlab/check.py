@@ -51,14 +51,28 @@ out = {"python": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3], "
        "platlib": sysconfig.get_paths()["platlib"], "path": sys.path,
        "pytest": importlib.util.find_spec("pytest") is not None, "pip": importlib.util.find_spec("pip") is not None,
        "dists": []}
+out["problems"] = []
 seen = set()
 for d in md.distributions():
-    name = d.metadata["Name"]
+    # One distribution's broken METADATA or RECORD is reported for it; the others are still checked.
+    where = str(getattr(d, "_path", "") or "?").rsplit("/", 1)[-1]
+    try:
+        name = d.metadata["Name"]
+        version = d.version
+    except Exception as exc:
+        out["problems"].append([where, "its METADATA cannot be read (%s: %s)" % (type(exc).__name__, str(exc)[:200])])
+        continue
     if not name or name.lower() in seen:
         continue  # the first on sys.path is the one `import` finds
     seen.add(name.lower())
     native = []
-    for f in d.files or ():
+    try:
+        files = list(d.files or ())
+    except Exception as exc:
+        out["problems"].append([where, "its RECORD cannot be read (%s: %s); its files were not checked"
+                                % (type(exc).__name__, str(exc)[:200])])
+        files = []
+    for f in files:
         s = str(f)
         if (s.endswith(".so") or ".so." in s.rsplit("/", 1)[-1]) and not s.startswith(".."):
             native.append(s)
@@ -66,7 +80,7 @@ for d in md.distributions():
         site = str(d.locate_file(""))
     except Exception:
         site = ""
-    out["dists"].append({"name": name, "version": d.version, "native": len(native), "site": site})
+    out["dists"].append({"name": name, "version": version, "native": len(native), "site": site})
 try:  # torch/version.py says which CUDA it was built for, without importing torch
     out["torch_version_py"] = open(md.distribution("torch").locate_file("torch/version.py"), encoding="utf-8").read()
 except Exception:
@@ -90,6 +104,8 @@ class Environment:
     has_pytest: bool
     has_pip: bool
     torch_version_py: str | None = None
+    # (the *.dist-info folder, what is wrong with it): distributions whose METADATA or RECORD cannot be read
+    problems: tuple[tuple[str, str], ...] = ()
 
     def version_of(self, name: str) -> str | None:
         want = _canon(name)
@@ -139,6 +155,7 @@ def inspect_environment(python: Path) -> Environment:
         python=Path(info["python"] or python), version=info["version"], prefix=Path(info["prefix"]),
         is_venv=info["prefix"] != info["base_prefix"], site=Path(site), dists=dists, native=native, sites=sites,
         has_pytest=bool(info["pytest"]), has_pip=bool(info["pip"]), torch_version_py=info.get("torch_version_py"),
+        problems=tuple(sorted((str(w), str(why)) for w, why in info.get("problems", []))),
     )
 
 
@@ -359,7 +376,10 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
         written = [run.write_cell(result)]
         run.aggregate(matrix, latest=None)
     written += render_run(run_dir / "results.json", out, history_dir=None)
-    check = CheckRun(environment=env, matrix=matrix, result=result, packages=package_rows(result, cell))
+    rows = package_rows(result, cell) + [
+        PackageRow(name=where, version="?", state="warn", modules=0, messages=(f"metadata: {why}",))
+        for where, why in env.problems]
+    check = CheckRun(environment=env, matrix=matrix, result=result, packages=rows)
     md = out / "packages.md"
     md.write_text(_packages_md(check.packages), encoding="utf-8")
     js = out / "packages.json"

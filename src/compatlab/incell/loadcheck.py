@@ -488,8 +488,17 @@ class Installed:
     def __init__(self, dist_name: str) -> None:
         self.name = dist_name
         self.dist = importlib.metadata.distribution(dist_name)
-        self.version = self.dist.version
-        self.files = list(self.dist.files or ())
+        self.problem = ""  # what is wrong with its METADATA or RECORD: it is then read as far as it can be
+        try:
+            self.version = self.dist.version
+        except (UnicodeDecodeError, OSError, ValueError) as exc:
+            self.version = "?"
+            self.problem = f"its METADATA cannot be read ({type(exc).__name__}: {exc})"
+        try:
+            self.files = list(self.dist.files or ())
+        except (UnicodeDecodeError, OSError, ValueError, TypeError) as exc:  # a blank RECORD line is a TypeError
+            self.files = []
+            self.problem = f"its RECORD cannot be read ({type(exc).__name__}: {exc})"
 
     @functools.cached_property
     def _roots(self) -> tuple[str, ...]:

@@ -1,0 +1,58 @@
+"""`compatlab check` over an environment where one distribution is broken: a METADATA that is not UTF-8, a
+RECORD with a blank line. The broken one is reported for itself; the others are still read and checked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compatlab.check import inspect_environment
+from compatlab.incell import loadcheck
+
+
+def _dist_info(site: Path, name: str, *, metadata: bytes | None = None, record: str | None = None) -> None:
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_bytes(metadata or f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode())
+    (info / "RECORD").write_text(record or f"{name}/__init__.py,,\n{name}/_c.abi3.so,,\n{info.name}/RECORD,,\n",
+                                 encoding="utf-8")
+
+
+def _broken_site(root: Path) -> Path:
+    site = root / "site"
+    site.mkdir()
+    _dist_info(site, "blankrecord", record="blankrecord/__init__.py,,\n\nblankrecord-1.0.dist-info/RECORD,,\n")
+    _dist_info(site, "latin", metadata=b"Metadata-Version: 2.1\nName: latin\nVersion: 1.0\nSummary: caf\xe9\n")
+    _dist_info(site, "fine")
+    return site
+
+
+def test_check_reads_the_environment_and_names_the_broken_distributions(tmp_path: Path) -> None:
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(next((venv / "lib").glob("python3*/site-packages")))
+    for item in _broken_site(tmp_path).iterdir():
+        item.rename(site / item.name)
+    env = inspect_environment(venv / "bin" / "python")
+    assert env.dists == {"blankrecord": "1.0", "fine": "1.0"}
+    assert env.native == ("fine",)
+    assert [(w, why.split(" (", 1)[0]) for w, why in env.problems] == [
+        ("blankrecord-1.0.dist-info", "its RECORD cannot be read"),
+        ("latin-1.0.dist-info", "its METADATA cannot be read")]
+    assert env.problems[1][1].startswith("its METADATA cannot be read (UnicodeDecodeError: 'utf-8' codec can't "
+                                         "decode byte 0xe9")
+
+
+def test_the_import_stage_reads_a_broken_distribution_as_far_as_it_can(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(_broken_site(tmp_path)))
+    blank = loadcheck.Installed("blankrecord")
+    assert (blank.version, blank.files, blank.targets) == ("1.0", [], [])
+    assert blank.problem.startswith("its RECORD cannot be read (TypeError: ")
+    latin = loadcheck.Installed("latin")
+    assert latin.version == "?"
+    assert latin.problem.startswith("its METADATA cannot be read (UnicodeDecodeError: ")
+    assert loadcheck.Installed("fine").problem == ""
