@@ -1,10 +1,15 @@
 """`compatlab check` over an environment where one distribution is broken: a METADATA that is not UTF-8, a
-RECORD with a blank line. The broken one is reported for itself; the others are still read and checked."""
+RECORD with a blank line. The broken one is reported for itself; the others are still read and checked.
+And a check stopped by SIGTERM takes what it started down with it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +61,47 @@ def test_the_import_stage_reads_a_broken_distribution_as_far_as_it_can(tmp_path:
     assert latin.version == "?"
     assert latin.problem.startswith("its METADATA cannot be read (UnicodeDecodeError: ")
     assert loadcheck.Installed("fine").problem == ""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    except OSError:
+        return True
+    return "\nState:\tZ" in status  # a zombie no one reaps (a container's init may not) has stopped all the same
+
+
+def test_sigterm_to_check_stops_its_pytest_and_what_it_loads(tmp_path: Path) -> None:
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(next((venv / "lib").glob("python3*/site-packages")))
+    (site / "devenv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")  # its pytest
+    pidfile = tmp_path / "loading.pid"
+    (site / "sleepy").mkdir()
+    (site / "sleepy" / "__init__.py").write_text(
+        f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n", encoding="utf-8")
+    _dist_info(site, "sleepy", record="sleepy/__init__.py,,\nsleepy-1.0.dist-info/RECORD,,\n")
+    argv = [sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--package", "sleepy",
+            "--out", str(tmp_path / "out")]
+    env = {**os.environ, "COMPATLAB_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    loading = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.is_file() and pidfile.read_text()) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert pidfile.is_file(), "the import stage never started loading sleepy"
+        loading = int(pidfile.read_text())
+        proc.send_signal(signal.SIGTERM)  # check alone, as a CI runner's cancel does
+        out, _ = proc.communicate(timeout=30)
+        deadline = time.monotonic() + 10
+        while not _gone(loading) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(loading), "the module check was loading still runs after check was stopped"
+        assert proc.returncode == 128 + signal.SIGTERM, out.decode(errors="replace")[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        if loading and not _gone(loading):
+            os.kill(loading, signal.SIGKILL)

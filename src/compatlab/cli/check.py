@@ -57,6 +57,15 @@ def _python(args: argparse.Namespace) -> Path:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from compatlab.proc import signals_interrupt
+
+    # As a matrix cell: SIGTERM and SIGHUP unwind like Ctrl-C, so the running pytest's process group is
+    # killed and waited for (and with its end the fork server's), never left running after check is gone.
+    with signals_interrupt():
+        return _execute(args)
+
+
+def _execute(args: argparse.Namespace) -> int:
     from compatlab.check import check_environment, count_gpus, inspect_environment, parse_pins
     from compatlab.errors import UsageError
     from compatlab.incell.cudacompat import parse_arch, parse_driver
