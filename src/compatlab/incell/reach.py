@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from compatlab.incell.files import read_regular
+
 __all__ = ["ImportGraph", "Need", "Reference", "dotted_name", "package_of", "picked_by_gpu"]
 
 _GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "OSError"})
@@ -259,8 +261,8 @@ class ImportGraph:
         parsed = None
         if rel is not None:
             try:
-                tree = ast.parse((self.sp / rel).read_bytes(), filename=rel)
-            except (OSError, SyntaxError, ValueError):
+                tree = ast.parse(read_regular(self.sp / rel), filename=rel)
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
                 tree = None
             if tree is not None:
                 parsed = _Module(name=dotted, file=rel)
@@ -309,7 +311,7 @@ class ImportGraph:
         for name in sorted(self.files, key=lambda n: (_is_test(self.files[n]), n)):
             if name not in self._parsed:
                 try:  # only files that spell the module's name can import it: skip parsing the others
-                    if stem not in (self.sp / self.files[name]).read_bytes():
+                    if stem not in read_regular(self.sp / self.files[name]):
                         continue
                 except OSError:
                     continue

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from email.parser import HeaderParser
 from pathlib import Path
 
+from compatlab.incell.files import read_regular, read_text
 from compatlab.stages.static.elf import is_elf, record_sha256
 
 
@@ -40,18 +41,18 @@ def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]
     for info in sorted(sp.glob("*.dist-info")):
         try:
             meta = HeaderParser().parsestr(
-                (info / "METADATA").read_text(encoding="utf-8", errors="replace"), headersonly=True)
+                read_text(info / "METADATA"), headersonly=True)
         except OSError:
             continue
         tags: list[str] = []
         try:
-            wheel = HeaderParser().parsestr((info / "WHEEL").read_text(encoding="utf-8", errors="replace"))
+            wheel = HeaderParser().parsestr(read_text(info / "WHEEL"))
             tags = [str(t) for t in wheel.get_all("Tag") or []]
         except OSError:
             pass
         files: list[str] = []
         try:
-            lines = (info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines()
+            lines = read_text(info / "RECORD").splitlines()
         except OSError:
             lines = []
         for line in lines:
@@ -126,7 +127,11 @@ def declared_tops(site_packages: Path, dists: Sequence[str]) -> list[str]:
         name = info.name[: -len(".dist-info")].rsplit("-", 1)[0]
         if canonicalize_name(name) not in wanted or not (info / "RECORD").is_file():
             continue
-        for line in (info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            lines = read_text(info / "RECORD").splitlines()
+        except OSError:
+            continue
+        for line in lines:
             first = line.split(",", 1)[0].split("/", 1)[0]
             if first and not first.endswith((".dist-info", ".data")) and first != "..":
                 tops[first.split(".")[0]] = None
@@ -151,7 +156,7 @@ def torch_cuda(sp: Path, torch_version: str | None = None) -> str | None:
     """The CUDA of the torch installed in *sp* (None for a CPU build or no torch)."""
     version_py = sp / "torch" / "version.py"
     try:
-        text = version_py.read_text(encoding="utf-8")
-    except OSError:
+        text = read_regular(version_py, limit=1 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
         text = None
     return cuda_of_torch(text, torch_version)

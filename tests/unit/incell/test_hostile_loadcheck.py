@@ -51,3 +51,19 @@ def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path,
     assert [t.label for t in installed.targets if t.path] == [f"hostpkg/{good.name}"]
     assert installed.elf_files == [str(good)]
     assert installed.outside == [absolute.as_posix(), f"hostpkg/../../above/{climbing.name}"]
+
+
+def test_the_import_graph_never_opens_a_fifo_named_py(tmp_path: Path) -> None:
+    from compatlab.incell.reach import ImportGraph
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from . import real\nfrom . import piped\n", encoding="utf-8")
+    (tmp_path / "pkg" / "real.py").write_text("X = 1\n", encoding="utf-8")
+    os.mkfifo(tmp_path / "pkg" / "piped.py")
+    with hard_deadline(5, "reading a package with a FIFO named piped.py"):
+        graph = ImportGraph(tmp_path, "pkg")
+        chains, _guarded = graph.reach()
+        refs = list(graph.references("pkg.real"))
+    assert chains["pkg.real"] == ("pkg", "pkg.real")
+    assert graph.module("pkg.piped") is None
+    assert refs

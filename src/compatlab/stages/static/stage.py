@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.errors import LabError, UsageError
+from compatlab.incell.files import read_regular
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, dotted_name, package_of
 from compatlab.runs.model import StageResult
@@ -550,7 +551,7 @@ def _python_names(sp: Path, tops: Sequence[str]) -> dict[str, list[str]]:
         files = sorted(root.rglob("*.py")) if root.is_dir() else [sp / f"{top}.py"]
         for file in files:
             try:
-                data = file.read_bytes()
+                data = read_regular(file)
             except OSError:
                 continue
             if b".so." not in data:

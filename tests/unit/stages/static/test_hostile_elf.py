@@ -79,13 +79,17 @@ def test_a_module_without_section_headers_is_a_finding_not_a_pass(tmp_path: Path
         "stripped or damaged); the static stage cannot check it"]
 
 
-def test_a_fifo_named_so_is_never_opened(tmp_path: Path) -> None:
+def test_fifos_are_never_opened(tmp_path: Path) -> None:
     sp = site(tmp_path)
     versioned_so(sp / "pkg" / "_ok.abi3.so")
     os.mkfifo(sp / "pkg" / "_fifo.abi3.so")
     os.mkfifo(sp / "pkg" / "libfifo.so.1")
+    os.mkfifo(sp / "pkg" / "loader.py")  # read for library names it loads by name
     dist(sp, "pkg", "1.0", ["pkg/_ok.abi3.so"])
-    with hard_deadline(5, "checking a site-packages with a FIFO named *.so"):
+    (sp / "fifo-1.0.dist-info").mkdir()
+    os.mkfifo(sp / "fifo-1.0.dist-info" / "METADATA")
+    os.mkfifo(sp / "fifo-1.0.dist-info" / "RECORD")
+    with hard_deadline(5, "checking a site-packages with FIFOs named *.so, *.py, METADATA and RECORD"):
         report = check_site_packages(sp, archs=[], cache=ElfCache(tmp_path / "cache"))
         with pytest.raises(NotElf, match=r"_fifo\.abi3\.so: cannot read: a FIFO, not a regular file$"):
             read_elf(sp / "pkg" / "_fifo.abi3.so")
