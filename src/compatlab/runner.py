@@ -9,9 +9,12 @@ import logging
 import os
 import secrets
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 from compatlab import envs
 from compatlab.cells import Cell, expand
@@ -23,11 +26,42 @@ from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
 from compatlab.stages.base import blocked
 
 __all__ = [
-    "GPU8", "PIPELINE", "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages",
+    "DEFAULT_STAGE_SECONDS", "GPU8", "PIPELINE", "STAGE_SECONDS", "StageTimeout",
+    "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages",
     "run_pipeline", "select_stages",
 ]
 
 log = logging.getLogger(__name__)
+
+# A wall-clock limit for each stage, in seconds. The stages bound each of their subprocesses themselves
+# (install's timeout, each module load's, the suites'); this bounds the stage as a whole, and above all
+# what runs in the lab's own process: the static stage reads strangers' files (each one within 30 s).
+STAGE_SECONDS: dict[str, float] = {"pins": 300.0, "static": 1800.0}
+DEFAULT_STAGE_SECONDS = 4 * 3600.0
+
+
+class StageTimeout(BaseException):
+    """A stage ran past its deadline. A BaseException, so that no ``except Exception`` inside the stage
+    swallows it; each ``run`` on the way out kills its process group, as on Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float, name: str) -> Iterator[None]:
+    """Raise StageTimeout in the main thread after *seconds* (SIGALRM); elsewhere, no deadline."""
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def expired(_signum: int, _frame: FrameType | None) -> None:
+        raise StageTimeout(f"the {name} stage ran past its {seconds:g} s deadline")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def now_iso() -> str:
@@ -220,7 +254,11 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
         return skipped
     s0 = time.monotonic()
     try:
-        sr = stage.run(ctx)
+        with _deadline(STAGE_SECONDS.get(stage.name, DEFAULT_STAGE_SECONDS), stage.name):
+            sr = stage.run(ctx)
+    except StageTimeout as exc:  # the question is unanswered: an error, never a verdict on the stack
+        log.error("cell %s: %s", ctx.cell.id, exc)
+        sr = StageResult(name=stage.name, state="error", reason=str(exc))
     except Exception as exc:  # a lab bug in one stage must not lose the cell: logged, the cell goes on
         log.exception("stage %s crashed", stage.name)
         why = str(exc) if isinstance(exc, LabError) else repr(exc)
