@@ -381,4 +381,7 @@ def load_lock(path: str | Path) -> Lock | None:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"invalid TOML: {exc}; write it anew with `compatlab lock`"]) from None
+    except RecursionError:
+        raise ConfigError(str(path), ["invalid TOML: arrays or tables nested too deeply to read; write it anew "
+                                      "with `compatlab lock`"]) from None
     return parse_lock(data, str(path))

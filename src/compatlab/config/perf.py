@@ -322,6 +322,8 @@ def load_prompts(path: Path | None = None) -> list[str]:
         data = json.loads(text)
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(shown, [f"cannot read the prompt set: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError(shown, ["cannot read the prompt set: arrays or objects nested too deeply"]) from None
     items = data.get("prompts") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise ConfigError(shown, ["prompts: expected a non-empty array of {id, text} tables"])

@@ -164,6 +164,8 @@ def _parse(raw: bytes, where: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(where, [f"not valid JSON: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError(where, ["not valid JSON: arrays or objects nested too deeply to read"]) from None
 
 
 def load_results(path: Path) -> Results:
@@ -632,7 +634,7 @@ def prune_runs(runs_dir: Path, keep: int) -> list[Path]:
         try:  # a run.json of a lab before schemas: only its start matters here
             legacy = json.loads((results.parent / RUN_JSON).read_text(encoding="utf-8"))
             return RunInfo(id=results.parent.name, started=str(legacy["started"])).order
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, ValueError, TypeError, KeyError, RecursionError):
             return (0, results.parent.name)
 
     runs = sorted((p.parent for p in results_in(runs_dir)), key=lambda d: order(d / RESULTS))
