@@ -8,7 +8,8 @@ say the same (``data-yanked``, ``data-core-metadata``, PEP 714's ``data-dist-inf
 indexes). A file's URL is relative to the page that lists it.
 
 A release is yanked (PEP 592) when every file of it is; a pre-release is one PEP 440 calls so (``rc``,
-``a``, ``b``, ``.dev``). A file that the index marks yanked is never read for metadata.
+``a``, ``b``, ``.dev``). A file that the index marks yanked is read for metadata only when its release is
+yanked whole: such a release is locked only when the matrix asks for it (``yanked = true``, or listed).
 
 A release's ``Requires-Dist`` lines are in its wheel's ``*.dist-info/METADATA``. Where the index serves
 that file apart (PEP 658: the file's URL plus ``.metadata``), only it is read; otherwise the wheel's zip
@@ -396,8 +397,10 @@ def releases(index: str, package: str, *, timeout: float = TIMEOUT) -> tuple[Rel
 
 
 def _preferred(files: Sequence[DistFile]) -> list[DistFile]:
-    """Wheels worth reading, best first: ones with PEP 658 metadata, pure ones, Linux x86-64 ones."""
-    wheels = [f for f in files if f.filename.endswith(".whl") and not f.yanked]
+    """Wheels worth reading, best first: ones with PEP 658 metadata, pure ones, Linux x86-64 ones; yanked
+    ones only for a release that has nothing else (a yanked release the matrix asked for)."""
+    all_wheels = [f for f in files if f.filename.endswith(".whl")]
+    wheels = [f for f in all_wheels if not f.yanked] or all_wheels
 
     def rank(f: DistFile) -> tuple[int, int]:
         name = f.filename

@@ -103,3 +103,13 @@ def test_an_unreadable_metadata_member_is_one_error_line(tmp_path: Path, edit: d
             index.core_metadata(f"{bad.url}/good/simple", release, timeout=5)
     assert str(info.value) == (f"{bad.url}/good/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
                                f"not a readable wheel ({why})")
+
+
+def test_a_yanked_release_asked_for_can_be_read(tmp_path: Path) -> None:
+    from fixtures.liveindex import serve_live
+
+    with serve_live([build_wheel(tmp_path, "hostpkg", "1.0", requires=["filelock"])]) as live:
+        live.yank("hostpkg-1.0-py3-none-any.whl")
+        (release,) = index.releases(f"{live.url}/simple", "hostpkg", timeout=5)
+        assert release.yanked
+        assert index.requires_dist(index.core_metadata(f"{live.url}/simple", release, timeout=5)) == ("filelock",)
