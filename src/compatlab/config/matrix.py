@@ -387,7 +387,11 @@ def _selected_values(ck: Checker, name: str, where: str, select: Selector, liste
         return None
     by_version = {Version(v.version): v for v in listed}
     values = []
+    taken: set[Version] = set()
     for release in locked.versions:
+        if Version(release.version) in taken:
+            continue  # 0.7.4.0 after 0.7.4: one release by PEP 440, so one cell
+        taken.add(Version(release.version))
         mine = by_version.pop(Version(release.version), None)
         if mine is not None:
             values.append(mine if mine.cuda else dataclasses.replace(mine, cuda=release.cuda))

@@ -154,3 +154,13 @@ def test_the_lock_gives_the_versions_and_their_cuda_and_a_stale_lock_is_said(tmp
     assert stale.notes[0] == (f"{tmp_path}/matrix.lock is older than {tmp_path}/matrix.toml: its axes changed since the "
                               "lock was resolved (2026-12-01T02:17:00+00:00); run `compatlab lock` (or `nox -s lock`) to "
                               "resolve them again")
+
+
+def test_pep440_equal_versions_in_a_lock_are_one_value(tmp_path: Path) -> None:
+    # 2.14.1 and 2.14.1.0 are one release by PEP 440: one cell, not two.
+    (tmp_path / "matrix.toml").write_text(textwrap.dedent(MATRIX))
+    digest = load_matrix(tmp_path / "matrix.toml", use_lock=False).digest
+    lock = _lock(tmp_path / "matrix.lock", digest, versions=("2.14.1", "2.14.1.0", "2.15.0"))
+    (tmp_path / "matrix.lock").write_text(dump_lock(lock, matrix_name="matrix.toml"))
+    matrix = load_matrix(tmp_path / "matrix.toml")
+    assert [v.version for v in matrix.axis("torch").values] == ["2.14.1", "2.15.0"]
