@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from compatlab import index
-from fixtures.badindex import BadIndex, serve_bad
+from fixtures.badindex import HUGE, BadIndex, serve_bad
 from fixtures.hostile import hard_deadline
 from fixtures.wheels import build_wheel
 
@@ -113,3 +113,11 @@ def test_a_yanked_release_asked_for_can_be_read(tmp_path: Path) -> None:
         (release,) = index.releases(f"{live.url}/simple", "hostpkg", timeout=5)
         assert release.yanked
         assert index.requires_dist(index.core_metadata(f"{live.url}/simple", release, timeout=5)) == ("filelock",)
+
+
+def test_a_zip_directory_claiming_900_gib_is_one_error_line(bad: BadIndex) -> None:
+    (release,) = index.releases(f"{bad.url}/huge/simple", "hostpkg", timeout=5)
+    with pytest.raises(index.IndexUnavailable) as info:
+        index.core_metadata(f"{bad.url}/huge/simple", release, timeout=5)
+    assert str(info.value) == (f"{bad.url}/huge/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
+                               f"reading its metadata would read {HUGE - 98} bytes of it")
