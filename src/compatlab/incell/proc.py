@@ -85,9 +85,13 @@ def run(
         timed_out = True
         _kill_group(proc)
         out, err = proc.communicate()
-    except BaseException:
+    except BaseException:  # Ctrl-C, SIGTERM, a stage's deadline: the group goes, its pipes are closed
         _kill_group(proc)
         proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         raise
     else:
         # Children the process left behind in its group go with it.
