@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from compatlab.incell import loadcheck
-from fixtures.hostile import hard_deadline, record_hash, section, set_section, versioned_so
+from fixtures.hostile import hard_deadline, record_hash, section, set_header, set_section, versioned_so
 from fixtures.sofix import EXT_SUFFIX, ext_module
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
@@ -67,3 +68,12 @@ def test_the_import_graph_never_opens_a_fifo_named_py(tmp_path: Path) -> None:
     assert chains["pkg.real"] == ("pkg", "pkg.real")
     assert graph.module("pkg.piped") is None
     assert refs
+
+
+def test_a_module_this_reader_cannot_parse_is_still_loaded(tmp_path: Path) -> None:
+    mod = ext_module(tmp_path, "stripped")
+    set_header(mod, e_shoff=0, e_shnum=0, e_shstrndx=0)  # ld.so loads by program headers all the same
+    assert loadcheck.dynamic_symbols(mod) is None
+    assert loadcheck.is_extension_module(mod) == "stripped"
+    failure, done = loadcheck.load_module(sys.executable, path=str(mod), name="stripped")
+    assert failure is None, done.stderr

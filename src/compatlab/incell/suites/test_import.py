@@ -319,6 +319,10 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
             found = survey.targets
             other_python.extend(f"{label}: built for another Python; {sys.implementation.cache_tag} never imports "
                                 "it, so it was not loaded" for label in survey.other_python)
+            # Hostile or broken metadata: said for this distribution, the rest of it still loaded.
+            other_python.extend(f"{dist}: its RECORD names {label}, outside the environment: never read nor loaded"
+                                for label in survey.outside)
+            other_python.extend([f"{dist} {survey.version}: {survey.problem}"] if survey.problem else [])
             owned[dist] = {os.path.realpath(f): _label(f, found) for f in survey.elf_files}
             plan.extend(found)
         # Extension modules first: their failures name the file; a package's import failure repeats them.
