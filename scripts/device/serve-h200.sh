@@ -4,7 +4,7 @@
 #   scripts/device/serve-h200.sh ok       compatlab check --stage serve on the carried stack (baseline + EAGLE-3)
 #   scripts/device/serve-h200.sh broken   the same on two broken copies: IPython missing; sgl_kernel's sm90 build gone
 #   scripts/device/serve-h200.sh bench    benchmarks/bench_vs_sglang.py --real: SGLang's client and ours, 5 rounds
-# Logs and reports go under $OUT (the device tool's output folder).
+# The verdicts, results.json and the servers' logs go to $OUT (the device tool's output folder, 8 files at most).
 set -uo pipefail
 mode=${1:?ok, broken or bench}
 OUT=${OUT:-/tmp/compatlab-out}; mkdir -p "$OUT"
@@ -25,10 +25,11 @@ make_cell() {  # name [entries to leave out...]
   echo "$venv"
 }
 
-check() {  # venv label
-  PYTHONPATH=$PWD/src:$site python3 -m compatlab check --venv "$1" --stage serve \
-    --serve-from examples/serve-device.toml --out "$OUT/$2" 2>&1 | tee "$OUT/$2.log"
-  cp -r "$OUT/$2/runs"/*/cells/*/serve/logs "$OUT/$2-server-logs" 2>/dev/null || true
+check() {  # venv label: the report stays in $HOME/reports/label; the verdict, results and server logs go to $OUT
+  python3 -m compatlab check --venv "$1" --stage serve --serve-from examples/serve-device.toml \
+    --out "$HOME/reports/$2" 2>&1 | tee "$OUT/$2.log"
+  cp "$HOME/reports/$2/results.json" "$OUT/$2-results.json"
+  for log in "$HOME/reports/$2"/runs/*/cells/*/serve/logs/*.log; do cp "$log" "$OUT/$2-$(basename "$log")"; done
 }
 
 case $mode in
