@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The serve stage on the one-GPU H200 device machine, with the SGLang stack carried there in parts
-# (../shared/gpu/README.md: prepare-sglang-carry.sh here, parts copied to $HOME/sglang-parts there).
+# (../shared/gpu/README.md: prepare-sglang-carry.sh here, parts copied to $HOME/sglang-parts there, and the
+# zstandard wheel of the carry beside them: the device has no zstd tool, scripts/device/unzstd.py unpacks).
 #   scripts/device/serve-h200.sh ok       compatlab check --stage serve on the carried stack (baseline + EAGLE-3)
 #   scripts/device/serve-h200.sh broken   the same on two broken copies: IPython missing; sgl_kernel's sm90 build gone
 #   scripts/device/serve-h200.sh bench    benchmarks/bench_vs_sglang.py --real: SGLang's client and ours, 5 rounds
@@ -8,8 +9,22 @@
 set -uo pipefail
 mode=${1:?ok, broken or bench}
 OUT=${OUT:-/tmp/compatlab-out}; mkdir -p "$OUT"
-. "$HOME/sglang-parts/unpack-sglang.sh" || exit 1
 site=$HOME/sglang-site
+if [ ! -f "$site/.done" ] && ! command -v zstd >/dev/null; then  # the device has no zstd tool: Python unpacks
+  cat "$HOME"/sglang-parts/site.part.* > "$HOME/site.tar.zst" || exit 1
+  python3 scripts/device/unzstd.py "$HOME"/sglang-parts/zstandard-*.whl "$HOME/site.tar.zst" "$HOME/site.tar" &&
+    mkdir -p "$site" && tar -xf "$HOME/site.tar" -C "$site" && touch "$site/.done" || exit 1
+  rm -f "$HOME/site.tar" "$HOME/site.tar.zst"
+fi
+# Wheels carried beside the stack in parts (extra-NAME.whl.partNN: nvidia-cutlass-dsl-libs-cu13, which
+# SGLang 0.5.17 imports at start and prepare-sglang-carry.sh leaves out) go into it once.
+for first in "$HOME"/sglang-parts/extra-*.whl.part00; do
+  [ -e "$first" ] || continue
+  whl=${first%.part00}; [ -f "$whl.done" ] && continue
+  cat "$whl".part* > "$whl" && python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+    "$whl" "$site" && rm -f "$whl" && touch "$whl.done" || exit 1
+done
+. "$HOME/sglang-parts/unpack-sglang.sh" || exit 1
 export PYTHONPATH=$PWD/src:$site  # the lab itself: packaging and pyelftools come with the carried stack
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
@@ -20,6 +35,10 @@ make_cell() {  # name [entries to leave out...]
     python3 -m venv --system-site-packages --without-pip "$venv" || return 1
     local sp; sp=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     for f in "$site"/*; do ln -sfn "$f" "$sp/"; done
+    # python3 there may itself be a venv, whose packages (torch, numpy) --system-site-packages does not see:
+    # its site folders go after the carried stack, by a .pth file.
+    python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))' \
+      > "$sp/zz-device-python.pth"
     for d in "$@"; do rm -rf "${sp:?}/$d"; done
   fi
   echo "$venv"

@@ -12,10 +12,13 @@ head counts and dims (MLA's ``kv_lora_rank``, ``q_lora_rank``, ``qk_rope_head_di
 - Lists with one entry per layer (``layer_types``) keep their first ``layers`` entries.
 - A multimodal wrapper's ``text_config`` (Kimi-K2.5) is shrunk in place; the vision tower is untouched.
 
+With EAGLE-3 the target keeps at least 4 layers, and the draft's
+``eagle_config.eagle_aux_hidden_state_layer_ids`` names three of them (see ``aux_layer_ids``).
 The EAGLE-3 draft, unless given, is one ``LlamaForCausalLMEagle3`` layer at the target's hidden size,
-head counts and vocabulary (``draft_vocab_size`` = ``vocab_size``: no hot-token map to load). The
-tokenizer, unless given, is a word-level ``tokenizer.json`` of exactly ``vocab_size`` tokens with the
-config's BOS/EOS ids as special tokens, written here without the ``tokenizers`` package.
+head counts (MLA targets: 128-wide heads, 8 KV heads) and vocabulary (``draft_vocab_size`` =
+``vocab_size``: no hot-token map to load). The tokenizer, unless given, is a word-level
+``tokenizer.json`` of exactly ``vocab_size`` tokens with the config's BOS/EOS ids as special tokens,
+written here without the ``tokenizers`` package.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ BUILTIN: dict[str, Any] = {
     "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
     "bos_token_id": 1, "eos_token_id": 2,
 }
+EAGLE3_MIN_LAYERS = 4  # three distinct captured layers, each before a layer that exists
 _DRAFT_COPY = ("hidden_size", "num_attention_heads", "vocab_size", "max_position_embeddings", "rms_norm_eps",
                "rope_theta", "rope_scaling", "hidden_act", "bos_token_id", "eos_token_id")
 
@@ -91,15 +95,29 @@ def draft_config(target: dict[str, Any], layers: int = 1) -> dict[str, Any]:
     """An EAGLE-3 draft for *target*: ``LlamaForCausalLMEagle3`` at its width, heads and vocabulary."""
     text = _text(target)
     draft = {k: text[k] for k in _DRAFT_COPY if k in text}
-    heads = int(text["num_attention_heads"])
+    hidden, heads = int(text["hidden_size"]), int(text["num_attention_heads"])
+    kv = min(int(text.get("num_key_value_heads") or heads), heads)
+    if "kv_lora_rank" in text or hidden % heads or hidden // heads not in (64, 128, 256):
+        # MLA (DeepSeek-V3, Kimi-K2: 7168 / 128 heads = 56) has no Llama head shape: 128-wide heads, 8 KV heads.
+        heads = hidden // 128
+        kv = 8 if heads % 8 == 0 else heads
     draft.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=layers,
-                 num_key_value_heads=min(int(text.get("num_key_value_heads") or heads), heads),
-                 head_dim=int(text["hidden_size"]) // heads,
+                 num_attention_heads=heads, num_key_value_heads=kv, head_dim=hidden // heads,
                  intermediate_size=int(text.get("intermediate_size") or 4 * int(text["hidden_size"])),
                  draft_vocab_size=int(text["vocab_size"]), tie_word_embeddings=False, torch_dtype="bfloat16")
     draft.setdefault("hidden_act", "silu")
     draft.setdefault("rms_norm_eps", 1e-6)
     return draft
+
+
+def aux_layer_ids(layers: int) -> list[int]:
+    """The three target layers whose outputs EAGLE-3 feeds its draft, for a target of *layers* layers.
+
+    SGLang captures the hidden state entering layer ``id + 1`` (``set_eagle3_layers_to_capture``), so each
+    id is at most ``layers - 2``, and the three must differ; without them it takes ``[2, L // 2, L - 3]``,
+    which for a shrunk target names layers that do not exist (a 3072-against-1024 shape error at start).
+    """
+    return [0, (layers - 1) // 2, layers - 2]
 
 
 def _ids(value: object) -> list[int]:
@@ -177,7 +195,11 @@ def make_model(out: Path, *, model: Path | None, layers: int, tokenizer: Path | 
                draft: Path | None = None, draft_layers: int = 1, eagle3: bool = True) -> ModelFiles:
     """Write ``out/target`` (and ``out/draft``) for ``--model-path`` and ``--speculative-draft-model-path``."""
     source = _read_config(model, "model") if model is not None else BUILTIN
+    if eagle3 and layers < EAGLE3_MIN_LAYERS:
+        layers = EAGLE3_MIN_LAYERS
     target, notes = shrink(source, layers)
+    if eagle3 and notes and layers == EAGLE3_MIN_LAYERS:
+        notes[0] += f" (EAGLE-3 captures three hidden states: at least {EAGLE3_MIN_LAYERS} layers)"
     text = _text(target)
     if not isinstance(text.get("vocab_size"), int) or not isinstance(text.get("hidden_size"), int):
         raise SetupError("serve.model: the config has no vocab_size and hidden_size (integers)")
@@ -191,6 +213,10 @@ def make_model(out: Path, *, model: Path | None, layers: int, tokenizer: Path | 
         else:
             made = draft_config(target, draft_layers)
             notes.append(f"draft: LlamaForCausalLMEagle3, {draft_layers} layer(s), derived from the target")
+        ids = aux_layer_ids(text["num_hidden_layers"])
+        made["eagle_config"] = {**(made.get("eagle_config") or {}), "eagle_aux_hidden_state_layer_ids": ids,
+                                "use_aux_hidden_state": True}
+        notes.append(f"draft: eagle_config.eagle_aux_hidden_state_layer_ids {ids}")
         draft_dir = out / "draft"
         _write(draft_dir, made, tokenizer)
     return ModelFiles(target=out / "target", draft=draft_dir, architecture=arch, layers=text["num_hidden_layers"],

@@ -102,10 +102,11 @@ def _memory_mib(env: dict[str, str], pgid: int) -> int | None:
     return total if seen else None
 
 
-def _sglang_version(site: Path | None) -> str | None:
-    if site is None:
-        return None
-    for meta in sorted(site.glob("sglang-*.dist-info/METADATA")):
+def _sglang_version(ctx: CellContext) -> str | None:
+    """SGLang's version as the cell's site-packages say; a venv over another one's packages has two."""
+    sites = [ctx.site_packages] if ctx.site_packages is not None else []
+    sites += sorted(ctx.venv.glob("lib/python3*/site-packages"))
+    for meta in sorted(m for site in sites for m in site.glob("sglang-*.dist-info/METADATA")):
         for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
@@ -231,7 +232,7 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
         return StageResult(name="serve", state=state, reason=reason, details=details,
                            seconds=round(time.monotonic() - start, 3), required=required)
 
-    version = _sglang_version(ctx.site_packages)
+    version = _sglang_version(ctx)
     if version is None:
         return result("skip", "skipped: the cell has no SGLang to serve with", {}, required=False)
     env = cell_env(ctx.venv, _ENV)
