@@ -29,6 +29,7 @@ __all__ = ["Cause", "Traceback", "find_cause", "tracebacks"]
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s?(?P<message>.*))?$")
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d[ T]")  # [2026-12-03 16:44:32 TP0] a logger's line
 _CHAINED = ("The above exception was the direct cause of the following exception:",
             "During handling of the above exception, another exception occurred:")
 # Exceptions that only say another process failed, or that the launcher gave up.
@@ -112,11 +113,14 @@ def tracebacks(log: str) -> list[Traceback]:
         i += 1
         more: list[str] = []
         while (i < len(lines) and lines[i].strip() and "Traceback (most recent call last):" not in lines[i]
-               and not lines[i].startswith("[") and lines[i].strip() not in _CHAINED and len(more) < 20):
+               and not _LOG_PREFIX.match(lines[i]) and lines[i].strip() not in _CHAINED and len(more) < 20):
             more.append(lines[i].strip())
             i += 1
-        found.append(Traceback(frames=tuple(frames), type=m["type"], message=(m["message"] or "").strip(),
-                               more="\n".join(more), chained=chained, end=i))
+        message = (m["message"] or "").strip()
+        if not message and more:  # ImportError("\n[sgl_kernel] CRITICAL: …"): the message starts on the next line
+            message, more = more[0], more[1:]
+        found.append(Traceback(frames=tuple(frames), type=m["type"], message=message, more="\n".join(more),
+                               chained=chained, end=i))
         chained = False
     return found
 
@@ -175,7 +179,7 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
         pkg = where.split("/", 1)[0] if where else "a kernel"
         return Cause(state="fail", reason=f"{graph}no kernel image{gpu} in {pkg}{at}: {_inner(root)[:200]}",
                      **common)
-    if root.type.endswith(("ModuleNotFoundError", "ImportError")):
+    if root.type.endswith("ModuleNotFoundError"):
         return Cause(state="fail", reason=f"{root.text[:300]} (imported by {where or 'SGLang at start'})", **common)
     if graph:
         return Cause(state="fail", reason=f"{graph}{_inner(root)[:300]}{at}", **common)
