@@ -547,3 +547,15 @@ def test_suite_thresholds_from_the_command_line() -> None:
         "  --threshold: jit-timout: unknown key; perhaps you meant 'jit-timeout'?\n"
         "  --threshold: import-timeout: expected a finite number, got nan"
     )
+
+
+def test_a_python_axis_gives_each_cell_its_interpreter_and_install_python_cannot_say_otherwise(tmp_path: Path) -> None:
+    text = MINIMAL + '[axes.python]\nvalues = ["3.10", "3.12"]\n'
+    assert [c.python for c in expand(load_matrix(write(tmp_path, text)))] == ["3.10", "3.12"]
+    assert message(tmp_path, text + '[install]\npython = "3.11"\n') == (
+        "install.python: the matrix has a 'python' axis, which gives each cell its own interpreter; remove "
+        "install.python, or the axis"
+    )
+    assert message(tmp_path, MINIMAL + '[axes.python]\npackage = "cpython"\nvalues = ["3.10"]\n') == (
+        "axes.python.package: axis 'python' is not a package; remove this key"
+    )
