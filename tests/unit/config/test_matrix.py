@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.cells import expand
-from compatlab.config.matrix import Report, load_matrix
+from compatlab.config.matrix import AXIS_KINDS, Report, load_matrix
 from compatlab.config.nccl import NcclThresholds
 from compatlab.config.thresholds import Thresholds, suite_thresholds
 from compatlab.errors import ConfigError
@@ -559,3 +559,15 @@ def test_a_python_axis_gives_each_cell_its_interpreter_and_install_python_cannot
     assert message(tmp_path, MINIMAL + '[axes.python]\npackage = "cpython"\nvalues = ["3.10"]\n') == (
         "axes.python.package: axis 'python' is not a package; remove this key"
     )
+
+
+def test_the_readme_lists_the_axis_kinds_as_the_table_says() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = readme.split("| axis | role | installs | imports | required | forces its cells |\n", 1)[1].split("\n\n", 1)[0]
+    listed = {}
+    for line in rows.splitlines()[1:]:
+        axis, role, installs, imports, required, forces = (c.strip() for c in line.strip("|").split("|"))
+        listed[axis.strip("`")] = (installs.split(" ")[0].strip("`") if role == "package" else None,
+                                   imports.strip("`") or None, required == "yes", forces.startswith("yes"))
+    assert listed == {name: (kind.package, " ".join(kind.imports) or None, kind.required, kind.forces)
+                      for name, kind in AXIS_KINDS.items()}
