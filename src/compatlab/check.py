@@ -27,6 +27,7 @@ from typing import Any
 
 from compatlab.cells import Cell, cell_id
 from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
+from compatlab.config.serve import ServeConfig
 from compatlab.errors import ConfigError, LabError, UsageError
 from compatlab.runs.model import CellResult, StageResult
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage
@@ -40,6 +41,7 @@ __all__ = [
     "check_stages",
     "count_gpus",
     "inspect_environment",
+    "load_serve",
     "package_rows",
     "parse_pins",
 ]
@@ -289,11 +291,33 @@ def _suites_cannot_run(env: Environment, stage: Stage) -> Stage:
     return dataclasses.replace(stage, run=skipped)
 
 
-def check_stages(env: Environment, *, nccl: bool = False) -> tuple[Stage, ...]:
-    """The matrix's stages without ``install`` (its need dropped: the environment is there), nccl if asked."""
+def load_serve(path: Path) -> ServeConfig:
+    """The ``[serve]`` table of a TOML file (a matrix.toml will do): what ``check --serve-from`` serves."""
+    import tomllib
+
+    from compatlab.config.check import Checker
+    from compatlab.config.serve import parse_serve_section
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--serve-from {path}: cannot read it: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"invalid TOML: {exc}"]) from None
+    ck = Checker()
+    config = parse_serve_section(ck, ck.table(data, "", "serve"), path.resolve().parent)
+    ck.raise_if_any(str(path))
+    return config
+
+
+def check_stages(env: Environment, *, nccl: bool = False, only: Sequence[str] = ()) -> tuple[Stage, ...]:
+    """The matrix's stages without ``install`` (its need dropped: the environment is there), nccl if asked;
+    only those named in *only* when it is given."""
     chosen = [s for s in PIPELINE if s.name != "install"]
-    if nccl:
+    if nccl or "nccl" in only:
         chosen += [s for s in GPU8 if s.name == "nccl"]
+    if only:
+        chosen = [s for s in chosen if s.name in only]
     out = []
     for stage in chosen:
         bare = dataclasses.replace(stage, needs=tuple(n for n in stage.needs if n != "install"))
@@ -328,7 +352,8 @@ class CheckRun:
 def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = (),
                       pins: dict[str, str] | None = None, archs: Sequence[str] = (), min_driver: str | None = None,
                       nccl: bool = False, gpus: int | None = None, run_id: str | None = None,
-                      on_stage: Callable[[StageResult], None] | None = None) -> CheckRun:
+                      on_stage: Callable[[StageResult], None] | None = None, only: Sequence[str] = (),
+                      serve: ServeConfig | None = None) -> CheckRun:
     """Run the check's stages on *env* through the runner's loop, and write the report files into *out*.
 
     The run folder is ``out/runs/<run-id>/`` as for a matrix run (the cell's work files in
@@ -341,11 +366,13 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
 
     ngpus = count_gpus() if gpus is None else gpus
     matrix, cell = plan_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=ngpus)
+    if serve is not None:
+        matrix = dataclasses.replace(matrix, serve=serve)
     rid = run_id or runner.new_run_id()
     run_dir = out / "runs" / rid
     axes = {a.name: a.values[0].version for a in matrix.axes}
     result = CellResult(id=cell.id, axes=axes, state="n/a", started=runner.now_iso())
-    stages = check_stages(env, nccl=nccl)
+    stages = check_stages(env, nccl=nccl, only=only)
     if on_stage is not None:
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
     with store.claim_run(run_dir, run_id=rid, matrix=matrix) as run:

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 from compatlab.config.check import Checker, field_default, show
 from compatlab.config.lock import Lock, Selector, axes_digest, load_lock, lock_path, parse_selector
 from compatlab.config.perf import PerfConfig, parse_perf_section
+from compatlab.config.serve import ServeConfig, parse_serve_section
 from compatlab.config.thresholds import Thresholds, parse_thresholds
 from compatlab.errors import ConfigError
 from compatlab.incell import cudacompat
@@ -241,6 +242,7 @@ class Matrix:
     thresholds: Thresholds = dataclasses.field(default_factory=Thresholds)
     report: Report = dataclasses.field(default_factory=Report)
     perf: PerfConfig | None = None  # None: no [perf], the perf stage skips
+    serve: ServeConfig = dataclasses.field(default_factory=ServeConfig)  # no [serve]: the built-in model
     max_cells: int = DEFAULT_MAX_CELLS
     lock: Lock | None = None  # matrix.lock, when there is one
     digest: str = ""  # of the axes table: a lock with another digest is older than the matrix
@@ -306,7 +308,7 @@ def cuda_compatible(value_cuda: str, cell_cuda: str) -> bool:
 _VALUE_KEYS = frozenset({"version", "package", "index", "find-links", "cuda", "requires"})
 _AXIS_KEYS = frozenset({"package", "values", "select", "index", "cuda"})
 _TOP_KEYS = frozenset(
-    {"schema", "name", "max-cells", "axes", "rules", "install", "targets", "thresholds", "report", "perf"}
+    {"schema", "name", "max-cells", "axes", "rules", "install", "targets", "thresholds", "report", "perf", "serve"}
 )
 _INSTALL_KEYS = frozenset({"python", "overrides", "index-url", "timeout", "retries", "force"})
 _TARGET_KEYS = frozenset({"gpu", "arch", "gpus", "min-driver", "nccl-env", "not-needed"})
@@ -833,6 +835,7 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lo
     report = _parse_report(ck, data, axes)
     raw_thresholds = ck.table(data, "", "thresholds")
     perf = parse_perf_section(ck, ck.table(data, "", "perf"), raw_thresholds, path, Path(path).parent)
+    serve = parse_serve_section(ck, ck.table(data, "", "serve"), Path(path).parent)
     thresholds = parse_thresholds(ck, raw_thresholds, path=path, targets=[t.name for t in targets], perf=perf)
     # A value's cuda must name a column that exists, or every cell it is in would be n/a.
     cuda_axis = next((a for a in axes if a.name == CUDA_AXIS), None)
@@ -857,7 +860,7 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lo
     ck.raise_if_any(path)
     return Matrix(
         path=path, name=name, axes=tuple(axes), rules=tuple(rules), install=install, targets=tuple(targets),
-        thresholds=thresholds, report=report, perf=perf, max_cells=max_cells,
+        thresholds=thresholds, report=report, perf=perf, serve=serve, max_cells=max_cells,
         lock=lock if use_lock else None, digest=digest, notes=tuple(notes),
     )
 
