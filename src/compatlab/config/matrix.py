@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from compatlab.config.check import Checker, field_default, show
@@ -36,6 +37,7 @@ __all__ = [
     "CUDA_AXIS",
     "DEFAULT_MAX_CELLS",
     "FORCING_AXES",
+    "NON_PACKAGE_AXES",
     "PYTHON_AXIS",
     "REQUIRED_AXES",
     "SCHEMA_VERSION",
@@ -108,20 +110,17 @@ def _the(role: Role) -> str:
 CUDA_AXIS = _the(Role.CUDA)  # the one axis of the CUDA column
 PYTHON_AXIS = _the(Role.PYTHON)  # the one axis of the cells' interpreter
 NON_PACKAGE_AXES = frozenset(name for name, kind in AXIS_KINDS.items() if kind.role is not Role.PACKAGE)
-# Distribution names where the axis name is not the distribution's name.
-DEFAULT_PACKAGES = {name: kind.package for name, kind in AXIS_KINDS.items()
-                    if kind.package is not None and kind.package != name}
 REQUIRED_AXES = tuple(name for name, kind in AXIS_KINDS.items() if kind.required)
 FORCING_AXES = frozenset(name for name, kind in AXIS_KINDS.items() if kind.forces)
 
 
 def axis_of_package(distribution: str) -> str:
     """The axis a distribution is the kind of (``flashinfer-python`` -> ``flashinfer``), else its own name."""
-    from packaging.utils import canonicalize_name
-
     wanted = canonicalize_name(distribution)
     return next((name for name, kind in AXIS_KINDS.items()
                  if kind.package is not None and canonicalize_name(kind.package) == wanted), distribution)
+
+
 RULE_META_KEYS = frozenset({"reason", "expect"})
 _AXIS_NAME = re.compile(r"[a-z][a-z0-9-]*")
 _DISTRIBUTION = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 names

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.cells import expand
-from compatlab.config.matrix import AXIS_KINDS, Report, load_matrix
+from compatlab.config.matrix import AXIS_KINDS, Report, axis_of_package, load_matrix
 from compatlab.config.nccl import NcclThresholds
 from compatlab.config.thresholds import Thresholds, suite_thresholds
 from compatlab.errors import ConfigError
@@ -571,3 +571,8 @@ def test_the_readme_lists_the_axis_kinds_as_the_table_says() -> None:
                                    imports.strip("`") or None, required == "yes", forces.startswith("yes"))
     assert listed == {name: (kind.package, " ".join(kind.imports) or None, kind.required, kind.forces)
                       for name, kind in AXIS_KINDS.items()}
+
+
+def test_a_distribution_is_known_by_its_kinds_axis() -> None:
+    assert [axis_of_package(d) for d in ("Flashinfer_Python", "sglang-kernel", "torch", "deep-gemm")] == [
+        "flashinfer", "sglang-kernel", "torch", "deep-gemm"]
