@@ -3,9 +3,10 @@
 The stages are those of `nox -s matrix` (``stages.PIPELINE`` without ``install``, the environment being
 there already; ``nccl`` of ``stages.GPU8`` when asked) and they run through the runner's one loop, so a
 stage judges an existing environment exactly as it judges a cell. The environment becomes a one-cell
-matrix: its axes are the stack it has (torch, sgl-kernel or sglang-kernel, flashinfer, sglang, CUDA of
-torch's build), or its Python's version when it has none of them; the cell's packages are every installed
-distribution with native code (RECORD lists a shared object), or the ones asked for.
+matrix: its axes are the stack it has (the distributions of the axis kinds: torch, sgl-kernel, flashinfer,
+torchvision …, and the CUDA of torch's build), or its Python's version when it has none of them; the
+cell's packages are every installed distribution with native code (RECORD lists a shared object), or the
+ones asked for.
 
 What the checked interpreter is decides what may be done to it. A virtual environment without pytest gets
 pytest added for the import and cuda suites (the stack is compared before and after, as in a cell); an
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.cells import Cell, cell_id
-from compatlab.config.matrix import AXIS_KINDS, Axis, AxisValue, Matrix, Report, Target
+from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
 from compatlab.config.serve import ServeConfig
 from compatlab.errors import ConfigError, LabError, UsageError
 from compatlab.runs.model import CellResult, StageResult
@@ -249,9 +250,9 @@ def plan_cell(env: Environment, *, packages: Sequence[str] = (), pins: dict[str,
     cuda = cuda_of_torch(env.torch_version_py, env.version_of("torch"))
     axis_values = list(stack)
     if cuda:
-        axis_values.append(AxisValue(axis="cuda", version=cuda))
+        axis_values.append(AxisValue(axis=CUDA_AXIS, version=cuda))
     if not axis_values:
-        axis_values.append(AxisValue(axis="python", version=env.version))
+        axis_values.append(AxisValue(axis=PYTHON_AXIS, version=env.version))
     in_stack = {_canon(v.package) for v in stack if v.package}
     extra: list[AxisValue] = []
     for name in [*chosen, *pins]:
@@ -265,11 +266,11 @@ def plan_cell(env: Environment, *, packages: Sequence[str] = (), pins: dict[str,
     target = Target(name="this-box", arch=tuple(archs), gpus=max(1, gpus), min_driver=min_driver,
                     not_needed=tuple(not_needed))
     rows = (axis_values[0].axis,)
-    columns = tuple(v.axis for v in axis_values[1:] if v.axis != "cuda")
+    columns = tuple(v.axis for v in axis_values[1:] if v.axis != CUDA_AXIS)
     matrix = Matrix(
         path="<compatlab check>", name=f"check {env.prefix}",
         axes=tuple(Axis(name=v.axis, values=(v,)) for v in axis_values), targets=(target,),
-        report=Report(rows=rows, columns=columns, tables=("cuda",) if cuda else ()),
+        report=Report(rows=rows, columns=columns, tables=(CUDA_AXIS,) if cuda else ()),
     )
     cell = Cell(id=cell_id(tuple(axis_values)), values=(*axis_values, *extra))
     return matrix, cell

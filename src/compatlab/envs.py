@@ -29,7 +29,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from compatlab.cells import Cell
-from compatlab.config.matrix import Matrix
+from compatlab.config.matrix import PYTHON_AXIS, Matrix
 from compatlab.errors import LabError
 from compatlab.index import (
     ACCEPT_PROJECT,
@@ -50,6 +50,7 @@ __all__ = [
     "InstallPlan",
     "Listing",
     "Pin",
+    "cell_interpreter",
     "classify_uv_failure",
     "create_venv",
     "credential_variable",
@@ -63,6 +64,7 @@ __all__ = [
     "site_packages",
     "uv_env",
     "uv_install_tools",
+    "venv_failure",
     "write_plan_files",
 ]
 
@@ -191,11 +193,30 @@ def _uv_summary(text: str, *, keep_hints: bool = False) -> str:
     return first[:600]
 
 
+def cell_interpreter(matrix: Matrix, cell: Cell) -> str | None:
+    """The Python the cell's venv is made with: the cell's python axis value (each cell its own), else
+    ``install.python``; None: the interpreter running the lab."""
+    return cell.python or matrix.install.python
+
+
 def create_venv(path: Path, *, python: str | None, timeout: float = 300.0) -> Completed:
+    """``uv venv`` at *path* with *python* (a version uv looks for, never downloads), else the lab's own."""
     uv = which("uv")
     argv = [uv, "venv", "--clear", "--no-project", "--quiet", str(path)]
     argv += ["--python", python or sys.executable]
     return run(argv, timeout=timeout, env=uv_env())
+
+
+def venv_failure(done: Completed, *, python: str | None, cell: Cell) -> str:
+    """Why ``uv venv`` failed, in one line; an interpreter uv cannot find is named with where it was asked."""
+    text = redact_text(done.stderr + "\n" + done.stdout)
+    if python is not None and re.search(r"No interpreter found", text, re.IGNORECASE):
+        asked = f"the cell's {PYTHON_AXIS} axis" if cell.python else "install.python"
+        drop = f"remove {python} from axes.{PYTHON_AXIS}" if cell.python else "change install.python"
+        return (f"no Python {python} interpreter on this machine ({asked}; uv looks on PATH and in its own "
+                f"installs, and downloads none here): install Python {python} where uv finds it, or {drop}")
+    _, why = classify_uv_failure(done)
+    return "uv venv failed: " + why
 
 
 def venv_python(venv: Path) -> Path:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from compatlab.config.matrix import DEFAULT_PACKAGES
+from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, axis_of_package
 from compatlab.config.thresholds import Thresholds
 from compatlab.errors import UsageError
 from compatlab.runs.model import StageResult
@@ -47,8 +47,6 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
 
 
 
-# Distribution -> axis name, where the axis is not called after its distribution.
-_AXIS_OF = {dist: axis for axis, dist in DEFAULT_PACKAGES.items()}
 _INSPECT = r"""
 import importlib.metadata as md, json, sys, sysconfig
 out = {"purelib": sysconfig.get_paths()["purelib"], "packages": {}, "python": sys.executable}
@@ -91,10 +89,10 @@ def context_for_venv(
     missing = [d for d, v in info["packages"].items() if v is None]
     if missing:
         raise UsageError(f"not installed in {venv}: {', '.join(missing)}")
-    values = [AxisValue(axis=_AXIS_OF.get(d, d), version=v, package=d) for d, v in info["packages"].items()]
+    values = [AxisValue(axis=axis_of_package(d), version=v, package=d) for d, v in info["packages"].items()]
     cuda = cuda or cuda_of_torch(info.get("torch_version_py"), info["packages"].get("torch"))
     if cuda:
-        values.append(AxisValue(axis="cuda", version=cuda))
+        values.append(AxisValue(axis=CUDA_AXIS, version=cuda))
     targets: tuple[Target, ...] = ()
     if target_archs or min_driver:
         targets = (Target(name="this-box", arch=tuple(target_archs), min_driver=min_driver),)
@@ -121,11 +119,11 @@ def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
 
 
 def installed_defaults(venv: Path, python: Path | None) -> list[str]:
-    """The stack's distributions that *venv* has: torch, sgl-kernel, flashinfer-python."""
+    """The stack's distributions that *venv* has: those of the axis kinds (torch, sgl-kernel, flashinfer-python …)."""
     from compatlab.proc import run
 
     py = python or venv / "bin" / "python"
-    wanted = ["torch", "sgl-kernel", "flashinfer-python"]
+    wanted = [kind.package for kind in AXIS_KINDS.values() if kind.package is not None]
     done = run([str(py), "-c", _INSPECT, *wanted], timeout=120)
     if not done.ok:
         raise UsageError(f"could not inspect {py}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from compatlab.config.matrix import AXIS_KINDS
 from compatlab.errors import LabError, UsageError
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, dotted_name, package_of
@@ -53,7 +54,6 @@ from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
 from compatlab.stages.static.symbols import function_name, last_identifier, symbol_offers
 
 __all__ = [
-    "DEFAULT_PACKAGES",
     "DRIVER_LIBS",
     "NOT_NEEDED_FILE",
     "Finding",
@@ -65,7 +65,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PACKAGES = ("sgl_kernel", "flashinfer", "torch")
+# Findings in the axis kinds' packages come first: the extensions' before torch's (the one required kind,
+# which they extend: an extension that lacks a torch symbol is the story; torch's own findings rarely are).
+_RANKED = tuple(sorted(dict.fromkeys(name for kind in AXIS_KINDS.values() for name in kind.imports),
+                       key=lambda name: any(name in k.imports for k in AXIS_KINDS.values() if k.required)))
 # In the cell's work folder, static/: the modules that cannot load but that no package import needs, for
 # the import stage to confirm (incell/suites/test_import.py reads it; the name is spelled there too).
 NOT_NEEDED_FILE = "not-needed.json"
@@ -643,7 +646,7 @@ def _one_per_catalog(findings: list[Finding]) -> list[Finding]:
 
 def _package_rank(rel: str) -> int:
     top = rel.split("/", maxsplit=1)[0]
-    return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
+    return _RANKED.index(top) if top in _RANKED else len(_RANKED)
 
 
 def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
