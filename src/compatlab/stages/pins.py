@@ -1,4 +1,9 @@
-"""The pins stage: is every declared package installed as declared, and is there one CUDA major?"""
+"""The pins stage: is every declared package installed as declared, does every file have one owner, and is
+there one CUDA major?
+
+A file two distributions install with different bytes is told by ``owners.file_clashes``: on code, a
+failure (what ``import`` runs depends on install order); on data files only, a warning.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from compatlab.incell.cudacompat import FAMILY_MIN_DRIVER
 from compatlab.runs.model import StageResult
+from compatlab.stages import owners
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import SiteDist, dists_by_name, torch_cuda
 
@@ -136,6 +142,12 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         fails.append(f"{value.package} {value.version} was replaced by {got.version}; {why}")
         entry["culprits"] = culprits
     details["pins"] = pins
+
+    declared = [v.package for v in ctx.cell.packages if v.package]
+    clashes = owners.file_clashes(ctx.site, dists.values(), declared)
+    details["file_clashes"] = [c.to_json() for c in clashes]
+    for clash in clashes:
+        (fails if clash.code else warns).append(clash.describe())
 
     # CUDA majors: torch's build and every CUDA runtime package must agree with the cell's CUDA.
     cell_cuda = ctx.cell.cuda
