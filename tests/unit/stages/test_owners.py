@@ -6,7 +6,6 @@ flashinfer-python asks for as `cuda-python>=12.0`) overwrites its `cuda/bindings
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,7 @@ import pytest
 from compatlab.check import inspect_environment, plan_cell
 from compatlab.stages.base import CellContext
 from compatlab.stages.pins import run_pins_stage
-from fixtures.labutil import uv_dir
-from fixtures.wheels import build_wheel
-
-
-def uv(*args: str) -> None:
-    done = subprocess.run([f"{uv_dir()}/uv", *args], capture_output=True, text=True, timeout=120, check=False,
-                          env={"PATH": "/usr/bin:/bin", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1",
-                               "UV_CACHE_DIR": str(Path.home() / ".cache" / "uv")})
-    assert done.returncode == 0, done.stderr
+from fixtures.wheels import build_wheel, venv_with
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +33,8 @@ def clashing_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]
     later = [build_wheel(w, "cuda-python", "12.6.2.post1", files=old),
              build_wheel(w, "docs-b", "2.0", files={"share/compat/LICENSE.txt": "B\n"})]
-    venv = tmp / "venv"
-    uv("venv", "--quiet", "--python", "python3", str(venv))
-    for batch in (first, later):  # installed in this order: the later wheels' bytes win
-        uv("pip", "install", "--quiet", "--no-deps", "--python", str(venv / "bin" / "python"), *map(str, batch))
-    return venv
+    venv_with(tmp / "venv", first, later)  # installed in this order: the later wheels' bytes win
+    return tmp / "venv"
 
 
 def test_a_file_two_distributions_own_is_a_failure_on_code_and_a_warning_on_data(clashing_venv: Path,
