@@ -13,6 +13,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from compatlab.config.matrix import DEFAULT_PACKAGES
 from compatlab.config.thresholds import Thresholds
 from compatlab.errors import UsageError
@@ -20,7 +22,10 @@ from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import cuda_of_torch
 
-__all__ = ["context_for_venv", "installed_defaults", "parse_thresholds", "run_cuda_stage", "run_import_stage"]
+__all__ = [
+    "blame_broken_pins", "context_for_venv", "installed_defaults", "parse_thresholds", "run_cuda_stage",
+    "run_import_stage",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,29 @@ def run_import_stage(ctx: CellContext) -> StageResult:
     """
     from compatlab.stages.suite import run_suite
 
-    return run_suite(ctx, "import")
+    return blame_broken_pins(run_suite(ctx, "import"), ctx.stage("pins"))
+
+
+def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageResult:
+    """A failed import whose module belongs to a distribution with a pin the installed set breaks (the pins
+    stage's ``broken_requirements``: a forced cell, or a stack installed by hand) names that pin: it is
+    what the failure says the pin was for. sgl-kernel pins torch exactly, and its module failing beside
+    another torch is that pin broken: "…: undefined symbol …; sglang-kernel 0.4.10 requires torch==2.14.1;
+    torch 2.15.0 is installed"."""
+    if result.state != "fail" or pins is None:
+        return result
+    broken = [b for b in pins.details.get("broken_requirements") or [] if isinstance(b, dict)]
+    modules = [m for m in result.details.get("modules") or [] if isinstance(m, dict)]
+    failed = {canonicalize_name(str(m.get("dist", ""))) for m in modules if not m.get("ok", True)}
+    first, _, more = result.reason.partition(" (and ")
+    # The pins of the distribution whose module the reason names come first.
+    named = {canonicalize_name(str(m.get("dist", ""))) for m in modules if m.get("reason") == first}
+    blamed = sorted((b for b in broken if b.get("by") in failed), key=lambda b: b.get("by") not in named)
+    if not blamed:
+        return result
+    result.details["broken_pins"] = [str(b["text"]) for b in blamed]
+    result.reason = f"{first}; {blamed[0]['text']}" + (f" (and {more}" if more else "")
+    return result
 
 
 def run_cuda_stage(ctx: CellContext) -> StageResult:
