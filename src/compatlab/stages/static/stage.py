@@ -60,6 +60,7 @@ __all__ = [
     "StaticReport",
     "check_site_packages",
     "format_report",
+    "judge_loaded_by_path",
     "run_static_stage",
 ]
 
@@ -242,7 +243,7 @@ class _Checker(Resolver):
         return out
 
 
-def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
+def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tuple[list[Finding], set[str]]:
     """Findings about one module, and the paths of the libraries its loading loads."""
     findings: list[Finding] = []
     mpath = os.path.normpath(path)
@@ -251,7 +252,7 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
     if module is None:
         return [Finding(severity="warn", module=rel, kind="unreadable",
                         message=f"{rel}: not a readable ELF file")], set()
-    ls = ck.load_set(module)
+    ls = ck.load_set(module, after_torch=after_torch)
     missing_names = set()
     for name, needer in ls.missing:
         missing_names.add(name)
@@ -736,6 +737,26 @@ def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed
                   cache=cache, min_drivers=[("", min_driver)] if min_driver else ())
 
 
+
+
+def judge_loaded_by_path(site_packages: Path, rels: Sequence[str], *,
+                         targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+                         min_drivers: Sequence[tuple[str, str]] = ()) -> list[Finding]:
+    """Libraries a package's `import` loads by path (ctypes over a computed name, ``torch.ops.load_library``
+    over a glob), judged as extension modules are: this stage sees no extension module load them (their
+    findings are notes), but the import stage saw the import map them. Their closure is resolved with what
+    `import torch` loaded before them, and their findings keep their severity."""
+    ck = _Checker(Path(site_packages), ElfCache())
+    out: list[Finding] = []
+    for rel in rels:
+        path = Path(site_packages) / rel
+        found, _closure = _check_module(ck, path, after_torch=ck.torch_dist is not None)
+        found.extend(_arch_findings(ck, path, targets))
+        found.extend(_driver_floor_findings(ck, path, min_drivers))
+        for f in found:
+            f.details["loaded_by_path"] = True
+        out.extend(found)
+    return out
 
 
 def run_static_stage(ctx: CellContext) -> StageResult:
