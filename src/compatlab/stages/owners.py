@@ -10,7 +10,8 @@ are a metapackage that requires cuda-bindings instead).
 
 Who owns what is read from every RECORD (``SiteDist.digests``); whose bytes are on disk, by hashing each
 shared file against each RECORD's sha256. A file both RECORDs list with the same hash is no clash: every
-``nvidia-*-cu12`` wheel ships the same empty ``nvidia/__init__.py``. ``__pycache__`` entries are left out:
+``nvidia-*-cu12`` wheel ships the same empty ``nvidia/__init__.py``, and an ``__init__.py`` that only declares
+a namespace (``pkgutil.extend_path``) does the same in each one's words. ``__pycache__`` entries are left out:
 they follow their ``.py`` files. A clash on code (a ``.py`` module, an extension module or a shared library)
 changes what ``import`` runs; one on data files only (headers, stubs, licences, scripts) changes less.
 """
@@ -100,6 +101,18 @@ def _sha256(path: str) -> str | None:
     return digest.hexdigest()
 
 
+def _namespace_declaration(path: str) -> bool:
+    """An ``__init__.py`` that only declares a namespace package the old ways (``pkgutil.extend_path``,
+    ``pkg_resources.declare_namespace``): every distribution of the namespace ships one, in its own words."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(4096)
+    except OSError:
+        return False
+    code = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return len(code) <= 6 and ("extend_path(" in text or "declare_namespace(" in text)
+
+
 def _label(dist: SiteDist) -> str:
     return f"{dist.name} {dist.version}"
 
@@ -128,6 +141,8 @@ def file_clashes(site: Path, dists: Iterable[SiteDist], declared: Iterable[str] 
         for d, _ in claims:
             by_label[_label(d)] = d
         key = tuple(sorted({_label(d) for d, _ in claims}))
+        if path.endswith("__init__.py") and _namespace_declaration(path):
+            continue  # every copy declares the namespace; whichever is on disk does the same
         rel = os.path.relpath(path, base)
         groups[key].append((path, rel, {_label(d): h for d, h in claims}))
     by_name = {d.canonical: d for d in dists}

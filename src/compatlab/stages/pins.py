@@ -189,9 +189,7 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
     # module of the distribution that asked for it fails (runtime.run_import_stage).
     frozen: dict[str, str] = {canonicalize_name(line.split("==", 1)[0]): line.split("==", 1)[1].strip()
               for line in ctx.freeze if "==" in line and not line.startswith("#")}
-    broken = broken_requirements(dists, python_version_of(ctx.site), frozen)
-    details["broken_requirements"] = broken
-    warns.extend(b["text"] for b in broken)
+    details["broken_requirements"] = broken_requirements(dists, python_version_of(ctx.site), frozen)
 
     declared = [v.package for v in ctx.cell.packages if v.package]
     clashes = owners.file_clashes(ctx.site, dists.values(), declared)
@@ -246,6 +244,9 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
 
 
 def _finish(fails: list[str], warns: list[str], details: dict[str, object]) -> StageResult:
+    broken = details.get("broken_requirements")
+    if isinstance(broken, list):  # after the CUDA warnings: those say more of the stack
+        warns = [*warns, *(str(b["text"]) for b in broken)]
     details["failures"] = fails
     details["warnings"] = warns
     if fails:

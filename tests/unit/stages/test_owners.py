@@ -15,6 +15,8 @@ from compatlab.stages.base import CellContext
 from compatlab.stages.pins import run_pins_stage
 from fixtures.wheels import build_wheel, venv_with
 
+NAMESPACE = "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n"
+
 
 @pytest.fixture(scope="module")
 def clashing_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -22,10 +24,10 @@ def clashing_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     w = tmp / "wheels"
     new = {"cuda/bindings/__init__.py": "", "cuda/bindings/runtime.py": "cudaLibrary_t = object\n",
            "cuda/bindings/driver.py": "CUresult = int\n", "cuda/bindings/runtime.pxd": "# 13.5\n",
-           "nvidia/__init__.py": ""}
+           "nvidia/__init__.py": "", "cuda/__init__.py": f"# 13.5\n{NAMESPACE}"}
     old = {"cuda/bindings/__init__.py": "", "cuda/bindings/runtime.py": "# 12.6: no cudaLibrary_t\n",
            "cuda/bindings/driver.py": "CUresult = int  # 12.6\n", "cuda/bindings/runtime.pxd": "# 12.6\n",
-           "nvidia/__init__.py": ""}
+           "nvidia/__init__.py": "", "cuda/__init__.py": f"# cuda-python 12.6\n{NAMESPACE}"}
     first = [
         build_wheel(w, "cuda-bindings", "13.5.0", files=new),
         build_wheel(w, "flashinfer-python", "0.7.4", requires=["cuda-python>=12.0", "cuda-bindings>=12"]),
@@ -54,5 +56,6 @@ def test_a_file_two_distributions_own_is_a_failure_on_code_and_a_warning_on_data
     assert result.details["warnings"] == [data]
     [first, _] = result.details["file_clashes"]
     assert first["on_disk"] == {"cuda-bindings 13.5.0": 0, "cuda-python 12.6.2.post1": 3, "neither": 0}
-    # nvidia/__init__.py: both ship the same empty file, which is no clash.
-    assert "nvidia/__init__.py" not in first["examples"]
+    # nvidia/__init__.py: both ship the same empty file; cuda/__init__.py: each declares the namespace in its
+    # own words. Neither is a clash.
+    assert first["examples"] == ["cuda/bindings/driver.py", "cuda/bindings/runtime.pxd", "cuda/bindings/runtime.py"]
