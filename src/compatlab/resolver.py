@@ -8,8 +8,9 @@ is the lab's own generated project (envs.install_plan): it is the cell, never a 
 matter are the derivation's leaves (what each package depends on, what is missing), with a derived "X
 depends on Y" kept in place of the facts it was derived from (uv's own condensation: "all versions of
 cuda-python depend on cuda-bindings>=13.0.3"), and derived "... are incompatible" expanded into their
-reasons. ``condense_conflict`` returns those, in uv's order, with the cell's own pins named as versions
-("torch 2.10.0 depends on cuda-bindings==12.9.4").
+reasons. ``condense_conflict`` returns those, in uv's order but the facts about the cell's own pins first,
+and those named by their versions ("torch 2.10.0 depends on cuda-bindings==12.9.4"). uv's one-item-a-line
+lists ("depend on one of:") are folded into their sentence, and environment markers dropped.
 
 **Placeholder sdists.** Some releases on PyPI are an sdist whose build backend (nvidia-stub, PEP 517)
 downloads the real wheel from another index at build time: cuda-tile 1.6.0rc5 (which sglang 0.5.18-0.5.22
@@ -44,19 +45,49 @@ _STEP = re.compile(r"^(And because|Because) (.+?), we can conclude that (.+?)\.?
 _DEPENDS = re.compile(r"^(?:all versions of )?([A-Za-z0-9][A-Za-z0-9._-]*)(\S*) depends? on (.+)$")
 
 
+def _items(items: list[str], word: str) -> str:
+    """A list uv prints one item a line ("depend on one of:"), on one line: one name said once."""
+    names = {re.split(r"[<>=!~{ ]", i, maxsplit=1)[0] for i in items}
+    if len(names) == 1:
+        name = names.pop()
+        return name + f" {word} ".join(i[len(name):] for i in items)
+    return f" {word} ".join(items)
+
+
+def _fold(head: str, items: list[str]) -> str:
+    """ "… depend on one of:" and its items -> "… depend on A or B"; "… that all of:" -> "… that A and B"."""
+    word = "or" if head.endswith(" one of:") else "and"
+    stem = head[: -len(" one of:")] if word == "or" else head[: -len(" all of:")]
+    return f"{stem} {_items(items, word)}".strip()
+
+
 def _derivation(text: str) -> list[str]:
-    """uv's explanation as sentences, markers and line wrapping removed, hints left out."""
+    """uv's explanation as sentences: tree markers, line wrapping, environment markers and hints removed, its
+    one-item-a-line lists ("all of:", "depend on one of:") folded into their sentence."""
     body: list[str] = []
+    pending: tuple[str, list[str]] | None = None  # a line ending in "of:" and its items
     for raw in text.splitlines():
         line = raw.strip().lstrip("×╰─▶│|").strip()
+        if pending is not None:
+            if line and not line.startswith(("And because", "Because")) and not line.endswith(" of:") \
+                    and " depend" not in line:
+                pending[1].append(line)
+                continue
+            body.append(_fold(*pending))
+            pending = None
         if not line or line.startswith(("hint:", "help:", "Using Python", "warning:")):
             continue
         line = line.removeprefix("error:").removeprefix("cause:").strip()
         if line.startswith("No solution found when resolving"):
             continue
+        if line.endswith((" one of:", " all of:")) or line in ("one of:", "all of:"):
+            pending = (line, [])
+            continue
         body.append(line)
-    joined = " ".join(body)
-    return [s.strip() for s in re.split(r"(?<=\.)\s+(?=(?:And because|Because)\b)", joined) if s.strip()]
+    if pending is not None:
+        body.append(_fold(*pending))
+    joined = re.sub(r"\{[^}]*\}", "", " ".join(body))  # environment markers: "cuda-bindings{sys_platform …}==12.9.4"
+    return [s.strip() for s in re.split(r"\s+(?=(?:And because|Because)\b)", joined) if s.strip()]
 
 
 def _pins(root: str) -> dict[str, str]:
@@ -105,18 +136,23 @@ def condense_conflict(text: str) -> tuple[str, list[str]] | None:
             else:
                 _add(p)
 
+    own: set[str] = set()  # the facts about the cell's own pins: said first
+
     def _add(fact: str) -> None:
+        mine = False
         if m := _DEPENDS.match(fact):
             name, spec, wants = m.groups()
             pinned = pins.get(name.lower())
-            who = f"{name} {pinned}" if pinned and _within(pinned, spec) else f"{name}{spec}"
-            fact = f"{who} depends on {wants}"
+            mine = bool(pinned and _within(pinned, spec))
+            fact = f"{name} {pinned} depends on {wants}" if mine else f"{name}{spec} depends on {wants}"
         fact = fact.replace(f"{LAB_PROJECT} ", "the cell ")
         if fact not in facts:
             facts.append(fact)
+            if mine:
+                own.add(fact)
 
     expand(len(steps) - 1)
-    return root, facts
+    return root, sorted(facts, key=lambda f: f not in own)
 
 
 def _within(version: str, spec: str) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab import envs
+from compatlab import envs, resolver
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix, load_matrix
 from fixtures.labutil import uv_dir
@@ -119,9 +119,45 @@ def test_a_conflict_is_told_as_the_packages_of_uvs_derivation_never_the_labs_pro
         version = "0.6.1"
         """)
     assert failed_install(tmp_path, matrix, cell) == ("fail", (
-        "unsatisfiable: torch==2.10.0 and flashinfer-python==0.6.1 cannot be installed together: cuda-python "
-        "depends on cuda-bindings>=13.0.3; flashinfer-python 0.6.1 depends on cuda-python; torch 2.10.0 depends "
-        "on cuda-bindings==12.9.4"))
+        "unsatisfiable: torch==2.10.0 and flashinfer-python==0.6.1 cannot be installed together: flashinfer-python "
+        "0.6.1 depends on cuda-python; torch 2.10.0 depends on cuda-bindings==12.9.4; cuda-python depends on "
+        "cuda-bindings>=13.0.3"))
+
+
+# uv 0.13.9's words for the default matrix's torch 2.10.0 cell on PyPI (2026-12-03), from its install stage
+# (three of its steps about older cuda-python releases left out).
+REAL = """\
+Using Python 3.11.7 environment at: /tmp/venvs/r/sglang0.5.23-torch2.10.0-sglangkernel0.4.10-flashinfer0.7.2-cuda12.8
+error: No solution found when resolving dependencies
+  cause: Because cuda-python==13.0.0 depends on cuda-bindings>=13.0.0,<13.1.dev0 and cuda-python==13.0.1 depends on \
+cuda-bindings>=13.0.1,<13.1.dev0, we can conclude that cuda-python>=13.0.0,<=13.0.1 depends on cuda-bindings>=13.0.0,<13.1.dev0.
+         And because cuda-python==13.1.1 depends on cuda-bindings>=13.1.1,<13.2.dev0 and cuda-python==13.3.1 depends on \
+cuda-bindings>=13.3.1,<13.4.dev0, we can conclude that all of:
+             cuda-python>=13.0.0,<=13.1.1
+             cuda-python==13.3.1
+         depend on one of:
+             cuda-bindings>=13.0.0,<13.2.dev0
+             cuda-bindings>=13.3.1,<13.4.dev0
+
+         And because cuda-python==13.4.1 depends on cuda-bindings>=13.4.1,<13.5.dev0 and cuda-python>=13.4.4 depends on \
+cuda-bindings>=13.4.4,<13.5.dev0, we can conclude that cuda-python>=13.0.0 depends on one of:
+             cuda-bindings>=13.0.0,<13.4.dev0
+             cuda-bindings>=13.4.1,<13.5.dev0
+
+         And because torch==2.10.0 depends on cuda-bindings{platform_machine == 'x86_64' and sys_platform == 'linux'}\
+==12.9.4 and sglang>=0.5.23 depends on cuda-python>=13.0, we can conclude that sglang>=0.5.23 and torch==2.10.0 are \
+incompatible.
+         And because compatlab-cell depends on sglang==0.5.23 and torch==2.10.0, we can conclude that your requirements \
+are unsatisfiable.
+"""
+
+
+def test_uvs_lists_and_markers_fold_into_the_facts() -> None:
+    assert resolver.condense_conflict(REAL) == ("sglang==0.5.23 and torch==2.10.0", [
+        "torch 2.10.0 depends on cuda-bindings==12.9.4",
+        "sglang 0.5.23 depends on cuda-python>=13.0",
+        "cuda-python>=13.0.0 depends on cuda-bindings>=13.0.0,<13.4.dev0 or >=13.4.1,<13.5.dev0",
+    ])
 
 
 def test_a_placeholder_sdist_is_named_with_the_index_it_wants(tmp_path: Path, url: str) -> None:
