@@ -12,13 +12,14 @@ reasons. ``condense_conflict`` returns those, in uv's order but the facts about 
 and those named by their versions ("torch 2.10.0 depends on cuda-bindings==12.9.4"). uv's one-item-a-line
 lists ("depend on one of:") are folded into their sentence, and environment markers dropped.
 
-**Placeholder sdists.** Some releases on PyPI are an sdist whose build backend (nvidia-stub, PEP 517)
-downloads the real wheel from another index at build time: cuda-tile 1.6.0rc5 (which sglang 0.5.18-0.5.22
-pin) is one. uv reports "Failed to build `cuda-tile==1.6.0rc5`", the backend's call to
-``nvidia_stub.buildapi.build_wheel`` failing, and nvidia-stub's banner ("*****… This is a special
-placeholder package which downloads a real wheel package from https://pypi.nvidia.com. …"). On a machine
-that cannot reach that index the release cannot be installed from the matrix's indexes: ``placeholder``
-names the release and the index it wants.
+**Placeholder sdists.** Some releases on PyPI are an sdist whose build backend (wheel-stub, formerly
+nvidia-stub; PEP 517) downloads the real wheel from another index at build time: cuda-tile 1.6.0rc5 (which
+sglang 0.5.18-0.5.22 pin) is one. uv reports "Failed to build `cuda-tile==1.6.0rc5`", the backend's
+``InstallFailedError`` with its banner ("*****… This is a special placeholder package which downloads a
+real wheel package from https://pypi.nvidia.com/. …"), and its hint "`cuda-tile` (v1.6.0rc5) was included
+because `sglang` (v0.5.22) depends on `cuda-tile`". On a machine that cannot reach that index the release
+cannot be installed from the matrix's indexes: ``placeholder`` names the release, who asked for it and the
+index it wants.
 """
 
 from __future__ import annotations
@@ -168,9 +169,11 @@ class Placeholder:
     package: str
     version: str
     index: str  # where its build downloads the real wheel from
+    wanted_by: str = ""  # "sglang 0.5.22", from uv's hint, where it gives one
 
     def describe(self) -> str:
-        return (f"{self.package} {self.version} is a placeholder sdist: building it downloads the real wheel "
+        who = f" (which {self.wanted_by} requires)" if self.wanted_by else ""
+        return (f"{self.package} {self.version}{who} is a placeholder sdist: building it downloads the real wheel "
                 f"from {self.index}, which failed here; give {self.package} that index, or pin a release of it "
                 "that has wheels")
 
@@ -182,7 +185,9 @@ def placeholder(text: str) -> Placeholder | None:
     if m is None:
         return None
     said = re.search(r"placeholder package which downloads a real wheel package\s+from\s+(https?://[^\s]+)", text)
-    if said is None and "nvidia_stub" not in text and "nvidia-stub" not in text:
+    if said is None and not re.search(r"(?:nvidia|wheel)[_-]stub", text):
         return None
-    index = said.group(1).rstrip(".,;") if said else _DEFAULT_STUB_INDEX
-    return Placeholder(package=m.group(1), version=m.group(2), index=index)
+    index = said.group(1).rstrip(".,;").rstrip("/") if said else _DEFAULT_STUB_INDEX
+    why = re.search(rf"`{re.escape(m.group(1))}` \(v[^)]+\) was included because `([^`]+)` \(v([^)]+)\)", text)
+    return Placeholder(package=m.group(1), version=m.group(2), index=index,
+                       wanted_by=f"{why.group(1)} {why.group(2)}" if why else "")

@@ -27,7 +27,7 @@ BANNER = """Didn't find wheel for cuda-tile 1.6.0rc5
 The installation of cuda-tile for version 1.6.0rc5 failed.
 
 This is a special placeholder package which downloads a real wheel package
-from https://pypi.nvidia.com. If https://pypi.nvidia.com is not reachable, we
+from https://pypi.nvidia.com/. If https://pypi.nvidia.com/ is not reachable, we
 cannot download the real wheel file to install.
 *******************************************************************************
 """
@@ -170,6 +170,6 @@ def test_a_placeholder_sdist_is_named_with_the_index_it_wants(tmp_path: Path, ur
         version = "0.5.22"
         """)
     assert failed_install(tmp_path, matrix, cell) == ("fail", (
-        "cuda-tile 1.6.0rc5 is a placeholder sdist: building it downloads the real wheel from "
-        "https://pypi.nvidia.com, which failed here; give cuda-tile that index, or pin a release of it that has "
-        "wheels"))
+        "cuda-tile 1.6.0rc5 (which sglang 0.5.22 requires) is a placeholder sdist: building it downloads the real "
+        "wheel from https://pypi.nvidia.com, which failed here; give cuda-tile that index, or pin a release of it "
+        "that has wheels"))
