@@ -647,6 +647,19 @@ def _package_rank(rel: str) -> int:
     return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
 
 
+def _python_module(ck: _Checker, path: Path, py: tuple[int, int] | None) -> bool:
+    """Whether `import` can load *path* as a module: a file tagged for this CPython (or abi3), or a bare
+    ``name.so`` that exports ``PyInit_name`` (triton's ``libtriton.so``). A bare ``.so`` that does not is a
+    library, which its package may load by path (bitsandbytes' ``libbitsandbytes_cuda130.so``): the import
+    stage sees whether `import` maps it."""
+    if not is_extension(path, py):
+        return False
+    if re.search(r"\.(?:cpython-[^.]+|abi3)\.so$", path.name):
+        return True
+    info = ck.info(os.path.normpath(path))
+    return info is not None and f"PyInit_{path.name.split('.', 1)[0]}" in info.defined
+
+
 def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
            packages: Sequence[str] | None, cache: ElfCache | None = None,
            min_drivers: Sequence[tuple[str, str]] = ()) -> StaticReport:
@@ -674,7 +687,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
         found.extend(_arch_findings(ck, path, targets))
         found.extend(_driver_floor_findings(ck, path, min_drivers))
         per_module.append((os.path.normpath(path), found))
-        if is_extension(path, py):
+        if _python_module(ck, path, py):
             loaded_by_import |= closure
             for lib in closure:
                 loaders.setdefault(lib, []).append(os.path.normpath(path))
