@@ -510,7 +510,7 @@ class _Needs:
         """An extension module is judged by the import graph of its package; a library by those of the
         extension modules that load it (needed if any of them is)."""
         top = package_of(self.sp, rel)
-        if is_extension(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
+        if _importable(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
             need = self.graph(top).need(dotted_name(rel))
             symbols = dynamic_symbols(self.sp / rel)  # one rule with the import stage's: a fat binary section
             device_code = symbols is None or symbols.device_code
@@ -647,7 +647,7 @@ def _package_rank(rel: str) -> int:
     return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
 
 
-def _python_module(ck: _Checker, path: Path, py: tuple[int, int] | None) -> bool:
+def _importable(path: Path, py: tuple[int, int] | None) -> bool:
     """Whether `import` can load *path* as a module: a file tagged for this CPython (or abi3), or a bare
     ``name.so`` that exports ``PyInit_name`` (triton's ``libtriton.so``). A bare ``.so`` that does not is a
     library, which its package may load by path (bitsandbytes' ``libbitsandbytes_cuda130.so``): the import
@@ -656,8 +656,8 @@ def _python_module(ck: _Checker, path: Path, py: tuple[int, int] | None) -> bool
         return False
     if re.search(r"\.(?:cpython-[^.]+|abi3)\.so$", path.name):
         return True
-    info = ck.info(os.path.normpath(path))
-    return info is not None and f"PyInit_{path.name.split('.', 1)[0]}" in info.defined
+    symbols = dynamic_symbols(path)
+    return symbols is not None and f"PyInit_{path.name.split('.', 1)[0]}" in symbols.defined
 
 
 def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
@@ -687,7 +687,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
         found.extend(_arch_findings(ck, path, targets))
         found.extend(_driver_floor_findings(ck, path, min_drivers))
         per_module.append((os.path.normpath(path), found))
-        if _python_module(ck, path, py):
+        if _importable(path, py):
             loaded_by_import |= closure
             for lib in closure:
                 loaders.setdefault(lib, []).append(os.path.normpath(path))
