@@ -5,8 +5,9 @@ distribution already installed: the later wheel overwrites it, both RECORDs go o
 sha256), and uninstalling either removes it for both. Which bytes end up on disk depends on install order,
 so two cells that differ only in an unrelated axis can end with different code. The real case: flashinfer
 asks for ``cuda-python>=12.0``, a resolver settles on cuda-python 12.6.2.post1, and that old release ships
-its own ``cuda/bindings/`` files, overwriting 28 files of cuda-bindings 13.5.0 (newer cuda-python releases
-are a metapackage that requires cuda-bindings instead).
+its own ``cuda/bindings/`` files: both RECORDs list 28 files, 25 of them with different bytes (12 of those
+code), and installed after cuda-bindings 13.5.0 its bytes win. Newer cuda-python releases are a metapackage
+that requires cuda-bindings instead.
 
 Who owns what is read from every RECORD (``SiteDist.digests``); whose bytes are on disk, by hashing each
 shared file against each RECORD's sha256. A file both RECORDs list with the same hash is no clash: every
