@@ -175,7 +175,8 @@ def _oldest(dists: list[SiteDist]) -> SiteDist | None:
 
 
 def _edges(dists: Mapping[str, SiteDist]) -> dict[str, list[tuple[SiteDist, str]]]:
-    """target -> [(the installed distribution that requires it, the requirement as written)]."""
+    """target -> [(the installed distribution that requires it, the requirement as written)], for the
+    requirements the installed target meets (one it violates did not bring it)."""
     out: dict[str, list[tuple[SiteDist, str]]] = collections.defaultdict(list)
     for dist in dists.values():
         for raw in dist.requires:
@@ -184,7 +185,14 @@ def _edges(dists: Mapping[str, SiteDist]) -> dict[str, list[tuple[SiteDist, str]
             except InvalidRequirement:
                 continue
             target = canonicalize_name(req.name)
-            if target in dists and target != dist.canonical:
+            got = dists.get(target)
+            if got is None or target == dist.canonical:
+                continue
+            try:
+                met = not req.specifier or req.specifier.contains(got.version, prereleases=True)
+            except InvalidVersion:
+                met = True
+            if met:
                 out[target].append((dist, str(req)))
     return out
 

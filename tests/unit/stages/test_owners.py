@@ -34,7 +34,8 @@ def clashing_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         build_wheel(w, "docs-a", "1.0", files={"share/compat/LICENSE.txt": "A\n"}),
     ]
     later = [build_wheel(w, "cuda-python", "12.6.2.post1", files=old),
-             build_wheel(w, "docs-b", "2.0", files={"share/compat/LICENSE.txt": "B\n"})]
+             build_wheel(w, "docs-b", "2.0", requires=["docs-a>=2", "absent-dep"],
+                         files={"share/compat/LICENSE.txt": "B\n"})]
     venv_with(tmp / "venv", first, later)  # installed in this order: the later wheels' bytes win
     return tmp / "venv"
 
@@ -53,7 +54,9 @@ def test_a_file_two_distributions_own_is_a_failure_on_code_and_a_warning_on_data
             "different bytes: the bytes on disk are docs-b 2.0's")
     assert (result.state, result.reason) == ("fail", code)
     assert result.details["failures"] == [code]
-    assert result.details["warnings"] == [data]
+    # As `compatlab check` sees an environment installed by hand: the pins it breaks, as `uv pip check` would.
+    assert result.details["warnings"] == [data, "docs-b 2.0 requires docs-a>=2; docs-a 1.0 is installed",
+                                          "docs-b 2.0 requires absent-dep, which is not installed"]
     [first, _] = result.details["file_clashes"]
     assert first["on_disk"] == {"cuda-bindings 13.5.0": 0, "cuda-python 12.6.2.post1": 3, "neither": 0}
     # nvidia/__init__.py: both ship the same empty file; cuda/__init__.py: each declares the namespace in its
