@@ -28,6 +28,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from compatlab import resolver
 from compatlab.cells import Cell
 from compatlab.config.matrix import PYTHON_AXIS, Matrix
 from compatlab.errors import LabError
@@ -135,6 +136,10 @@ def classify_uv_failure(done: Completed, plan: InstallPlan | None = None, *,
     text = redact_text(done.stderr + "\n" + done.stdout)
     if done.timed_out:
         return "error", f"uv did not finish in {done.seconds:.0f} s (killed)"
+    # Before the network's words: a placeholder's failed download says "not reachable" too.
+    held = resolver.placeholder(text)
+    if held is not None:
+        return "fail", held.describe()
     for pattern in _UNSAT_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
             explained = explain_unsatisfiable(plan, timeout=probe_timeout) if plan is not None else None
@@ -142,7 +147,7 @@ def classify_uv_failure(done: Completed, plan: InstallPlan | None = None, *,
                 return explained
             if re.search(_AUTH_HINT, text, re.IGNORECASE):
                 return "error", "index refused access: " + _uv_summary(text, keep_hints=True)
-            return "fail", "unsatisfiable: " + _uv_summary(text)
+            return "fail", "unsatisfiable: " + _conflict(text)
     for pattern in _INFRA_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
             return "error", "index or network failure: " + _uv_summary(text)
@@ -181,6 +186,16 @@ def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) 
     return None
 
 
+def _conflict(text: str) -> str:
+    """uv's derivation condensed to its facts (resolver.condense_conflict), else its own summary."""
+    condensed = resolver.condense_conflict(text)
+    if condensed is None or not condensed[1]:
+        return _uv_summary(text)
+    root, facts = condensed
+    together = f"{root} cannot be installed together: " if " and " in root else ""
+    return (together + "; ".join(facts))[:600]
+
+
 def _uv_summary(text: str, *, keep_hints: bool = False) -> str:
     lines = [ln.strip(" ╰─▶×|") for ln in text.splitlines()]
     lines = [ln.strip() for ln in lines if ln.strip() and (keep_hints or not ln.strip().startswith("hint:"))]
@@ -189,8 +204,8 @@ def _uv_summary(text: str, *, keep_hints: bool = False) -> str:
     inner = lines[-1] if lines else ""
     first = first.removeprefix("error:").strip()
     if inner and inner not in first and inner.removeprefix("error:").strip() != first:
-        return f"{first} ({inner})"[:600]
-    return first[:600]
+        first = f"{first} ({inner})"
+    return first.replace(f"{resolver.LAB_PROJECT} ", "the cell ")[:600]
 
 
 def cell_interpreter(matrix: Matrix, cell: Cell) -> str | None:
@@ -358,7 +373,7 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         pins.append(Pin(package=value.package, version=value.version, index=index))
     import tomli_w
 
-    spec: dict[str, Any] = {"project": {"name": "compatlab-cell", "version": "0", "dependencies": requirements}}
+    spec: dict[str, Any] = {"project": {"name": resolver.LAB_PROJECT, "version": "0", "dependencies": requirements}}
     uv_cfg: dict[str, Any] = {}
     if indexes:
         uv_cfg["index"] = [{"name": ix.name, "url": ix.url, "explicit": True} for ix in indexes.values()]

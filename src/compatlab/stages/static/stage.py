@@ -60,6 +60,7 @@ __all__ = [
     "StaticReport",
     "check_site_packages",
     "format_report",
+    "judge_loaded_by_path",
     "run_static_stage",
 ]
 
@@ -245,7 +246,7 @@ class _Checker(Resolver):
         return out
 
 
-def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
+def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tuple[list[Finding], set[str]]:
     """Findings about one module, and the paths of the libraries its loading loads."""
     findings: list[Finding] = []
     mpath = os.path.normpath(path)
@@ -254,7 +255,7 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
     if module is None:
         return [Finding(severity="warn", module=rel, kind="unreadable",
                         message=f"{rel}: not a readable ELF file")], set()
-    ls = ck.load_set(module)
+    ls = ck.load_set(module, after_torch=after_torch)
     missing_names = set()
     for name, needer in ls.missing:
         missing_names.add(name)
@@ -512,7 +513,7 @@ class _Needs:
         """An extension module is judged by the import graph of its package; a library by those of the
         extension modules that load it (needed if any of them is)."""
         top = package_of(self.sp, rel)
-        if is_extension(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
+        if _importable(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
             need = self.graph(top).need(dotted_name(rel))
             symbols = dynamic_symbols(self.sp / rel)  # one rule with the import stage's: a fat binary section
             device_code = symbols is None or symbols.device_code
@@ -649,6 +650,19 @@ def _package_rank(rel: str) -> int:
     return _RANKED.index(top) if top in _RANKED else len(_RANKED)
 
 
+def _importable(path: Path, py: tuple[int, int] | None) -> bool:
+    """Whether `import` can load *path* as a module: a file tagged for this CPython (or abi3), or a bare
+    ``name.so`` that exports ``PyInit_name`` (triton's ``libtriton.so``). A bare ``.so`` that does not is a
+    library, which its package may load by path (bitsandbytes' ``libbitsandbytes_cuda130.so``): the import
+    stage sees whether `import` maps it."""
+    if not is_extension(path, py):
+        return False
+    if re.search(r"\.(?:cpython-[^.]+|abi3)\.so$", path.name):
+        return True
+    symbols = dynamic_symbols(path)
+    return symbols is not None and f"PyInit_{path.name.split('.', 1)[0]}" in symbols.defined
+
+
 def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
            packages: Sequence[str] | None, cache: ElfCache | None = None,
            min_drivers: Sequence[tuple[str, str]] = ()) -> StaticReport:
@@ -676,7 +690,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
         found.extend(_arch_findings(ck, path, targets))
         found.extend(_driver_floor_findings(ck, path, min_drivers))
         per_module.append((os.path.normpath(path), found))
-        if is_extension(path, py):
+        if _importable(path, py):
             loaded_by_import |= closure
             for lib in closure:
                 loaders.setdefault(lib, []).append(os.path.normpath(path))
@@ -739,6 +753,26 @@ def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed
                   cache=cache, min_drivers=[("", min_driver)] if min_driver else ())
 
 
+
+
+def judge_loaded_by_path(site_packages: Path, rels: Sequence[str], *,
+                         targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+                         min_drivers: Sequence[tuple[str, str]] = ()) -> list[Finding]:
+    """Libraries a package's `import` loads by path (ctypes over a computed name, ``torch.ops.load_library``
+    over a glob), judged as extension modules are: this stage sees no extension module load them (their
+    findings are notes), but the import stage saw the import map them. Their closure is resolved with what
+    `import torch` loaded before them, and their findings keep their severity."""
+    ck = _Checker(Path(site_packages), ElfCache())
+    out: list[Finding] = []
+    for rel in rels:
+        path = Path(site_packages) / rel
+        found, _closure = _check_module(ck, path, after_torch=ck.torch_dist is not None)
+        found.extend(_arch_findings(ck, path, targets))
+        found.extend(_driver_floor_findings(ck, path, min_drivers))
+        for f in found:
+            f.details["loaded_by_path"] = True
+        out.extend(found)
+    return out
 
 
 def run_static_stage(ctx: CellContext) -> StageResult:
