@@ -75,7 +75,7 @@ def shrink(config: dict[str, Any], layers: int) -> tuple[dict[str, Any], list[st
     if not isinstance(old, int) or isinstance(old, bool) or old < 1:
         raise SetupError(f"config.json has no {where}num_hidden_layers (an integer): is it a model's config?")
     layers = min(layers, old)
-    notes = [f"{where}num_hidden_layers {old} -> {layers}"]
+    notes = [f"{where}num_hidden_layers {old} -> {layers}"] if layers != old else []
     text["num_hidden_layers"] = layers
     for key in ("first_k_dense_replace", "max_window_layers"):
         value = text.get(key)
@@ -195,10 +195,9 @@ def make_model(out: Path, *, model: Path | None, layers: int, tokenizer: Path | 
                draft: Path | None = None, draft_layers: int = 1, eagle3: bool = True) -> ModelFiles:
     """Write ``out/target`` (and ``out/draft``) for ``--model-path`` and ``--speculative-draft-model-path``."""
     source = _read_config(model, "model") if model is not None else BUILTIN
-    if eagle3 and layers < EAGLE3_MIN_LAYERS:
-        layers = EAGLE3_MIN_LAYERS
-    target, notes = shrink(source, layers)
-    if eagle3 and notes and layers == EAGLE3_MIN_LAYERS:
+    raised = eagle3 and layers < EAGLE3_MIN_LAYERS
+    target, notes = shrink(source, max(layers, EAGLE3_MIN_LAYERS) if eagle3 else layers)
+    if raised and notes and notes[0].startswith(("num_", "text_config.num_")):
         notes[0] += f" (EAGLE-3 captures three hidden states: at least {EAGLE3_MIN_LAYERS} layers)"
     text = _text(target)
     if not isinstance(text.get("vocab_size"), int) or not isinstance(text.get("hidden_size"), int):

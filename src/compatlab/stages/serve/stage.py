@@ -179,6 +179,7 @@ def _serve(ctx: CellContext, config: ServeConfig, files: ModelFiles, name: str, 
     record: dict[str, Any] = {"log": str(server.log_path), "port": server.port}
     try:
         with server:
+            record["pid"] = server.pid
             start = time.monotonic()
             info = server.wait_ready()
             record["startup_s"] = round(time.monotonic() - start, 2)
