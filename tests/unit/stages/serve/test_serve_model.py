@@ -46,10 +46,10 @@ DEEPSEEK_V3: dict[str, Any] = {
     "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
                             "weight_block_size": [128, 128]},
 }
-KIMI_K2 = {**DEEPSEEK_V3, "model_type": "kimi_k2", "first_k_dense_replace": 1, "n_routed_experts": 384,
-           "num_attention_heads": 64, "num_key_value_heads": 64, "vocab_size": 163840, "bos_token_id": 163584,
+KIMI_K2: dict[str, Any] = {**DEEPSEEK_V3, "model_type": "kimi_k2", "first_k_dense_replace": 1, "n_routed_experts": 384,
+                           "num_attention_heads": 64, "num_key_value_heads": 64, "vocab_size": 163840, "bos_token_id": 163584,
            "eos_token_id": 163585, "routed_scaling_factor": 2.827, "rope_theta": 50000.0}
-KIMI_K25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+KIMI_K25: dict[str, Any] = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
             "text_config": KIMI_K2, "vision_config": {"hidden_size": 1152, "num_hidden_layers": 27},
             "media_placeholder_token_id": 163605}
 
