@@ -10,11 +10,11 @@ within ``distance`` (default 1) of some stack: every cell that moves one compone
 stack answers "can I move this one piece?", and the matrix stays small when its axes grow.
 
 A cell is **forced** when its axis pins are also handed to uv as overrides (``install.force``, a
-``[[rules.force]]`` rule, or, unless ``install.force = false``, a cell with an sglang axis: SGLang's own
-pins yield to the axis pins). Its **conflicts** are the pins of its own releases that its other axis
-versions break (known only when the lock knows every release of the cell): an unforced cell with
-conflicts cannot be installed; a forced one installs what its axes say, and its verdict is what that
-stack does.
+``[[rules.force]]`` rule, or, unless ``install.force = false``, a cell with an axis whose kind forces, as
+sglang's does: SGLang's own pins yield to the axis pins). Its **conflicts** are the pins of its own
+releases that its other axis versions break (known only when the lock knows every release of the cell):
+an unforced cell with conflicts cannot be installed; a forced one installs what its axes say, and its
+verdict is what that stack does.
 """
 
 from __future__ import annotations
@@ -26,7 +26,16 @@ from collections.abc import Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from compatlab.config.matrix import AxisValue, Matrix, Rule, cuda_compatible, size_problem
+from compatlab.config.matrix import (
+    CUDA_AXIS,
+    FORCING_AXES,
+    PYTHON_AXIS,
+    AxisValue,
+    Matrix,
+    Rule,
+    cuda_compatible,
+    size_problem,
+)
 from compatlab.errors import ConfigError
 
 __all__ = ["Cell", "Stack", "conflicts", "distance", "expand", "is_forced", "shipped_stacks"]
@@ -61,7 +70,14 @@ class Cell:
 
     @property
     def cuda(self) -> str | None:
-        v = self.value("cuda")
+        """The cell's CUDA column, when the matrix has one."""
+        v = self.value(CUDA_AXIS)
+        return v.version if v else None
+
+    @property
+    def python(self) -> str | None:
+        """The cell's own interpreter (``3.12``), when the matrix has a python axis."""
+        v = self.value(PYTHON_AXIS)
         return v.version if v else None
 
 
@@ -167,7 +183,7 @@ def is_forced(matrix: Matrix, assignment: Mapping[str, str]) -> bool:
     if matrix.install.force is not None:
         if matrix.install.force:
             return True
-    elif "sglang" in assignment:
+    elif FORCING_AXES.intersection(assignment):
         return True
     return any(rule.kind == "force" and rule.matches(assignment) for rule in matrix.rules)
 
@@ -188,7 +204,7 @@ def _na_reason(matrix: Matrix, assignment: Mapping[str, str], values: tuple[Axis
     for rule in matrix.rules:
         if rule.kind == "exclude" and rule.matches(assignment):
             return rule.reason
-    cuda = assignment.get("cuda")
+    cuda = assignment.get(CUDA_AXIS)
     if cuda is not None:
         for v in values:
             if v.cuda and not cuda_compatible(v.cuda, cuda):

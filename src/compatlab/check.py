@@ -3,9 +3,10 @@
 The stages are those of `nox -s matrix` (``stages.PIPELINE`` without ``install``, the environment being
 there already; ``nccl`` of ``stages.GPU8`` when asked) and they run through the runner's one loop, so a
 stage judges an existing environment exactly as it judges a cell. The environment becomes a one-cell
-matrix: its axes are the stack it has (torch, sgl-kernel or sglang-kernel, flashinfer, sglang, CUDA of
-torch's build), or its Python's version when it has none of them; the cell's packages are every installed
-distribution with native code (RECORD lists a shared object), or the ones asked for.
+matrix: its axes are the stack it has (the distributions of the axis kinds: torch, sgl-kernel, flashinfer,
+torchvision …, and the CUDA of torch's build), or its Python's version when it has none of them; the
+cell's packages are every installed distribution with native code (RECORD lists a shared object), or the
+ones asked for.
 
 What the checked interpreter is decides what may be done to it. A virtual environment without pytest gets
 pytest added for the import and cuda suites (the stack is compared before and after, as in a cell); an
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.cells import Cell, cell_id
-from compatlab.config.matrix import AXIS_KINDS, Axis, AxisValue, Matrix, Report, Target
+from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
+from compatlab.config.serve import ServeConfig
 from compatlab.errors import ConfigError, LabError, UsageError
 from compatlab.runs.model import CellResult, StageResult
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage
@@ -39,6 +41,7 @@ __all__ = [
     "check_stages",
     "count_gpus",
     "inspect_environment",
+    "load_serve",
     "package_rows",
     "parse_pins",
 ]
@@ -264,9 +267,9 @@ def plan_cell(env: Environment, *, packages: Sequence[str] = (), pins: dict[str,
     cuda = cuda_of_torch(env.torch_version_py, env.version_of("torch"))
     axis_values = list(stack)
     if cuda:
-        axis_values.append(AxisValue(axis="cuda", version=cuda))
+        axis_values.append(AxisValue(axis=CUDA_AXIS, version=cuda))
     if not axis_values:
-        axis_values.append(AxisValue(axis="python", version=env.version))
+        axis_values.append(AxisValue(axis=PYTHON_AXIS, version=env.version))
     in_stack = {_canon(v.package) for v in stack if v.package}
     extra: list[AxisValue] = []
     for name in [*chosen, *pins]:
@@ -280,11 +283,11 @@ def plan_cell(env: Environment, *, packages: Sequence[str] = (), pins: dict[str,
     target = Target(name="this-box", arch=tuple(archs), gpus=max(1, gpus), min_driver=min_driver,
                     not_needed=tuple(not_needed))
     rows = (axis_values[0].axis,)
-    columns = tuple(v.axis for v in axis_values[1:] if v.axis != "cuda")
+    columns = tuple(v.axis for v in axis_values[1:] if v.axis != CUDA_AXIS)
     matrix = Matrix(
         path="<compatlab check>", name=f"check {env.prefix}",
         axes=tuple(Axis(name=v.axis, values=(v,)) for v in axis_values), targets=(target,),
-        report=Report(rows=rows, columns=columns, tables=("cuda",) if cuda else ()),
+        report=Report(rows=rows, columns=columns, tables=(CUDA_AXIS,) if cuda else ()),
     )
     cell = Cell(id=cell_id(tuple(axis_values)), values=(*axis_values, *extra))
     return matrix, cell
@@ -305,11 +308,33 @@ def _suites_cannot_run(env: Environment, stage: Stage) -> Stage:
     return dataclasses.replace(stage, run=skipped)
 
 
-def check_stages(env: Environment, *, nccl: bool = False) -> tuple[Stage, ...]:
-    """The matrix's stages without ``install`` (its need dropped: the environment is there), nccl if asked."""
+def load_serve(path: Path) -> ServeConfig:
+    """The ``[serve]`` table of a TOML file (a matrix.toml will do): what ``check --serve-from`` serves."""
+    import tomllib
+
+    from compatlab.config.check import Checker
+    from compatlab.config.serve import parse_serve_section
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--serve-from {path}: cannot read it: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"invalid TOML: {exc}"]) from None
+    ck = Checker()
+    config = parse_serve_section(ck, ck.table(data, "", "serve"), path.resolve().parent)
+    ck.raise_if_any(str(path))
+    return config
+
+
+def check_stages(env: Environment, *, nccl: bool = False, only: Sequence[str] = ()) -> tuple[Stage, ...]:
+    """The matrix's stages without ``install`` (its need dropped: the environment is there), nccl if asked;
+    only those named in *only* when it is given."""
     chosen = [s for s in PIPELINE if s.name != "install"]
-    if nccl:
+    if nccl or "nccl" in only:
         chosen += [s for s in GPU8 if s.name == "nccl"]
+    if only:
+        chosen = [s for s in chosen if s.name in only]
     out = []
     for stage in chosen:
         bare = dataclasses.replace(stage, needs=tuple(n for n in stage.needs if n != "install"))
@@ -344,7 +369,8 @@ class CheckRun:
 def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = (),
                       pins: dict[str, str] | None = None, archs: Sequence[str] = (), min_driver: str | None = None,
                       nccl: bool = False, gpus: int | None = None, run_id: str | None = None,
-                      on_stage: Callable[[StageResult], None] | None = None) -> CheckRun:
+                      on_stage: Callable[[StageResult], None] | None = None, only: Sequence[str] = (),
+                      serve: ServeConfig | None = None) -> CheckRun:
     """Run the check's stages on *env* through the runner's loop, and write the report files into *out*.
 
     The run folder is ``out/runs/<run-id>/`` as for a matrix run (the cell's work files in
@@ -357,11 +383,13 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
 
     ngpus = count_gpus() if gpus is None else gpus
     matrix, cell = plan_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=ngpus)
+    if serve is not None:
+        matrix = dataclasses.replace(matrix, serve=serve)
     rid = run_id or runner.new_run_id()
     run_dir = out / "runs" / rid
     axes = {a.name: a.values[0].version for a in matrix.axes}
     result = CellResult(id=cell.id, axes=axes, state="n/a", started=runner.now_iso())
-    stages = check_stages(env, nccl=nccl)
+    stages = check_stages(env, nccl=nccl, only=only)
     if on_stage is not None:
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
     with store.claim_run(run_dir, run_id=rid, matrix=matrix) as run:

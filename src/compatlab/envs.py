@@ -28,8 +28,9 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from compatlab import resolver
 from compatlab.cells import Cell
-from compatlab.config.matrix import Matrix
+from compatlab.config.matrix import PYTHON_AXIS, Matrix
 from compatlab.errors import LabError
 from compatlab.index import (
     ACCEPT_PROJECT,
@@ -50,6 +51,7 @@ __all__ = [
     "InstallPlan",
     "Listing",
     "Pin",
+    "cell_interpreter",
     "classify_uv_failure",
     "create_venv",
     "credential_variable",
@@ -63,6 +65,7 @@ __all__ = [
     "site_packages",
     "uv_env",
     "uv_install_tools",
+    "venv_failure",
     "write_plan_files",
 ]
 
@@ -133,6 +136,10 @@ def classify_uv_failure(done: Completed, plan: InstallPlan | None = None, *,
     text = redact_text(done.stderr + "\n" + done.stdout)
     if done.timed_out:
         return "error", f"uv did not finish in {done.seconds:.0f} s (killed)"
+    # Before the network's words: a placeholder's failed download says "not reachable" too.
+    held = resolver.placeholder(text)
+    if held is not None:
+        return "fail", held.describe()
     for pattern in _UNSAT_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
             explained = explain_unsatisfiable(plan, timeout=probe_timeout) if plan is not None else None
@@ -140,7 +147,7 @@ def classify_uv_failure(done: Completed, plan: InstallPlan | None = None, *,
                 return explained
             if re.search(_AUTH_HINT, text, re.IGNORECASE):
                 return "error", "index refused access: " + _uv_summary(text, keep_hints=True)
-            return "fail", "unsatisfiable: " + _uv_summary(text)
+            return "fail", "unsatisfiable: " + _conflict(text)
     for pattern in _INFRA_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
             return "error", "index or network failure: " + _uv_summary(text)
@@ -179,6 +186,16 @@ def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) 
     return None
 
 
+def _conflict(text: str) -> str:
+    """uv's derivation condensed to its facts (resolver.condense_conflict), else its own summary."""
+    condensed = resolver.condense_conflict(text)
+    if condensed is None or not condensed[1]:
+        return _uv_summary(text)
+    root, facts = condensed
+    together = f"{root} cannot be installed together: " if " and " in root else ""
+    return (together + "; ".join(facts))[:600]
+
+
 def _uv_summary(text: str, *, keep_hints: bool = False) -> str:
     lines = [ln.strip(" ╰─▶×|") for ln in text.splitlines()]
     lines = [ln.strip() for ln in lines if ln.strip() and (keep_hints or not ln.strip().startswith("hint:"))]
@@ -187,15 +204,34 @@ def _uv_summary(text: str, *, keep_hints: bool = False) -> str:
     inner = lines[-1] if lines else ""
     first = first.removeprefix("error:").strip()
     if inner and inner not in first and inner.removeprefix("error:").strip() != first:
-        return f"{first} ({inner})"[:600]
-    return first[:600]
+        first = f"{first} ({inner})"
+    return first.replace(f"{resolver.LAB_PROJECT} ", "the cell ")[:600]
+
+
+def cell_interpreter(matrix: Matrix, cell: Cell) -> str | None:
+    """The Python the cell's venv is made with: the cell's python axis value (each cell its own), else
+    ``install.python``; None: the interpreter running the lab."""
+    return cell.python or matrix.install.python
 
 
 def create_venv(path: Path, *, python: str | None, timeout: float = 300.0) -> Completed:
+    """``uv venv`` at *path* with *python* (a version uv looks for, never downloads), else the lab's own."""
     uv = which("uv")
     argv = [uv, "venv", "--clear", "--no-project", "--quiet", str(path)]
     argv += ["--python", python or sys.executable]
     return run(argv, timeout=timeout, env=uv_env())
+
+
+def venv_failure(done: Completed, *, python: str | None, cell: Cell) -> str:
+    """Why ``uv venv`` failed, in one line; an interpreter uv cannot find is named with where it was asked."""
+    text = redact_text(done.stderr + "\n" + done.stdout)
+    if python is not None and re.search(r"No interpreter found", text, re.IGNORECASE):
+        asked = f"the cell's {PYTHON_AXIS} axis" if cell.python else "install.python"
+        drop = f"remove {python} from axes.{PYTHON_AXIS}" if cell.python else "change install.python"
+        return (f"no Python {python} interpreter on this machine ({asked}; uv looks on PATH and in its own "
+                f"installs, and downloads none here): install Python {python} where uv finds it, or {drop}")
+    _, why = classify_uv_failure(done)
+    return "uv venv failed: " + why
 
 
 def venv_python(venv: Path) -> Path:
@@ -337,7 +373,7 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         pins.append(Pin(package=value.package, version=value.version, index=index))
     import tomli_w
 
-    spec: dict[str, Any] = {"project": {"name": "compatlab-cell", "version": "0", "dependencies": requirements}}
+    spec: dict[str, Any] = {"project": {"name": resolver.LAB_PROJECT, "version": "0", "dependencies": requirements}}
     uv_cfg: dict[str, Any] = {}
     if indexes:
         uv_cfg["index"] = [{"name": ix.name, "url": ix.url, "explicit": True} for ix in indexes.values()]

@@ -176,7 +176,9 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     earlier = run.read_cell(cell.id)
     venv = cell_venv(venv_root, run.id, cell)
     if earlier is None or earlier.unreadable or not install.is_complete(venv):
-        return run_cell(matrix, cell, run=run, venv_root=venv_root, stages=PIPELINE + stages, progress=progress)
+        again = {s.name for s in stages}  # serve is in both: it runs once, after the matrix's other stages
+        return run_cell(matrix, cell, run=run, venv_root=venv_root,
+                        stages=tuple(s for s in PIPELINE if s.name not in again) + stages, progress=progress)
     result = earlier
     if result.state == "n/a":
         return result

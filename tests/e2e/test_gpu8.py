@@ -60,7 +60,9 @@ def test_gpu8_perf_adds_nccl_and_perf_to_the_cells_of_a_run(tmp_path: Path, inde
     assert second.returncode == 0, second.stdout + second.stderr
     (cell,) = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())["cells"]
     stages = {s["name"]: s for s in cell["stages"]}
-    assert list(stages) == ["install", "pins", "static", "import", "cuda", "nccl", "perf"]
+    assert list(stages) == ["install", "pins", "static", "import", "cuda", "serve", "nccl", "perf"]
+    assert (stages["serve"]["state"], stages["serve"]["required"]) == ("skip", False)
+    assert stages["serve"]["reason"] == "skipped: the cell has no SGLang to serve with"
     assert stages["nccl"]["state"] == "skip"
     assert stages["nccl"]["reason"].startswith("no GPU: nccl backend skipped, gloo ran")
     assert stages["nccl"]["details"]["backend"] == "gloo"

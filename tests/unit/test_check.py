@@ -66,7 +66,7 @@ def test_an_optional_module_that_cannot_load_is_a_warning_in_both_stages(optiona
     assert env.is_venv
     done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
     stages = {s.name: s for s in done.result.stages}
-    assert list(stages) == ["pins", "static", "import", "cuda"]
+    assert list(stages) == ["pins", "static", "import", "cuda", "serve"]
     assert (stages["static"].state, stages["static"].reason) == ("warn", (
         f"{OPT}: libabsent.so.1 not found: not in site-packages nor in the system's library cache; "
         f"`import optpkg` does not need it ({WHY}); {FEATURE}"))
@@ -107,7 +107,7 @@ def test_a_python_that_is_not_a_venv_and_has_no_pytest_is_never_installed_into()
                       site=Path("/usr/lib/python3/dist-packages"), dists={}, native=(), sites={},
                       has_pytest=False, has_pip=False)
     stages = {s.name: s for s in check_stages(env)}
-    assert list(stages) == ["pins", "static", "import", "cuda"]
+    assert list(stages) == ["pins", "static", "import", "cuda", "serve"]
     assert all("install" not in s.needs for s in stages.values())
     skipped = stages["import"].run(None)  # type: ignore[arg-type]
     assert (skipped.state, skipped.reason) == ("skip", (

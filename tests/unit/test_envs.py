@@ -137,9 +137,7 @@ def test_a_pin_the_index_lacks_is_a_failure_that_lists_what_it_has(tmp_path: Pat
     assert envs.classify_uv_failure(done, plan) == (
         "fail", f"torch 2.9.2 is not on http://***@{auth_index.url[7:]}/priv/simple; it has 2.9.0, 2.9.1, 2.10.0")
     assert envs.classify_uv_failure(done) == (
-        "fail", "unsatisfiable: No solution found when resolving dependencies (cause: Because there is no version "
-                "of torch==2.9.2 and compatlab-cell depends on torch==2.9.2, we can conclude that your requirements "
-                "are unsatisfiable.)")
+        "fail", "unsatisfiable: there is no version of torch==2.9.2")
 
 
 def test_an_index_whose_whole_path_is_404_is_an_error(tmp_path: Path, auth_index: AuthIndex) -> None:

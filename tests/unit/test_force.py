@@ -20,6 +20,10 @@ from compatlab import envs
 from compatlab.cells import Cell, expand
 from compatlab.cli.lock import resolve, write_lock
 from compatlab.config.matrix import Matrix, load_matrix
+from compatlab.runs.model import StageResult
+from compatlab.stages.base import CellContext
+from compatlab.stages.pins import run_pins_stage
+from compatlab.stages.runtime import blame_broken_pins
 from fixtures.labutil import uv_dir
 from fixtures.wheels import build_wheel, serve, write_simple_index
 
@@ -125,3 +129,26 @@ def test_a_force_rule_forces_only_its_cells(tmp_path: Path, url: str) -> None:
     _, ok, stderr, frozen = install(tmp_path, matrix, new)
     assert ok, stderr
     assert (frozen["torch"], frozen["sglang-kernel"]) == ("2.15.0", "0.4.10")
+
+
+def test_a_forced_cell_lists_the_pins_its_installed_set_breaks_and_a_failing_module_names_its_own(
+        tmp_path: Path, url: str) -> None:
+    matrix = matrix_of(tmp_path, url)
+    new = cell(matrix, "torch2.15.0")
+    _, ok, stderr, _ = install(tmp_path, matrix, new)
+    assert ok, stderr
+    venv = tmp_path / new.id
+    ctx = CellContext(matrix=matrix, cell=new, venv=venv, python=envs.venv_python(venv), work_dir=tmp_path,
+                      site_packages=envs.site_packages(venv))
+    pins = run_pins_stage(ctx)
+    broken = ["sglang 0.5.23 requires torch==2.14.1; torch 2.15.0 is installed",
+              "sglang-kernel 0.4.10 requires torch==2.14.1; torch 2.15.0 is installed"]
+    assert (pins.state, pins.reason) == ("warn", broken[0] + " (and 1 more)")
+    assert [b["text"] for b in pins.details["broken_requirements"]] == broken
+    # The import stage's module of sglang-kernel fails: the pin it broke is named as the cause.
+    why = "sgl_kernel/common_ops.abi3.so: undefined symbol c10::cuda::foo(unsigned int)"
+    failed = StageResult(name="import", state="fail", reason=why + " (and 1 more)", details={"modules": [
+        {"module": "sgl_kernel/common_ops.abi3.so", "dist": "sglang-kernel", "ok": False, "reason": why},
+        {"module": "flashinfer", "dist": "flashinfer-python", "ok": True}]})
+    assert blame_broken_pins(failed, pins).reason == (
+        f"{why}; sglang-kernel 0.4.10 requires torch==2.14.1; torch 2.15.0 is installed (and 1 more)")

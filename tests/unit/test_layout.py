@@ -5,7 +5,11 @@
 - config/ imports nothing above it; stages/ never imports cli/, runner or render/; render/ reads runs/ only;
 - incell/ imports only the standard library and itself (its pytest plugin and suites also pytest, which
   the lab adds to the cell), proven by importing each module in a fresh interpreter that cannot import
-  the lab's dependencies.
+  the lab's dependencies;
+- what an axis kind means is said once, in config/matrix.py's table: no other module spells the name,
+  distribution or import name of a kind that is not required (sgl-kernel, flashinfer, sglang …), except
+  incell/, which runs in the cell on the standard library alone and cannot read the table, and the stages
+  that start SGLang's own server (serve, perf), which are about SGLang itself.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from compatlab.config.matrix import AXIS_KINDS
 from compatlab.stages.base import incell_path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -144,3 +149,28 @@ def test_each_incell_module_imports_with_the_labs_dependencies_blocked(module: s
     done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(incell_path())!r}); {code}"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
+    return {id(n.body[0].value) for n in nodes
+            if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+KIND_NAMES = frozenset(name for axis, kind in AXIS_KINDS.items() if not kind.required and kind.package is not None
+                       for name in (axis, kind.package, *kind.imports))
+KIND_TABLE = "compatlab.config.matrix"
+# incell/ cannot read the table; serve and perf start SGLang's server, and know it by name.
+KIND_EXEMPT = ("compatlab.incell", "compatlab.stages.serve", "compatlab.stages.perf")
+
+
+def test_only_the_axis_kind_table_spells_a_kinds_names() -> None:
+    bad: list[str] = []
+    for m, p in MODULES.items():
+        if m == KIND_TABLE or m.startswith(KIND_EXEMPT):
+            continue
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        bad.extend(f"{p.relative_to(SRC)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                   if isinstance(node, ast.Constant) and node.value in KIND_NAMES and id(node) not in docs)
+    assert bad == []

@@ -19,7 +19,7 @@ DEFAULT_OUT = "reports/check"
 def configure_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``check`` verb to the subparsers *sub* of the ``compatlab`` parser."""
     s: argparse.ArgumentParser = sub.add_parser(
-        "check", help="pins, static, import, cuda (and nccl) on an existing environment: one verdict",
+        "check", help="pins, static, import, cuda, serve (and nccl) on an existing environment: one verdict",
         description="Run the lab's pipeline on an existing environment (a venv, a conda env or a system "
                     "Python) and write a one-cell grid and a per-package table.")
     who = s.add_mutually_exclusive_group()
@@ -34,6 +34,12 @@ def configure_parser(sub: Any) -> argparse.ArgumentParser:
     s.add_argument("--package", action="append", default=[], metavar="NAME",
                    help="check only this distribution (repeatable); default: every one with native code")
     s.add_argument("--nccl", action="store_true", help="also run the NCCL suite on the GPUs present")
+    s.add_argument("--stage", action="append", default=[], metavar="NAME",
+                   choices=("pins", "static", "import", "cuda", "serve", "nccl"),
+                   help="run only this stage (repeatable): pins, static, import, cuda, serve, nccl")
+    s.add_argument("--serve-from", type=Path, metavar="FILE",
+                   help="serve the model of this TOML file's [serve] table (a matrix.toml will do); default: "
+                        "the built-in Llama and its EAGLE-3 draft")
     s.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"report folder (default: {DEFAULT_OUT})")
     s.set_defaults(func=execute)
     return s
@@ -66,7 +72,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    from compatlab.check import check_environment, count_gpus, inspect_environment, parse_pins
+    from compatlab.check import check_environment, count_gpus, inspect_environment, load_serve, parse_pins
     from compatlab.errors import UsageError
     from compatlab.incell.cudacompat import parse_arch, parse_driver
     from compatlab.runs.model import StageResult
@@ -82,6 +88,7 @@ def _execute(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--min-driver {args.min_driver}: {exc}; e.g. --min-driver 580.65") from None
     pins = parse_pins(args.pin, args.constraints)
+    serve = load_serve(Path(args.serve_from)) if args.serve_from is not None else None
     env = inspect_environment(_python(args))
     gpus = count_gpus()
     kind = "venv" if env.is_venv else "not a venv"
@@ -94,7 +101,8 @@ def _execute(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     done = check_environment(env, out=out, packages=args.package, pins=pins, archs=args.target,
-                             min_driver=args.min_driver, nccl=args.nccl, gpus=gpus, on_stage=told)
+                             min_driver=args.min_driver, nccl=args.nccl, gpus=gpus, on_stage=told,
+                              only=args.stage, serve=serve)
     shown = [r for r in done.packages if r.state != "pass"]
     if shown:
         print(f"packages ({len(done.packages)} checked, {len(shown)} not clean):")

@@ -1,7 +1,9 @@
 """matrix.toml: load, validate (every problem at once), and model as frozen dataclasses.
 
-A matrix is the product of its axes. An axis is one of the kinds in ``AXIS_KINDS`` (the distribution it
-installs, or none for the CUDA column and the interpreter), or an extra axis that names its distribution
+A matrix is the product of its axes. An axis is one of the kinds in ``AXIS_KINDS``, the one table of what
+an axis name means: its role (a package the cell installs, the CUDA column, or the cell's interpreter),
+the distribution it installs and the names it imports as, whether a matrix needs it (torch and the CUDA
+column only) and whether it forces its cells. Any other axis is an extra one that names its distribution
 with ``package``: a misspelled axis name must not quietly become a package to install. The product is
 counted from the axis sizes before anything expands, and refused above ``max-cells``.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import math
 import re
 import tomllib
@@ -17,11 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from compatlab.config.check import Checker, field_default, show
 from compatlab.config.lock import Lock, Selector, axes_digest, load_lock, lock_path, parse_selector
 from compatlab.config.perf import PerfConfig, parse_perf_section
+from compatlab.config.serve import ServeConfig, parse_serve_section
 from compatlab.config.thresholds import Thresholds, parse_thresholds
 from compatlab.errors import ConfigError
 from compatlab.incell import cudacompat
@@ -29,7 +34,12 @@ from compatlab.urls import has_credentials, redact
 
 __all__ = [
     "AXIS_KINDS",
+    "CUDA_AXIS",
     "DEFAULT_MAX_CELLS",
+    "FORCING_AXES",
+    "NON_PACKAGE_AXES",
+    "PYTHON_AXIS",
+    "REQUIRED_AXES",
     "SCHEMA_VERSION",
     "Axis",
     "AxisKind",
@@ -38,9 +48,11 @@ __all__ = [
     "Lock",
     "Matrix",
     "Report",
+    "Role",
     "Rule",
     "Selector",
     "Target",
+    "axis_of_package",
     "cuda_compatible",
     "load_matrix",
     "parse_matrix",
@@ -51,30 +63,64 @@ SCHEMA_VERSION = 1
 DEFAULT_MAX_CELLS = 2000
 
 
+class Role(enum.StrEnum):
+    """What an axis's values are."""
+
+    PACKAGE = "package"  # a distribution the cell installs, pinned to the value (``torch==2.14.1``)
+    CUDA = "cuda"  # the CUDA column: a plain version that each package value's ``cuda`` must agree with
+    PYTHON = "python"  # the cell's interpreter: a plain version; each cell's venv is made with its own
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class AxisKind:
-    """What an axis name means: the distribution its values pin, or None for a plain version."""
+    """Everything an axis name means, in one place (as cibuildwheel's ``architecture.py`` says it of each
+    architecture): the rest of the lab asks the table and never spells a kind's name itself."""
 
-    package: str | None
-    required: bool = False
-    satisfies: str | None = None  # a required axis this one can stand in for (a successor)
+    role: Role = Role.PACKAGE
+    package: str | None = None  # the distribution its values pin (a package kind's only)
+    imports: tuple[str, ...] = ()  # its top-level import names: the static stage ranks their findings first
+    required: bool = False  # a matrix without this axis is refused
+    # A cell with this axis is forced unless install.force = false: the release's own exact pins yield to
+    # the axis pins (SGLang pins torch, its kernels and flashinfer; the cell is about the axes' versions).
+    forces: bool = False
 
 
 # The axis kinds the lab knows; a new kind is one entry here. Any other axis must say its `package`.
+# Only torch (what every other package extends) and the CUDA column are required: a matrix of any torch
+# extension (torchvision, xformers …) against torch is a matrix of the lab.
 AXIS_KINDS: Mapping[str, AxisKind] = {
-    "torch": AxisKind(package="torch", required=True),
-    "sgl-kernel": AxisKind(package="sgl-kernel", required=True),
-    "sglang-kernel": AxisKind(package="sglang-kernel", satisfies="sgl-kernel"),  # sgl-kernel's successor
-    "flashinfer": AxisKind(package="flashinfer-python", required=True),
-    "sglang": AxisKind(package="sglang"),
-    "cuda": AxisKind(package=None, required=True),  # the CUDA column
-    "python": AxisKind(package=None),  # the cells' interpreter
+    "torch": AxisKind(package="torch", imports=("torch",), required=True),
+    "sgl-kernel": AxisKind(package="sgl-kernel", imports=("sgl_kernel",)),
+    "sglang-kernel": AxisKind(package="sglang-kernel", imports=("sgl_kernel",)),  # sgl-kernel's successor
+    "flashinfer": AxisKind(package="flashinfer-python", imports=("flashinfer",)),
+    "sglang": AxisKind(package="sglang", imports=("sglang",), forces=True),
+    "torchvision": AxisKind(package="torchvision", imports=("torchvision",)),
+    "torchaudio": AxisKind(package="torchaudio", imports=("torchaudio",)),
+    "xformers": AxisKind(package="xformers", imports=("xformers",)),
+    "cuda": AxisKind(role=Role.CUDA, required=True),
+    "python": AxisKind(role=Role.PYTHON),
 }
-NON_PACKAGE_AXES = frozenset(name for name, kind in AXIS_KINDS.items() if kind.package is None)
-# Distribution names where the axis name is not the distribution's name.
-DEFAULT_PACKAGES = {name: kind.package for name, kind in AXIS_KINDS.items()
-                    if kind.package is not None and kind.package != name}
+
+
+def _the(role: Role) -> str:
+    (name,) = (name for name, kind in AXIS_KINDS.items() if kind.role is role)
+    return name
+
+
+CUDA_AXIS = _the(Role.CUDA)  # the one axis of the CUDA column
+PYTHON_AXIS = _the(Role.PYTHON)  # the one axis of the cells' interpreter
+NON_PACKAGE_AXES = frozenset(name for name, kind in AXIS_KINDS.items() if kind.role is not Role.PACKAGE)
 REQUIRED_AXES = tuple(name for name, kind in AXIS_KINDS.items() if kind.required)
+FORCING_AXES = frozenset(name for name, kind in AXIS_KINDS.items() if kind.forces)
+
+
+def axis_of_package(distribution: str) -> str:
+    """The axis a distribution is the kind of (``flashinfer-python`` -> ``flashinfer``), else its own name."""
+    wanted = canonicalize_name(distribution)
+    return next((name for name, kind in AXIS_KINDS.items()
+                 if kind.package is not None and canonicalize_name(kind.package) == wanted), distribution)
+
+
 RULE_META_KEYS = frozenset({"reason", "expect"})
 _AXIS_NAME = re.compile(r"[a-z][a-z0-9-]*")
 _DISTRIBUTION = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 names
@@ -114,8 +160,14 @@ class Axis:
     select: Selector | None = None
 
     @property
+    def role(self) -> Role:
+        """What its values are: its kind's role; an extra axis (not in the table) installs a package."""
+        kind = AXIS_KINDS.get(self.name)
+        return kind.role if kind is not None else Role.PACKAGE
+
+    @property
     def is_package(self) -> bool:
-        return self.name not in NON_PACKAGE_AXES
+        return self.role is Role.PACKAGE
 
     def find(self, version: str) -> AxisValue | None:
         for value in self.values:
@@ -157,21 +209,25 @@ class Target:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Install:
-    python: str | None = None
+    python: str | None = None  # every cell's interpreter, where no python axis gives each its own
     overrides: tuple[str, ...] = ()
     default_index: str | None = None
     timeout: float = 3600.0
     retries: int = 1
     # True: every axis pin is also a uv override, so the cell gets exactly its axis versions. None: so only
-    # in cells with an sglang axis (SGLang's own pins yield to the axis pins); False: never.
+    # in cells with an axis whose kind forces (sglang: SGLang's own pins yield to the axis pins); False: never.
     force: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Report:
-    rows: tuple[str, ...] = ("torch",)
-    columns: tuple[str, ...] = ("sgl-kernel", "flashinfer")
-    tables: tuple[str, ...] = ("cuda",)
+    """The grid's layout. The defaults need only the required axes: torch's versions are the rows, one table
+    per CUDA column, and ``columns`` empty is every other axis, in the matrix's order (``load_matrix``
+    writes them out)."""
+
+    rows: tuple[str, ...] = tuple(n for n in REQUIRED_AXES if AXIS_KINDS[n].role is Role.PACKAGE)
+    columns: tuple[str, ...] = ()
+    tables: tuple[str, ...] = (CUDA_AXIS,)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,6 +241,7 @@ class Matrix:
     thresholds: Thresholds = dataclasses.field(default_factory=Thresholds)
     report: Report = dataclasses.field(default_factory=Report)
     perf: PerfConfig | None = None  # None: no [perf], the perf stage skips
+    serve: ServeConfig = dataclasses.field(default_factory=ServeConfig)  # no [serve]: the built-in model
     max_cells: int = DEFAULT_MAX_CELLS
     lock: Lock | None = None  # matrix.lock, when there is one
     digest: str = ""  # of the axes table: a lock with another digest is older than the matrix
@@ -250,7 +307,7 @@ def cuda_compatible(value_cuda: str, cell_cuda: str) -> bool:
 _VALUE_KEYS = frozenset({"version", "package", "index", "find-links", "cuda", "requires"})
 _AXIS_KEYS = frozenset({"package", "values", "select", "index", "cuda"})
 _TOP_KEYS = frozenset(
-    {"schema", "name", "max-cells", "axes", "rules", "install", "targets", "thresholds", "report", "perf"}
+    {"schema", "name", "max-cells", "axes", "rules", "install", "targets", "thresholds", "report", "perf", "serve"}
 )
 _INSTALL_KEYS = frozenset({"python", "overrides", "index-url", "timeout", "retries", "force"})
 _TARGET_KEYS = frozenset({"gpu", "arch", "gpus", "min-driver", "nccl-env", "not-needed"})
@@ -301,7 +358,7 @@ def _parse_value(ck: Checker, axis: str, raw: object, where: str, package: str |
                 urls.append(url)
         fields["find_links"] = tuple(urls)
     if "cuda" in raw:
-        if axis == "cuda":
+        if axis == CUDA_AXIS:
             ck.error(f"{where}.cuda", "the cuda axis's own values have no 'cuda' key; use 'version'")
         else:
             fields["cuda"] = ck.version(raw["cuda"], f"{where}.cuda")
@@ -421,7 +478,7 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tupl
         cuda_rules: tuple[tuple[str, str], ...] = ()
         if isinstance(raw, dict) and ("values" in raw or "select" in raw):  # [axes.NAME]: the axis form
             ck.keys(raw, where, _AXIS_KEYS)
-            if kind is not None and kind.package is None:
+            if kind is not None and kind.role is not Role.PACKAGE:
                 for key in ("package", "index", "select"):
                     if key in raw:
                         ck.error(f"{where}.{key}", f"axis {name!r} is not a package; remove this key")
@@ -435,7 +492,7 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tupl
                     if select is None:
                         broken.add(name)
             if "cuda" in raw:
-                if name == "cuda":
+                if name == CUDA_AXIS:
                     ck.error(f"{where}.cuda", "the cuda axis's own values have no 'cuda' key")
                 else:
                     cuda_rules = _axis_cuda(ck, raw["cuda"], f"{where}.cuda") or ()
@@ -505,17 +562,10 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tupl
         locking.derived.update((name, v.version) for v in values if v.cuda and Version(v.version) not in explicit)
         axes.append(Axis(name=name, values=tuple(values), package=axis_package, index=axis_index, select=select))
     present = {a.name for a in axes} | set(raw_axes)
-    stand_ins = {kind.satisfies for n, kind in AXIS_KINDS.items() if kind.satisfies and n in present}
     for required in REQUIRED_AXES:
-        if required not in present and required not in stand_ins:
-            ck.error(f"axes.{required}", "missing; the lab needs the axes " + ", ".join(REQUIRED_AXES)
-                     + _stand_in_hint(required))
+        if required not in present:
+            ck.error(f"axes.{required}", "missing; the lab needs the axes " + ", ".join(REQUIRED_AXES))
     return axes, broken
-
-
-def _stand_in_hint(required: str) -> str:
-    names = [n for n, kind in AXIS_KINDS.items() if kind.satisfies == required]
-    return f" ({' or '.join(names)} may stand in for {required})" if names else ""
 
 
 _NEIGHBOURS_KEYS = frozenset({"of", "distance", "reason"})
@@ -713,8 +763,9 @@ def _parse_report(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> Rep
         if values is None:
             values = list(field_default(Report, key))
         elif not values and isinstance(raw[key], list):
-            ck.error(f"report.{key}", "an empty list; name at least one axis, or remove the key for the "
-                                      f"default ({', '.join(field_default(Report, key))})")
+            default = ", ".join(field_default(Report, key)) or "every axis that rows and tables leave"
+            ck.error(f"report.{key}", f"an empty list; name at least one axis, or remove the key for the "
+                                      f"default ({default})")
             continue
         for i, v in enumerate(values):
             if given:
@@ -735,6 +786,8 @@ def _parse_report(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> Rep
             seen[v] = where
         if given:
             out[key] = tuple(values)
+    if "columns" not in raw:
+        out["columns"] = tuple(a.name for a in axes if a.name not in seen)
     return Report(**out)
 
 
@@ -778,13 +831,17 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lo
     max_cells = _parse_cap(ck, data, axes)
     rules = _parse_rules(ck, data, axes, broken, notes)
     install = _parse_install(ck, data)
+    if install.python is not None and any(a.name == PYTHON_AXIS for a in axes):
+        ck.error("install.python", f"the matrix has a {PYTHON_AXIS!r} axis, which gives each cell its own "
+                                   "interpreter; remove install.python, or the axis")
     targets = _parse_targets(ck, data)
     report = _parse_report(ck, data, axes)
     raw_thresholds = ck.table(data, "", "thresholds")
     perf = parse_perf_section(ck, ck.table(data, "", "perf"), raw_thresholds, path, Path(path).parent)
+    serve = parse_serve_section(ck, ck.table(data, "", "serve"), Path(path).parent)
     thresholds = parse_thresholds(ck, raw_thresholds, path=path, targets=[t.name for t in targets], perf=perf)
     # A value's cuda must name a column that exists, or every cell it is in would be n/a.
-    cuda_axis = next((a for a in axes if a.name == "cuda"), None)
+    cuda_axis = next((a for a in axes if a.name == CUDA_AXIS), None)
     if cuda_axis is not None:
         for axis in axes:
             for i, value in enumerate(axis.values):
@@ -806,7 +863,7 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lo
     ck.raise_if_any(path)
     return Matrix(
         path=path, name=name, axes=tuple(axes), rules=tuple(rules), install=install, targets=tuple(targets),
-        thresholds=thresholds, report=report, perf=perf, max_cells=max_cells,
+        thresholds=thresholds, report=report, perf=perf, serve=serve, max_cells=max_cells,
         lock=lock if use_lock else None, digest=digest, notes=tuple(notes),
     )
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from compatlab.incell.loadcheck import LoadFailure
     from compatlab.incell.proc import Completed
 
-__all__ = ["ForkServer", "ServerGone", "enabled", "mapped_shared_objects"]
+__all__ = ["ForkServer", "ServerGone", "enabled", "mapped_shared_objects", "root_cause"]
 
 ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
 _KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
@@ -89,10 +89,36 @@ def _steps(pre: list[str], path: str | None, name: str) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001 - whatever the import raised is the verdict (SystemExit too)
         sys.stderr.write(traceback.format_exc())
         sys.stderr.flush()
-        return {"ok": False, "step": step, "type": type(exc).__name__, "message": str(exc)}
+        return {"ok": False, "step": step, **root_cause(exc)}
     if name and not path:
         return {"ok": True, "step": step, "mapped": mapped_shared_objects()}
     return {"ok": True, "step": step}
+
+
+def root_cause(exc: BaseException) -> dict[str, Any]:
+    """The innermost cause of *exc* as {"type", "message"}, with the exceptions around it, outermost first,
+    as "outer": [{"type", "message"}, ...] (absent when *exc* stands alone).
+
+    A wrapper says where, its cause says why: torch's ``load_library`` raises ``OSError("Could not load
+    this library: …")`` from the loader's "undefined symbol: …". The chain follows ``__cause__`` (``raise
+    … from e``), and ``__context__`` (an exception raised while handling another) only where that other
+    is an ImportError or OSError, what a failed load raises: a KeyError a fallback path handled is no cause.
+    loadcheck.PROBE does the same in a fresh interpreter.
+    """
+    chain = [exc]
+    while len(chain) < 16:
+        last = chain[-1]
+        nxt = last.__cause__
+        if nxt is None and not last.__suppress_context__ and isinstance(last.__context__, (ImportError, OSError)):
+            nxt = last.__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+    inner = chain[-1]
+    out: dict[str, Any] = {"type": type(inner).__name__, "message": str(inner)}
+    if len(chain) > 1:
+        out["outer"] = [{"type": type(e).__name__, "message": str(e)} for e in chain[:-1]]
+    return out
 
 
 def mapped_shared_objects() -> list[str]:

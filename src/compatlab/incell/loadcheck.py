@@ -84,8 +84,20 @@ try:
         importlib.import_module(name)
 except BaseException as exc:
     sys.stderr.write(traceback.format_exc())
-    sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps(
-        {"ok": False, "step": step, "type": type(exc).__name__, "message": str(exc)}) + "\n")
+    # The innermost cause, the exceptions around it kept (forkserver.root_cause, the same rule).
+    chain = [exc]
+    while len(chain) < 16:
+        last = chain[-1]
+        nxt = last.__cause__
+        if nxt is None and not last.__suppress_context__ and isinstance(last.__context__, (ImportError, OSError)):
+            nxt = last.__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+    record = {"ok": False, "step": step, "type": type(chain[-1]).__name__, "message": str(chain[-1])}
+    if len(chain) > 1:
+        record["outer"] = [{"type": type(e).__name__, "message": str(e)} for e in chain[:-1]]
+    sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps(record) + "\n")
     sys.stderr.flush()
     raise SystemExit(3)
 done = {"ok": True, "step": step}
@@ -113,6 +125,9 @@ class LoadFailure:
     signal: str | None = None
     step: str = ""  # "import torch", "load /path/x.so": what the probe was doing
     raw: str = ""  # the end of stderr, for the details
+    # The exceptions around the one classified, outermost first ("OSError: Could not load this library: …"):
+    # the message is the innermost cause's.
+    outer: tuple[str, ...] = ()
 
     @property
     def stack(self) -> bool:
@@ -191,7 +206,12 @@ def classify_record(completed: Completed, record: dict[str, Any] | None) -> Load
         return LoadFailure(kind="exit", message=text, raw=raw)
     message = str(record.get("message", ""))
     exc_type = str(record.get("type", ""))
-    return _classify_message(message, exc_type, step, raw)
+    failure = _classify_message(message, exc_type, step, raw)
+    outer = record.get("outer")
+    if isinstance(outer, list) and outer:
+        said = tuple(f"{e.get('type', '')}: {e.get('message', '')}" for e in outer if isinstance(e, dict))
+        failure = dataclasses.replace(failure, outer=said)
+    return failure
 
 
 def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadFailure:

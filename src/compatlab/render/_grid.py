@@ -19,13 +19,12 @@ from compatlab.runs.model import CELL_STATES, CellResult, Results, ShapeError, S
 log = logging.getLogger(__name__)
 
 SYMBOLS: Mapping[str, str] = {"pass": "✓", "fail": "✗", "partial": "◐", "error": "⚠", "n/a": "–"}
-# How an axis is named in headings; anything else is shown as written.
+# How an axis is named in headings; anything else is shown as written. render/ reads runs/ only, so the
+# non-package axis kinds of config/matrix.py's table are named here, and a test holds the two together.
 AXIS_TITLES: Mapping[str, str] = {"cuda": "CUDA", "python": "Python"}
-DEFAULT_REPORT: Mapping[str, tuple[str, ...]] = {
-    "rows": ("torch",),
-    "columns": ("sgl-kernel", "flashinfer"),
-    "tables": ("cuda",),
-}
+# The layout of a run that records none: config/matrix.py's Report defaults (no columns: every axis the
+# rows and tables leave goes in the columns, in the matrix's order).
+DEFAULT_REPORT: Mapping[str, tuple[str, ...]] = {"rows": ("torch",), "columns": (), "tables": ("cuda",)}
 # Stage-detail keys that hold logs: shown as text blocks rather than inside the JSON.
 LOG_KEYS = ("log", "logs", "log_path", "log_paths", "log_tail", "stdout", "stderr", "output", "traceback")
 REASON_LIMIT = 160

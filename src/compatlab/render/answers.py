@@ -5,8 +5,12 @@ A box owner's question is the next upgrade. From a run's cells alone:
 - **The newest working stack**: among the cells that passed (green) or passed everything this machine
   could check (amber: no GPU ran), the newest, comparing the grid's axes in the matrix's order (the first
   axis dominates: with an ``sglang`` axis first, the newest SGLang wins, then its torch …), each by its
-  PEP 440 version. The answer gives its exact install command, as the cell ran it. Results hold one
-  verdict per cell for every target of the matrix together, so this is the answer for all its targets.
+  PEP 440 version. A stack that installs without force wins over any forced one (a forced stack breaks
+  pins its own releases declare: a box owner's ``pip install`` would not give it); only where every
+  working cell is forced is the answer a forced stack, and it says so, naming the pins it breaks (the pins
+  stage's ``broken_requirements``, else the lock's ``install.conflicts``). The answer gives its exact
+  install command, as the cell ran it. Results hold one verdict per cell for every target of the matrix
+  together, so this is the answer for all its targets.
 - **For every red cell, its nearest green neighbour**: a working cell that differs on exactly one axis,
   the ``tables`` axes (the CUDA column) apart, which follow the component that moved: "torch 2.15.0 fails
   at import (…); torch 2.14.1 passes". Of several, the one whose changed version is closest in the axis's
@@ -27,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 from compatlab.render._grid import Run, culprit, install_command, label, one_line, reason
 from compatlab.runs.model import CellResult
 
-__all__ = ["Answers", "Neighbour", "answers", "answers_json", "forced_marks", "is_forced", "shipped"]
+__all__ = ["Answers", "Neighbour", "answers", "answers_json", "broken_pins", "forced_marks", "is_forced", "shipped"]
 
 GREEN = ("pass", "partial")
 
@@ -47,6 +51,18 @@ class Answers:
     newest: CellResult | None
     command: str | None
     neighbours: tuple[Neighbour, ...]
+    breaks: tuple[str, ...] = ()  # a forced answer: the pins it breaks
+
+
+def broken_pins(cell: CellResult) -> list[str]:
+    """The pins a forced cell's installed set breaks: what its pins stage found (``uv pip check``'s view),
+    else what the lock said its releases pin (``install.conflicts``)."""
+    for stage in cell.stages:
+        if stage.name == "pins":
+            found = stage.details.get("broken_requirements")
+            if isinstance(found, list) and found:
+                return [str(b.get("text")) for b in found if isinstance(b, dict)]
+    return forced_marks(cell)
 
 
 
@@ -135,10 +151,11 @@ def answers(run: Run) -> Answers:
     """The answers of *run* (see the module docstring)."""
     axes = _axes(run)
     green = [c for c in run.cells if c.state in GREEN]
-    newest = max(green, key=lambda c: (_newness(c, axes), c.state == "pass"), default=None)
+    newest = max(green, key=lambda c: (not is_forced(c), _newness(c, axes), c.state == "pass"), default=None)
     reds = [c for c in run.cells if c.state == "fail"]
+    breaks = tuple(broken_pins(newest)) if newest is not None and is_forced(newest) else ()
     return Answers(newest=newest, command=portable_command(newest) if newest is not None else None,
-                   neighbours=tuple(_neighbour(r, green, axes, run) for r in reds))
+                   neighbours=tuple(_neighbour(r, green, axes, run) for r in reds), breaks=breaks)
 
 
 def _cell_json(cell: CellResult) -> dict[str, Any]:
@@ -151,7 +168,7 @@ def answers_json(run: Run) -> dict[str, Any]:
     found = answers(run)
     newest: Mapping[str, Any] | None = None
     if found.newest is not None:
-        newest = {**_cell_json(found.newest), "command": found.command}
+        newest = {**_cell_json(found.newest), "command": found.command, "breaks": list(found.breaks)}
     return {
         "schema": "compatlab.answers/1",
         "run": run.id,

@@ -441,6 +441,9 @@ def _answers(run: Run) -> str:
         state = "green" if cell.state == "pass" else "amber: no GPU stage ran here"
         items.append(f'<p><b>Newest working stack</b> ({_e(state)}): <a href="#c-{_e(cell.id)}">'
                      f"{_e(label(cell.axes))}</a> {marks}</p>")
+        if is_forced(cell):
+            items.append("<p>No working stack installs without force: this one breaks "
+                         + (_e("; ".join(found.breaks)) if found.breaks else "pins the lock did not know") + ".</p>")
         if found.command:
             items.append(f"<pre>{_e(found.command)}</pre>")
     if found.neighbours:

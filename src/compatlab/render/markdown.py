@@ -156,6 +156,9 @@ def answers_md(run: Run) -> list[str]:
         state = "green" if cell.state == "pass" else "amber: no GPU stage ran here"
         marks = (" *(shipped together)*" if shipped(cell) else "") + (" *(forced)*" if is_forced(cell) else "")
         lines.append(f"**Newest working stack** ({state}): {md_text(label(cell.axes))}{marks}")
+        if is_forced(cell):
+            lines += ["", "No working stack installs without force: this one breaks "
+                      + (md_text("; ".join(found.breaks)) if found.breaks else "pins the lock did not know") + "."]
         if found.command:
             lines += ["", "```sh", printable(found.command), "```"]
     if found.neighbours:

@@ -32,10 +32,11 @@ def is_complete(venv: Path) -> bool:
 
 def _attempt(ctx: CellContext) -> tuple[StageResult, dict[str, Any]]:
     start = time.monotonic()
-    made = envs.create_venv(ctx.venv, python=ctx.matrix.install.python)
+    python = envs.cell_interpreter(ctx.matrix, ctx.cell)
+    made = envs.create_venv(ctx.venv, python=python)
     if not made.ok:
-        _, why = envs.classify_uv_failure(made)
-        return (StageResult(name="install", state="error", reason="uv venv failed: " + why,
+        why = envs.venv_failure(made, python=python, cell=ctx.cell)
+        return (StageResult(name="install", state="error", reason=why,
                             details={"argv": made.argv, "stderr": made.stderr[-4000:]},
                             seconds=time.monotonic() - start), {"argv": made.argv})
     spec_dir = ctx.work_dir / "spec"

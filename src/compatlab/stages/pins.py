@@ -1,4 +1,9 @@
-"""The pins stage: is every declared package installed as declared, and is there one CUDA major?"""
+"""The pins stage: is every declared package installed as declared, does every file have one owner, and is
+there one CUDA major?
+
+A file two distributions install with different bytes is told by ``owners.file_clashes``: on code, a
+failure (what ``import`` runs depends on install order); on data files only, a warning.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ from packaging.version import InvalidVersion, Version
 
 from compatlab.incell.cudacompat import FAMILY_MIN_DRIVER
 from compatlab.runs.model import StageResult
+from compatlab.stages import owners
 from compatlab.stages.base import CellContext
-from compatlab.stages.site import SiteDist, dists_by_name, torch_cuda
+from compatlab.stages.site import SiteDist, dists_by_name, python_version_of, torch_cuda
 
-__all__ = ["cuda_major_of", "run_pins_stage"]
+__all__ = ["broken_requirements", "cuda_major_of", "run_pins_stage"]
 
 # Oldest driver that runs each CUDA major (CUDA's release notes, "minimum required driver").
 MIN_DRIVER = FAMILY_MIN_DRIVER
@@ -39,6 +45,47 @@ def _requirements_on(dists: dict[str, SiteDist], target: str) -> list[tuple[Site
                 continue
             if canonicalize_name(req.name) == target and _active(req):
                 out.append((dist, req))
+    return out
+
+
+def _applies(req: Requirement, env: dict[str, str]) -> bool:
+    if req.marker is None:
+        return True
+    try:
+        return req.marker.evaluate({**env, "extra": ""})
+    except Exception:  # noqa: BLE001 - a marker that cannot be evaluated is not a verdict
+        return False
+
+
+def broken_requirements(dists: dict[str, SiteDist], python: tuple[int, int] | None = None,
+                        elsewhere: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Every Requires-Dist of an installed distribution that the installed set violates, as ``uv pip check``
+    reads them: requirements without an extra, markers evaluated for the cell's Python; a requirement on a
+    distribution that is not installed, or installed at a version outside the specifier (pre-releases
+    allowed). Each as {"by", "requires", "package", "installed", "text"}, "installed" "" when absent.
+    *elsewhere* holds the versions of what the environment has in other site directories (canonical name ->
+    version: a GPU box's system packages under a venv), which meet a requirement too."""
+    env = {"python_version": f"{python[0]}.{python[1]}"} if python else {}
+    out = []
+    for dist in sorted(dists.values(), key=lambda d: d.canonical):
+        for raw in dist.requires:
+            try:
+                req = Requirement(raw)
+            except InvalidRequirement:
+                continue
+            if not _applies(req, env):
+                continue
+            target = canonicalize_name(req.name)
+            got = dists[target].version if target in dists else (elsewhere or {}).get(target)
+            spec = f"{req.name}{req.specifier}"
+            if got is None:
+                text = f"{dist.name} {dist.version} requires {spec}, which is not installed"
+            elif req.specifier and not req.specifier.contains(got, prereleases=True):
+                text = f"{dist.name} {dist.version} requires {spec}; {req.name} {got} is installed"
+            else:
+                continue
+            out.append({"by": dist.canonical, "requires": spec, "package": target, "installed": got or "",
+                        "text": text})
     return out
 
 
@@ -137,6 +184,19 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         entry["culprits"] = culprits
     details["pins"] = pins
 
+    # What `uv pip check` would say: a forced cell breaks its releases' own pins by design, and `compatlab
+    # check` meets whatever was installed by hand. Warnings here; the import stage names the pin where the
+    # module of the distribution that asked for it fails (runtime.run_import_stage).
+    frozen: dict[str, str] = {canonicalize_name(line.split("==", 1)[0]): line.split("==", 1)[1].strip()
+              for line in ctx.freeze if "==" in line and not line.startswith("#")}
+    details["broken_requirements"] = broken_requirements(dists, python_version_of(ctx.site), frozen)
+
+    declared = [v.package for v in ctx.cell.packages if v.package]
+    clashes = owners.file_clashes(ctx.site, dists.values(), declared)
+    details["file_clashes"] = [c.to_json() for c in clashes]
+    for clash in clashes:
+        (fails if clash.code else warns).append(clash.describe())
+
     # CUDA majors: torch's build and every CUDA runtime package must agree with the cell's CUDA.
     cell_cuda = ctx.cell.cuda
     tcuda = torch_cuda(ctx.site, dists["torch"].version if "torch" in dists else None)
@@ -184,6 +244,9 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
 
 
 def _finish(fails: list[str], warns: list[str], details: dict[str, object]) -> StageResult:
+    broken = details.get("broken_requirements")
+    if isinstance(broken, list):  # after the CUDA warnings: those say more of the stack
+        warns = [*warns, *(str(b["text"]) for b in broken)]
     details["failures"] = fails
     details["warnings"] = warns
     if fails:

@@ -13,14 +13,19 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from compatlab.config.matrix import DEFAULT_PACKAGES
+from packaging.utils import canonicalize_name
+
+from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, axis_of_package
 from compatlab.config.thresholds import Thresholds
 from compatlab.errors import UsageError
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import cuda_of_torch
 
-__all__ = ["context_for_venv", "installed_defaults", "parse_thresholds", "run_cuda_stage", "run_import_stage"]
+__all__ = [
+    "blame_broken_pins", "context_for_venv", "installed_defaults", "judge_loaded_by_path", "loaded_by_path",
+    "parse_thresholds", "run_cuda_stage", "run_import_stage",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,82 @@ def run_import_stage(ctx: CellContext) -> StageResult:
     """
     from compatlab.stages.suite import run_suite
 
-    return run_suite(ctx, "import")
+    result = judge_loaded_by_path(ctx, run_suite(ctx, "import"))
+    return blame_broken_pins(result, ctx.stage("pins"))
+
+
+def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str, str]:
+    """The libraries a package's import mapped that static judged as loaded by no extension module (its
+    findings notes), or as not needed by `import` (no Python code names it): what the package loads itself,
+    by a computed path (ctypes over ``f"libbitsandbytes_cuda{v}.so"``, ``torch.ops.load_library`` over a
+    glob). {label: the package whose import mapped it}."""
+    if static is None:
+        return {}
+    unloaded = {str(f.get("module")) for f in static.details.get("findings") or []
+                if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False}
+    unloaded |= set(static.details.get("not_needed") or {})
+    modules = [m for m in result.details.get("modules") or [] if isinstance(m, dict)]
+    out: dict[str, str] = {}
+    for m in modules:
+        if m.get("ok") and not str(m.get("module", "")).endswith(".so"):
+            for label in m.get("mapped") or []:
+                if label in unloaded:
+                    out.setdefault(str(label), str(m["module"]))
+    return out
+
+
+def judge_loaded_by_path(ctx: CellContext, result: StageResult) -> StageResult:
+    """Libraries a package's import loaded by path, judged as extension modules (static.judge_loaded_by_path):
+    the static stage saw no extension module load them, so their findings were notes; the import stage saw
+    the import map them, after `import torch`. A failure of theirs fails this stage, a warning warns."""
+    found = loaded_by_path(result, ctx.stage("static"))
+    if not found or result.state in ("error", "skip"):
+        return result
+    from compatlab.stages.static.stage import judge_loaded_by_path as judge
+
+    targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
+    min_drivers = [(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver]
+    findings = judge(ctx.site, sorted(found), targets=targets, min_drivers=min_drivers)
+    result.details["loaded_by_path"] = found
+    said: dict[str, list[str]] = {"fail": [], "warn": []}
+    for f in findings:
+        if f.severity in said:
+            said[f.severity].append(f"{f.message} (`import {found[f.module]}` loads it by path)")
+    result.details["loaded_by_path_findings"] = [f.to_json() for f in findings]
+    if said["fail"]:
+        failures = [*said["fail"], *(result.details.get("failures") or [])]
+        result.details["failures"] = failures
+        if result.state != "fail":
+            more = f" (and {len(said['fail']) - 1} more)" if len(said["fail"]) > 1 else ""
+            result.state, result.reason = "fail", said["fail"][0] + more
+    if said["warn"]:
+        result.details["warnings"] = [*(result.details.get("warnings") or []), *said["warn"]]
+        if result.state == "pass":
+            more = f" (and {len(said['warn']) - 1} more)" if len(said["warn"]) > 1 else ""
+            result.state, result.reason = "warn", said["warn"][0] + more
+    return result
+
+
+def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageResult:
+    """A failed import whose module belongs to a distribution with a pin the installed set breaks (the pins
+    stage's ``broken_requirements``: a forced cell, or a stack installed by hand) names that pin: it is
+    what the failure says the pin was for. sgl-kernel pins torch exactly, and its module failing beside
+    another torch is that pin broken: "…: undefined symbol …; sglang-kernel 0.4.10 requires torch==2.14.1;
+    torch 2.15.0 is installed"."""
+    if result.state != "fail" or pins is None:
+        return result
+    broken = [b for b in pins.details.get("broken_requirements") or [] if isinstance(b, dict)]
+    modules = [m for m in result.details.get("modules") or [] if isinstance(m, dict)]
+    failed = {canonicalize_name(str(m.get("dist", ""))) for m in modules if not m.get("ok", True)}
+    first, _, more = result.reason.partition(" (and ")
+    # The pins of the distribution whose module the reason names come first.
+    named = {canonicalize_name(str(m.get("dist", ""))) for m in modules if m.get("reason") == first}
+    blamed = sorted((b for b in broken if b.get("by") in failed), key=lambda b: b.get("by") not in named)
+    if not blamed:
+        return result
+    result.details["broken_pins"] = [str(b["text"]) for b in blamed]
+    result.reason = f"{first}; {blamed[0]['text']}" + (f" (and {more}" if more else "")
+    return result
 
 
 def run_cuda_stage(ctx: CellContext) -> StageResult:
@@ -47,8 +127,6 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
 
 
 
-# Distribution -> axis name, where the axis is not called after its distribution.
-_AXIS_OF = {dist: axis for axis, dist in DEFAULT_PACKAGES.items()}
 _INSPECT = r"""
 import importlib.metadata as md, json, sys, sysconfig
 out = {"purelib": sysconfig.get_paths()["purelib"], "packages": {}, "python": sys.executable}
@@ -91,10 +169,10 @@ def context_for_venv(
     missing = [d for d, v in info["packages"].items() if v is None]
     if missing:
         raise UsageError(f"not installed in {venv}: {', '.join(missing)}")
-    values = [AxisValue(axis=_AXIS_OF.get(d, d), version=v, package=d) for d, v in info["packages"].items()]
+    values = [AxisValue(axis=axis_of_package(d), version=v, package=d) for d, v in info["packages"].items()]
     cuda = cuda or cuda_of_torch(info.get("torch_version_py"), info["packages"].get("torch"))
     if cuda:
-        values.append(AxisValue(axis="cuda", version=cuda))
+        values.append(AxisValue(axis=CUDA_AXIS, version=cuda))
     targets: tuple[Target, ...] = ()
     if target_archs or min_driver:
         targets = (Target(name="this-box", arch=tuple(target_archs), min_driver=min_driver),)
@@ -121,11 +199,11 @@ def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
 
 
 def installed_defaults(venv: Path, python: Path | None) -> list[str]:
-    """The stack's distributions that *venv* has: torch, sgl-kernel, flashinfer-python."""
+    """The stack's distributions that *venv* has: those of the axis kinds (torch, sgl-kernel, flashinfer-python …)."""
     from compatlab.proc import run
 
     py = python or venv / "bin" / "python"
-    wanted = ["torch", "sgl-kernel", "flashinfer-python"]
+    wanted = [kind.package for kind in AXIS_KINDS.values() if kind.package is not None]
     done = run([str(py), "-c", _INSPECT, *wanted], timeout=120)
     if not done.ok:
         raise UsageError(f"could not inspect {py}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")

@@ -26,6 +26,7 @@ class SiteDist:
     requires: list[str]
     tags: list[str]
     files: list[str]  # RECORD paths, relative to site-packages
+    digests: dict[str, str] = dataclasses.field(default_factory=dict)  # RECORD path -> sha256 hex, where given
 
     @property
     def canonical(self) -> str:
@@ -51,6 +52,7 @@ def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]
         except OSError:
             pass
         files: list[str] = []
+        digests: dict[str, str] = {}
         try:
             lines = read_text(info / "RECORD").splitlines()
         except OSError:
@@ -63,12 +65,14 @@ def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]
             rel, digest, size = parts
             files.append(rel)
             hexd = record_sha256(digest)
+            if hexd:
+                digests[rel] = hexd
             if hexd and size.isdigit():
                 hashes[os.path.normpath(os.path.join(base, rel))] = (hexd, int(size))
         dists.append(SiteDist(
             name=str(meta.get("Name", info.name.split("-")[0])), version=str(meta.get("Version", "?")),
             dist_info=info, requires=[str(r) for r in meta.get_all("Requires-Dist") or []],
-            tags=tags, files=files,
+            tags=tags, files=files, digests=digests,
         ))
     return dists, hashes
 

@@ -136,7 +136,7 @@ CORPUS: dict[str, tuple[str | bytes, str]] = {
     "unclosed-table": (plus("[targets.box\n"), "invalid TOML: Expected ']' at the end of a table declaration"),
     "duplicate-key": (sub('name = "corpus"', 'name = "corpus"\nname = "again"'), "invalid TOML: Cannot overwrite a value"),
     "nested-deep": ("x = " + "[" * 3000 + "]" * 3000, "invalid TOML: arrays or tables nested too deeply"),
-    "empty": ("", "axes.torch: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda"),
+    "empty": ("", "axes.torch: missing; the lab needs the axes torch, cuda"),
     "comments-only": ("# a matrix\n", "axes.torch: missing; the lab needs the axes"),
     # wrong types
     "schema-float": (sub("schema = 1", "schema = 1.0"), "schema: this lab reads schema 1 (an integer), got 1.0"),
@@ -252,7 +252,7 @@ CORPUS: dict[str, tuple[str | bytes, str]] = {
     # axes
     "axis-typo": (plus('[[axes.flashinfr]]\nversion = "0.7.4"\n'), "axes.flashinfr: 'flashinfr' is not a known axis"),
     "axis-extra-partial": (plus('[[axes.deep-gemm]]\nversion = "2.1.0"\npackage = "deep-gemm"\n[[axes.deep-gemm]]\nversion = "2.2.0"\n'), "axes.deep-gemm[1].package: missing; 'deep-gemm' is not a known axis"),
-    "axis-missing-required": (MINIMAL.replace('flashinfer = "0.6.4"\n', ""), "axes.flashinfer: missing; the lab needs the axes"),
+    "axis-missing-required": (MINIMAL.replace('cuda = "12.8"\n', ""), "axes.cuda: missing; the lab needs the axes torch, cuda"),
     "axis-no-values": (MINIMAL.replace('torch = "2.9.1"', "torch = []"), "axes.torch: has no values; give at least one"),
     "axis-duplicate": (sub('version = "2.10.0"', 'version = "2.9.1"'), "axes.torch[1].version: '2.9.1' is listed twice"),
     "axis-bad-name": (MINIMAL + 'Torch = "2.9.1"\n', "axes.Torch: an axis name is lower-case letters, digits and '-'"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.cells import expand
-from compatlab.config.matrix import load_matrix
+from compatlab.config.matrix import AXIS_KINDS, Report, axis_of_package, load_matrix
 from compatlab.config.nccl import NcclThresholds
 from compatlab.config.thresholds import Thresholds, suite_thresholds
 from compatlab.errors import ConfigError
@@ -170,9 +170,7 @@ def test_missing_axes_and_bad_expectations(tmp_path: Path) -> None:
     torch = "2.9.1"
     """
     assert problems(tmp_path, text) == [
-        "axes.sgl-kernel: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda (sglang-kernel may stand in for sgl-kernel)",
-        "axes.flashinfer: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
-        "axes.cuda: missing; the lab needs the axes torch, sgl-kernel, flashinfer, cuda",
+        "axes.cuda: missing; the lab needs the axes torch, cuda",
         "rules.exclude[0].expect: an excluded cell does not run; move this rule to [[rules.expect]]",
         "rules.expect[0].reason: missing; this key is required",
         'rules.expect[0].expect: the only expectation is "fail", got \'pass\'',
@@ -410,7 +408,8 @@ def test_a_misspelled_axis_does_not_become_a_package(tmp_path: Path) -> None:
     text = MINIMAL + '[[axes.flashinfr]]\nversion = "0.7.4"\n'
     assert message(tmp_path, text) == (
         "axes.flashinfr: 'flashinfr' is not a known axis (cuda, flashinfer, python, sgl-kernel, sglang, "
-        "sglang-kernel, torch); perhaps you meant 'flashinfer'? An extra axis installs a package: name it with "
+        "sglang-kernel, torch, torchaudio, torchvision, xformers); perhaps you meant 'flashinfer'? An extra axis "
+        "installs a package: name it with "
         'package = "..." on each value, or write [axes.flashinfr] with package and values'
     )
     text = MINIMAL + '[[axes.deep-gemm]]\nversion = "2.1.0"\npackage = "deep-gemm"\n[[axes.deep-gemm]]\nversion = "2.2.0"\n'
@@ -454,10 +453,16 @@ def test_a_report_layout_names_each_axis_once(tmp_path: Path) -> None:
         "  FILE: report.tables[1]: 'cuda' is already in report.tables[0]; an axis goes in one place: rows, "
         "columns or tables"
     )
-    assert message(tmp_path, MINIMAL + '[report]\nrows = ["flashinfer"]\n') == (
-        "report.columns: the default columns (sgl-kernel, flashinfer) name 'flashinfer', which report.rows[0] "
-        "has too; set columns as well"
+    assert message(tmp_path, MINIMAL + '[report]\nrows = ["cuda"]\n') == (
+        "report.tables: the default tables (cuda) name 'cuda', which report.rows[0] has too; set tables as well"
     )
+
+
+def test_the_default_columns_are_every_axis_the_rows_and_tables_leave(tmp_path: Path) -> None:
+    assert load_matrix(write(tmp_path, MINIMAL)).report == Report(
+        rows=("torch",), columns=("sgl-kernel", "flashinfer"), tables=("cuda",))
+    matrix = load_matrix(write(tmp_path, MINIMAL + '[report]\nrows = ["flashinfer"]\n'))
+    assert matrix.report == Report(rows=("flashinfer",), columns=("torch", "sgl-kernel"), tables=("cuda",))
 
 
 def _big(sizes: dict[str, int], head: str = "") -> str:
@@ -542,3 +547,32 @@ def test_suite_thresholds_from_the_command_line() -> None:
         "  --threshold: jit-timout: unknown key; perhaps you meant 'jit-timeout'?\n"
         "  --threshold: import-timeout: expected a finite number, got nan"
     )
+
+
+def test_a_python_axis_gives_each_cell_its_interpreter_and_install_python_cannot_say_otherwise(tmp_path: Path) -> None:
+    text = MINIMAL + '[axes.python]\nvalues = ["3.10", "3.12"]\n'
+    assert [c.python for c in expand(load_matrix(write(tmp_path, text)))] == ["3.10", "3.12"]
+    assert message(tmp_path, text + '[install]\npython = "3.11"\n') == (
+        "install.python: the matrix has a 'python' axis, which gives each cell its own interpreter; remove "
+        "install.python, or the axis"
+    )
+    assert message(tmp_path, MINIMAL + '[axes.python]\npackage = "cpython"\nvalues = ["3.10"]\n') == (
+        "axes.python.package: axis 'python' is not a package; remove this key"
+    )
+
+
+def test_the_readme_lists_the_axis_kinds_as_the_table_says() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = readme.split("| axis | role | installs | imports | required | forces its cells |\n", 1)[1].split("\n\n", 1)[0]
+    listed = {}
+    for line in rows.splitlines()[1:]:
+        axis, role, installs, imports, required, forces = (c.strip() for c in line.strip("|").split("|"))
+        listed[axis.strip("`")] = (installs.split(" ")[0].strip("`") if role == "package" else None,
+                                   imports.strip("`") or None, required == "yes", forces.startswith("yes"))
+    assert listed == {name: (kind.package, " ".join(kind.imports) or None, kind.required, kind.forces)
+                      for name, kind in AXIS_KINDS.items()}
+
+
+def test_a_distribution_is_known_by_its_kinds_axis() -> None:
+    assert [axis_of_package(d) for d in ("Flashinfer_Python", "sglang-kernel", "torch", "deep-gemm")] == [
+        "flashinfer", "sglang-kernel", "torch", "deep-gemm"]

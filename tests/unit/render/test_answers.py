@@ -99,7 +99,7 @@ def test_answers_and_marks_in_html_markdown_and_json(tmp_path: Path) -> None:
     assert data["newest"] == {"id": "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-cuda13.0",
                               "axes": {"sglang": "0.5.23", "torch": "2.14.1", "sglang-kernel": "0.4.10", "cuda": "13.0"},
                               "state": "partial", "shipped": "sglang 0.5.23", "forced": False,
-                              "command": f"uv pip install --python {PY} torch==2.14.1"}
+                              "command": f"uv pip install --python {PY} torch==2.14.1", "breaks": []}
     assert [(n["red"]["id"], n["green"] and n["green"]["id"], n["axis"]) for n in data["neighbours"]] == [
         ("sglang0.5.23-torch2.15.0-sglangkernel0.4.10-cuda13.2", "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-cuda13.0", "torch"),
         ("sglang0.5.23-torch2.10.0-sglangkernel0.4.10-cuda12.8", "sglang0.5.23-torch2.14.1-sglangkernel0.4.10-cuda13.0", "torch"),
@@ -122,3 +122,28 @@ def test_the_answer_is_a_command_for_the_users_own_venv() -> None:
     assert portable_command(cell) == (
         "printf '%s\\n' torch==2.14.1 > overrides.txt && uv pip install sglang==0.5.23 torch==2.14.1 "
         "--override overrides.txt")
+
+
+def test_a_stack_that_installs_without_force_wins_and_a_forced_answer_names_the_pins_it_breaks(tmp_path: Path) -> None:
+    forced = cell("0.5.23", "2.15.0", "0.4.10", "pass", cuda="13.2",
+                  conflicts=["sglang 0.5.23 pins torch==2.14.1", "sglang-kernel 0.4.10 pins torch==2.14.1"])
+    forced["stages"].insert(1, {"name": "pins", "state": "warn", "details": {"broken_requirements": [
+        {"by": "sglang", "requires": "torch==2.14.1", "package": "torch", "installed": "2.15.0",
+         "text": "sglang 0.5.23 requires torch==2.14.1; torch 2.15.0 is installed"}]}})
+    unforced = cell("0.5.22", "2.14.1", "0.4.9", "partial", shipped="sglang 0.5.22", conflicts=[])
+    found = answers(run_from_json(run_json([forced, unforced]), "results.json"))
+    assert found.newest is not None
+    assert (found.newest.id, found.breaks) == ("sglang0.5.22-torch2.14.1-sglangkernel0.4.9-cuda13.0", ())
+    alone = tmp_path / "in" / "results.json"
+    alone.parent.mkdir()
+    alone.write_text(json.dumps(run_json([forced])))
+    found = answers(run_from_json(run_json([forced]), "results.json"))
+    assert found.breaks == ("sglang 0.5.23 requires torch==2.14.1; torch 2.15.0 is installed",)
+    render_run(alone, tmp_path / "out", history_dir=None)
+    md = (tmp_path / "out" / "compat.md").read_text()
+    assert ("**Newest working stack** (green): sglang 0.5.23 · torch 2.15.0 · sglang-kernel 0.4.10 · cuda 13.2 "
+            "*(forced)*\n\nNo working stack installs without force: this one breaks sglang 0.5.23 requires "
+            "torch==2.14.1; torch 2.15.0 is installed.\n") in md
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert ("<p>No working stack installs without force: this one breaks sglang 0.5.23 requires torch==2.14.1; "
+            "torch 2.15.0 is installed.</p>") in html

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import logging
 import os
 import shlex
@@ -36,6 +37,7 @@ _LOG_TAIL = 40
 MODEL_INFO = ("/model_info", "/get_model_info")
 SERVER_INFO = ("/server_info", "/get_server_info")
 NOT_LOGGED = "not logged yet"
+SPECULATIVE = "EAGLE3"
 
 
 class ServerFailure(LabError):
@@ -291,3 +293,24 @@ class ServerProcess:
                         f"{self.spec.name} server's process group exited")
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
+
+
+def check_speculation(server: ServerProcess, name: str, record: dict[str, Any], *,
+                      argv_key: str = "perf.servers.{name}.argv") -> None:
+    """The eagle3 server must run EAGLE3 and the baseline must not speculate, as ``/server_info`` says."""
+    info = server.server_info()
+    if "speculative_algorithm" not in info:
+        raise ServerFailure("error", f"{name} server's /server_info has no speculative_algorithm; cannot tell "
+                                     "whether it speculates", server.tail())
+    algorithm = info["speculative_algorithm"]
+    record["speculative_algorithm"] = algorithm
+    if name == "eagle3" and str(algorithm).upper() != SPECULATIVE:
+        raise ServerFailure("error", f"the eagle3 server does not run {SPECULATIVE}: /server_info reports "
+                                     f"speculative_algorithm {json.dumps(algorithm)}; add "
+                                     f"\"--speculative-algorithm\", \"{SPECULATIVE}\" to "
+                                     f"{argv_key.format(name=name)}",
+                            server.tail())
+    if name == "baseline" and algorithm not in (None, "", "NONE"):
+        raise ServerFailure("error", "the baseline server speculates: /server_info reports "
+                                     f"speculative_algorithm {json.dumps(algorithm)}; drop "
+                                     f"--speculative-algorithm from {argv_key.format(name=name)}", server.tail())

@@ -22,7 +22,6 @@ and the cell's ``perf`` StageResult with flat ``details.figures``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import platform
@@ -44,7 +43,14 @@ from compatlab.proc import ProgramNotFound
 from compatlab.runs.model import StageResult, write_json_atomic
 from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.perf.client import STATS, LevelResult, Target, run_level
-from compatlab.stages.perf.server import NOT_LOGGED, ServerFailure, ServerProcess, group_members, port_is_free
+from compatlab.stages.perf.server import (
+    NOT_LOGGED,
+    ServerFailure,
+    ServerProcess,
+    check_speculation,
+    group_members,
+    port_is_free,
+)
 
 __all__ = [
     "EXIT_CODES",
@@ -69,7 +75,6 @@ log = logging.getLogger(__name__)
 PERF_SCHEMA = "compatlab.perf/1"
 FIELD_META = "meta_info.completion_tokens / meta_info.spec_verify_ct"
 FIELD_SERVER = "server_info.internal_states[0].avg_spec_accept_length"
-SPECULATIVE = "EAGLE3"
 # The latency figures of a level, as SGLang's benchmark names them (milliseconds).
 LATENCY = tuple(f"{stat}_{what}_ms" for what in ("ttft", "itl", "tpot") for stat in STATS)
 
@@ -100,25 +105,6 @@ def _level_record(level: LevelResult, server_accept: float | None, note: str | N
     }
 
 
-def _check_speculation(server: ServerProcess, name: str, record: dict[str, Any]) -> None:
-    """The eagle3 server must run EAGLE3 and the baseline must not speculate, as ``/server_info`` says."""
-    info = server.server_info()
-    if "speculative_algorithm" not in info:
-        raise ServerFailure("error", f"{name} server's /server_info has no speculative_algorithm; cannot tell "
-                                     "whether it speculates", server.tail())
-    algorithm = info["speculative_algorithm"]
-    record["speculative_algorithm"] = algorithm
-    if name == "eagle3" and str(algorithm).upper() != SPECULATIVE:
-        raise ServerFailure("error", f"the eagle3 server does not run {SPECULATIVE}: /server_info reports "
-                                     f"speculative_algorithm {json.dumps(algorithm)}; add "
-                                     f"\"--speculative-algorithm\", \"{SPECULATIVE}\" to perf.servers.eagle3.argv",
-                            server.tail())
-    if name == "baseline" and algorithm not in (None, "", "NONE"):
-        raise ServerFailure("error", "the baseline server speculates: /server_info reports "
-                                     f"speculative_algorithm {json.dumps(algorithm)}; drop "
-                                     "--speculative-algorithm from perf.servers.baseline.argv", server.tail())
-
-
 def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: dict[str, str],
           prompts: list[str], order: list[int], out_dir: Path, record: dict[str, Any]) -> None:
     """Start, check, warm up, measure and stop one server; fills *record*, raises ServerFailure."""
@@ -132,7 +118,7 @@ def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: di
             info = server.wait_ready()
             record["startup_s"] = time.monotonic() - start
             record["model"] = info.get("model_path")
-            _check_speculation(server, name, record)
+            check_speculation(server, name, record)
             model = server.openai_model(info) if config.protocol == "openai" else "default"
             record["served_model"] = model
             target = Target(port=server.port, protocol=config.protocol,  # type: ignore[arg-type]

@@ -217,12 +217,13 @@ class Resolver:
         info = self.info(os.path.normpath(path))
         return Library(os.path.normpath(path), info) if info is not None else None
 
-    def load_set(self, module: Library) -> LoadSet:
-        """The module's closure as `import` would see it: torch's libraries already loaded if it uses them."""
+    def load_set(self, module: Library, *, after_torch: bool = False) -> LoadSet:
+        """The module's closure as `import` would see it: torch's libraries already loaded if it uses them,
+        or, with *after_torch*, because the import stage saw it loaded (by path) after `import torch`."""
         missing: list[tuple[str, str]] = []
         libs = self._closure_of([module], self.torch_loaded, missing)
         torch_sonames = {n for n, lib in self.torch_loaded.items() if lib.path in self.torch_files}
-        uses_torch = module.path in self.torch_files or any(
+        uses_torch = after_torch or module.path in self.torch_files or any(
             n in torch_sonames for lib in libs for n in lib.info.needed)
         if not uses_torch and self.torch_set:
             # Not an extension of torch: torch's libraries are not there to satisfy its needs.

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from compatlab.config.matrix import AXIS_KINDS
 from compatlab.errors import LabError, UsageError
 from compatlab.incell.files import read_regular
 from compatlab.incell.loadcheck import dynamic_symbols
@@ -54,19 +55,22 @@ from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
 from compatlab.stages.static.symbols import function_name, last_identifier, symbol_offers
 
 __all__ = [
-    "DEFAULT_PACKAGES",
     "DRIVER_LIBS",
     "NOT_NEEDED_FILE",
     "Finding",
     "StaticReport",
     "check_site_packages",
     "format_report",
+    "judge_loaded_by_path",
     "run_static_stage",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PACKAGES = ("sgl_kernel", "flashinfer", "torch")
+# Findings in the axis kinds' packages come first: the extensions' before torch's (the one required kind,
+# which they extend: an extension that lacks a torch symbol is the story; torch's own findings rarely are).
+_RANKED = tuple(sorted(dict.fromkeys(name for kind in AXIS_KINDS.values() for name in kind.imports),
+                       key=lambda name: any(name in k.imports for k in AXIS_KINDS.values() if k.required)))
 # In the cell's work folder, static/: the modules that cannot load but that no package import needs, for
 # the import stage to confirm (incell/suites/test_import.py reads it; the name is spelled there too).
 NOT_NEEDED_FILE = "not-needed.json"
@@ -243,7 +247,7 @@ class _Checker(Resolver):
         return out
 
 
-def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
+def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tuple[list[Finding], set[str]]:
     """Findings about one module, and the paths of the libraries its loading loads."""
     findings: list[Finding] = []
     mpath = os.path.normpath(path)
@@ -254,7 +258,7 @@ def _check_module(ck: _Checker, path: Path) -> tuple[list[Finding], set[str]]:
         why = ck.unreadable.get(mpath, f"{mpath}: not a readable ELF file").replace(mpath, rel)
         return [Finding(severity="warn", module=rel, kind="unreadable", details={"why": why},
                         message=f"{why}; the static stage cannot check it")], {mpath}
-    ls = ck.load_set(module)
+    ls = ck.load_set(module, after_torch=after_torch)
     missing_names = set()
     for name, needer in ls.missing:
         missing_names.add(name)
@@ -519,7 +523,7 @@ class _Needs:
         """An extension module is judged by the import graph of its package; a library by those of the
         extension modules that load it (needed if any of them is)."""
         top = package_of(self.sp, rel)
-        if is_extension(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
+        if _importable(self.sp / rel, self.py) and not rel.split("/", 1)[0].endswith(".libs"):
             need = self.graph(top).need(dotted_name(rel))
             symbols = dynamic_symbols(self.sp / rel)  # one rule with the import stage's: a fat binary section
             device_code = symbols is None or symbols.device_code
@@ -653,7 +657,20 @@ def _one_per_catalog(findings: list[Finding]) -> list[Finding]:
 
 def _package_rank(rel: str) -> int:
     top = rel.split("/", maxsplit=1)[0]
-    return DEFAULT_PACKAGES.index(top) if top in DEFAULT_PACKAGES else len(DEFAULT_PACKAGES)
+    return _RANKED.index(top) if top in _RANKED else len(_RANKED)
+
+
+def _importable(path: Path, py: tuple[int, int] | None) -> bool:
+    """Whether `import` can load *path* as a module: a file tagged for this CPython (or abi3), or a bare
+    ``name.so`` that exports ``PyInit_name`` (triton's ``libtriton.so``). A bare ``.so`` that does not is a
+    library, which its package may load by path (bitsandbytes' ``libbitsandbytes_cuda130.so``): the import
+    stage sees whether `import` maps it."""
+    if not is_extension(path, py):
+        return False
+    if re.search(r"\.(?:cpython-[^.]+|abi3)\.so$", path.name):
+        return True
+    symbols = dynamic_symbols(path)
+    return symbols is not None and f"PyInit_{path.name.split('.', 1)[0]}" in symbols.defined
 
 
 def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
@@ -683,7 +700,7 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
         found.extend(_arch_findings(ck, path, targets))
         found.extend(_driver_floor_findings(ck, path, min_drivers))
         per_module.append((os.path.normpath(path), found))
-        if is_extension(path, py):
+        if _importable(path, py):
             loaded_by_import |= closure
             for lib in closure:
                 loaders.setdefault(lib, []).append(os.path.normpath(path))
@@ -746,6 +763,26 @@ def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed
                   cache=cache, min_drivers=[("", min_driver)] if min_driver else ())
 
 
+
+
+def judge_loaded_by_path(site_packages: Path, rels: Sequence[str], *,
+                         targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+                         min_drivers: Sequence[tuple[str, str]] = ()) -> list[Finding]:
+    """Libraries a package's `import` loads by path (ctypes over a computed name, ``torch.ops.load_library``
+    over a glob), judged as extension modules are: this stage sees no extension module load them (their
+    findings are notes), but the import stage saw the import map them. Their closure is resolved with what
+    `import torch` loaded before them, and their findings keep their severity."""
+    ck = _Checker(Path(site_packages), ElfCache())
+    out: list[Finding] = []
+    for rel in rels:
+        path = Path(site_packages) / rel
+        found, _closure = _check_module(ck, path, after_torch=ck.torch_dist is not None)
+        found.extend(_arch_findings(ck, path, targets))
+        found.extend(_driver_floor_findings(ck, path, min_drivers))
+        for f in found:
+            f.details["loaded_by_path"] = True
+        out.extend(found)
+    return out
 
 
 def run_static_stage(ctx: CellContext) -> StageResult:

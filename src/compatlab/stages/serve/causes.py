@@ -1,0 +1,192 @@
+"""Why an SGLang server died, read from its own log: the exception an expert would name, and where from.
+
+What an SGLang 0.5 log looks like when start-up fails:
+
+- The scheduler (a child process, one per tensor-parallel rank) logs
+  ``[2026-… TP0] Scheduler hit an exception: Traceback (most recent call last):`` and the traceback, then
+  sends SIGQUIT to the launcher, which logs ``Received sigquit from a child process. It usually means the
+  child failed.`` and kills its process tree. Or the launcher raises ``RuntimeError: Initialization
+  failed. Please see the error messages above.`` Those are wrappers: the cause is the scheduler's.
+- An import error at start (``sglang.utils`` imports IPython at module level) is the launcher's own
+  traceback, the last frame in ``sglang/utils.py``.
+- A chained exception prints the innermost first ("The above exception was the direct cause of the
+  following exception:"); SGLang's CUDA-graph runners wrap the real error as ``Capture cuda graph failed:
+  <error>`` followed by a list of possible solutions.
+- Kernels without code for the GPU raise ``CUDA error: no kernel image is available for execution on the
+  device`` from the call site, usually ``torch/_ops.py`` called from the kernel package's wrapper: the
+  package named is the deepest frame outside torch, Triton and the standard library.
+
+Out of GPU memory and a port in use are the machine's, not the stack's: those causes are ``error``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+__all__ = ["Cause", "Traceback", "find_cause", "tracebacks"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+_EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s?(?P<message>.*))?$")
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d[ T]")  # [2026-12-03 16:44:32 TP0] a logger's line
+_CHAINED = ("The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:")
+# Exceptions that only say another process failed, or that the launcher gave up.
+_WRAPPERS = re.compile(r"Initialization failed\. Please see the error messages above|scheduler is dead|"
+                       r"Received sigquit|^KeyboardInterrupt|^SystemExit|^BrokenPipeError|^ConnectionResetError|"
+                       r"^EOFError|^ChildProcessError|^ConnectionRefusedError")
+_SKIP_TOPS = ("torch", "triton", "importlib", "<frozen", "concurrent", "multiprocessing", "asyncio")
+_OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|cudaErrorMemoryAllocation", re.I)
+_PORT = re.compile(r"address already in use|\[Errno 98\]", re.I)
+_NO_IMAGE = re.compile(r"no kernel image is available|cudaErrorNoKernelImageForDevice|"
+                       r"no binary for gpu|invalid device function", re.I)
+_GRAPH = re.compile(r"Capture cuda graph failed", re.I)
+_JIT_LINE = re.compile(r"(?:\berror\b|fatal)[^\n]*", re.I)
+_JIT = re.compile(r"ninja|nvcc|Ninja build failed|CalledProcessError|jit", re.I)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Traceback:
+    """One printed traceback: its frames (file, line), and the exception line it ends with."""
+
+    frames: tuple[tuple[str, int], ...]
+    type: str
+    message: str  # the first line of the message
+    more: str = ""  # the message's further lines
+    chained: bool = False  # printed after "The above exception was …": the one before is its cause
+    end: int = 0  # the log line after it
+
+    @property
+    def text(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Cause:
+    """``state`` fail (the stack's) or error (the machine's); ``reason`` one line; ``exception`` the root."""
+
+    state: str
+    reason: str
+    exception: str = ""
+    where: str = ""
+    outer: str = ""  # the chain's outermost exception, when it differs from the root
+
+
+def short_path(path: str) -> str:
+    """A frame's file as a box owner reads it: from the package on (``sgl_kernel/elementwise.py``)."""
+    for marker in ("site-packages/", "dist-packages/", "sglang-site/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    return path
+
+
+def tracebacks(log: str) -> list[Traceback]:
+    """Every traceback printed in *log*, in order."""
+    lines = [_ANSI.sub("", line) for line in log.splitlines()]
+    found: list[Traceback] = []
+    i = 0
+    chained = False
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() in _CHAINED:
+            chained = True
+            i += 1
+            continue
+        if "Traceback (most recent call last):" not in line:
+            if line.strip():
+                chained = False
+            i += 1
+            continue
+        i += 1
+        frames: list[tuple[str, int]] = []
+        while i < len(lines) and (lines[i].startswith((" ", "\t")) or not lines[i].strip()):
+            m = _FRAME.match(lines[i])
+            if m:
+                frames.append((m["file"], int(m["line"])))
+            i += 1
+        if i >= len(lines):
+            break
+        m = _EXC.match(lines[i].strip())
+        if m is None:
+            continue
+        i += 1
+        more: list[str] = []
+        while (i < len(lines) and lines[i].strip() and "Traceback (most recent call last):" not in lines[i]
+               and not _LOG_PREFIX.match(lines[i]) and lines[i].strip() not in _CHAINED and len(more) < 20):
+            more.append(lines[i].strip())
+            i += 1
+        message = (m["message"] or "").strip()
+        if not message and more:  # ImportError("\n[sgl_kernel] CRITICAL: …"): the message starts on the next line
+            message, more = more[0], more[1:]
+        found.append(Traceback(frames=tuple(frames), type=m["type"], message=message, more="\n".join(more),
+                               chained=chained, end=i))
+        chained = False
+    return found
+
+
+def _where(tb: Traceback) -> str:
+    """The deepest frame outside torch, Triton and the standard library, as ``pkg/file.py:line``."""
+    frames = [(short_path(f), n) for f, n in tb.frames]
+    outside = [(f, n) for f, n in frames if "/" in f and not f.startswith(("/", *_SKIP_TOPS))]
+    f, n = (outside or frames or [("", 0)])[-1]
+    return f"{f}:{n}" if f else ""
+
+
+def _chains(found: list[Traceback]) -> list[list[Traceback]]:
+    chains: list[list[Traceback]] = []
+    for tb in found:
+        if tb.chained and chains:
+            chains[-1].append(tb)
+        else:
+            chains.append([tb])
+    return chains
+
+
+def _inner(tb: Traceback) -> str:
+    """The exception's text without SGLang's "Capture cuda graph failed:" wrapper."""
+    text = tb.text
+    if _GRAPH.search(text):
+        text = text.split("Capture cuda graph failed:", 1)[-1].strip() or text
+    return text
+
+
+def find_cause(log: str, *, arch: str = "") -> Cause | None:
+    """The cause of a failed start-up or request in *log* (SGLang's), or None when it shows no exception.
+
+    *arch* (``sm_90``) names the GPU in a "no kernel image" cause.
+    """
+    chains = _chains(tracebacks(log))
+    real = [c for c in chains if not all(_WRAPPERS.search(tb.text) for tb in c)]
+    if not real:
+        if _OOM.search(log):
+            line = next(x for x in log.splitlines() if _OOM.search(x))
+            return Cause(state="error", reason=f"out of GPU memory: {line.strip()[:300]}")
+        return None
+    chain = real[-1]
+    root, outer = chain[0], chain[-1]
+    everything = "\n".join(f"{tb.text}\n{tb.more}" for tb in chain)
+    where = _where(root)
+    at = f" (in {where})" if where else ""
+    common = {"exception": root.text, "where": where, "outer": outer.text if outer is not root else ""}
+    if _PORT.search(everything):
+        return Cause(state="error", reason=f"the port is in use: {root.text[:300]}", **common)
+    if _OOM.search(everything):
+        return Cause(state="error", reason=f"out of GPU memory{at}: {root.text[:300]}", **common)
+    graph = "CUDA graph capture failed: " if _GRAPH.search(everything) else ""
+    if _NO_IMAGE.search(everything):
+        gpu = f" for {arch}" if arch else " for this GPU"
+        pkg = where.split("/", 1)[0] if where else "a kernel"
+        return Cause(state="fail", reason=f"{graph}no kernel image{gpu} in {pkg}{at}: {_inner(root)[:200]}",
+                     **common)
+    if root.type.endswith("ModuleNotFoundError"):
+        return Cause(state="fail", reason=f"{root.text[:300]} (imported by {where or 'SGLang at start'})", **common)
+    if graph:
+        return Cause(state="fail", reason=f"{graph}{_inner(root)[:300]}{at}", **common)
+    if _JIT.search(everything) and any(p in where for p in ("jit", "flashinfer", "tvm_ffi", "cpp_extension")):
+        pkg = where.split("/", 1)[0]
+        lines = log.splitlines()[:max(tb.end for tb in chain)]
+        detail = next((m.group(0).strip() for line in reversed(lines) if (m := _JIT_LINE.search(line))
+                       and "Traceback" not in line and not _EXC.match(line.strip())), root.text)
+        return Cause(state="fail", reason=f"{pkg} JIT: the kernel build failed{at}: {detail[:300]}", **common)
+    return Cause(state="fail", reason=f"{root.text[:300]}{at}", **common)

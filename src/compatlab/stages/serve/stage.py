@@ -1,0 +1,285 @@
+"""The serve stage: the cell's own SGLang serves the target's architecture on the GPU, baseline and EAGLE-3.
+
+What breaks a box owner's day happens after import, when SGLang starts: a kernel JIT that fails, an
+attention or MoE kernel without code for the GPU, CUDA-graph capture, the EAGLE-3 draft path, a module
+SGLang imports at start. So each live cell starts ``python -m sglang.launch_server --load-format dummy``
+with its own interpreter on a model made from ``[serve]`` (see ``model.py``), twice: a baseline and
+``--speculative-algorithm EAGLE3`` with a draft. Each server, in its own process group:
+
+1. becomes healthy (``/health_generate`` 200 after SGLang's own warm-up) within ``startup-timeout``;
+2. ``/server_info`` shows EAGLE3 on the one and no speculation on the other;
+3. ``/generate`` streams exactly ``output-len`` tokens for every request, at each concurrency level;
+4. ``/flush_cache`` answers 200;
+5. is stopped (SIGTERM, then SIGKILL to the group) and waited for until the port is free.
+
+The verdict: pass when both servers do all of it. fail names the cause from the server's own log (the
+root exception and the package it came from, see ``causes.py``). error for what is not the stack's
+fault: a time-out, out of GPU memory, a port in use, a model file [serve] names that is not there.
+Figures (start-up seconds, GPU memory, tok/s and TTFT at each level) are those of the stack's kernels on
+random weights: a random draft accepts about one token a step, so there is no speedup verdict here
+(that is ``nox -s gpu8_perf``'s, on real weights). Without a GPU the stage does not run and says so
+(the cell stays partial); a cell without SGLang has nothing to serve (not required).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import logging
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from compatlab.config.perf import ServerSpec, load_prompts
+from compatlab.config.serve import ServeConfig
+from compatlab.incell.proc import run
+from compatlab.runs.model import StageResult
+from compatlab.stages.base import CellContext, cell_env
+from compatlab.stages.perf.client import LevelResult, Target, run_level
+from compatlab.stages.perf.server import ServerFailure, ServerProcess, check_speculation, group_members
+from compatlab.stages.serve.causes import Cause, find_cause
+from compatlab.stages.serve.model import ModelFiles, SetupError, make_model
+
+__all__ = ["Gpu", "probe_gpus", "run_serve_stage"]
+
+log = logging.getLogger(__name__)
+
+SERVERS = ("baseline", "eagle3")
+# As on the GPU box's NCCL: NVLink multicast off (SGLang's custom all-reduce and symmetric memory use it).
+_ENV = {"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Gpu:
+    index: int
+    name: str
+    arch: str  # sm_90
+    memory_mib: int
+
+
+def probe_gpus(env: dict[str, str]) -> tuple[list[Gpu], str]:
+    """The GPUs ``nvidia-smi`` (on the cell's PATH) lists, and why there are none when there are none."""
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if smi is None:
+        return [], "no NVIDIA GPU on this machine (no nvidia-smi on PATH)"
+    done = run([smi, "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"],
+               timeout=60, env=env)
+    if not done.ok:
+        first = (done.stderr or done.stdout).strip().splitlines()[:1]
+        return [], f"no usable NVIDIA GPU on this machine (nvidia-smi: {first[0] if first else done.returncode})"
+    gpus = []
+    for line in done.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 4:
+            continue
+        try:
+            major, minor = parts[2].split(".")
+            gpus.append(Gpu(index=int(parts[0]), name=parts[1], arch=f"sm_{int(major)}{int(minor)}",
+                            memory_mib=int(float(parts[3]))))
+        except ValueError:
+            continue
+    return gpus, "" if gpus else "no NVIDIA GPU on this machine (nvidia-smi lists none)"
+
+
+def _memory_mib(env: dict[str, str], pgid: int) -> int | None:
+    """GPU memory the server's process group holds now, from nvidia-smi's compute apps; None if unknown."""
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if smi is None:
+        return None
+    done = run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"], timeout=60,
+               env=env)
+    if not done.ok:
+        return None
+    members = set(group_members(pgid))
+    total, seen = 0, False
+    for line in done.stdout.splitlines():
+        pid, _, mib = (p.strip() for p in line.partition(","))
+        if pid.isdigit() and int(pid) in members:
+            seen = True
+            total += int(float(mib)) if mib.replace(".", "", 1).isdigit() else 0
+    return total if seen else None
+
+
+def _sglang_version(ctx: CellContext) -> str | None:
+    """SGLang's version as the cell's site-packages say; a venv over another one's packages has two."""
+    sites = [ctx.site_packages] if ctx.site_packages is not None else []
+    sites += sorted(ctx.venv.glob("lib/python3*/site-packages"))
+    for meta in sorted(m for site in sites for m in site.glob("sglang-*.dist-info/METADATA")):
+        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def _argv(ctx: CellContext, config: ServeConfig, files: ModelFiles, name: str, tp: int) -> list[str]:
+    argv = [str(ctx.python), "-m", "sglang.launch_server", "--model-path", str(files.target),
+            "--load-format", "dummy", "--host", "127.0.0.1", "--port", "{port}", "--tp-size", str(tp),
+            *config.args]
+    if name == "eagle3":
+        assert files.draft is not None
+        argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(files.draft),
+                 *config.eagle3_args]
+    return argv
+
+
+class _Failed(Exception):
+    """A server's verdict other than pass: its state, reason and the cause read from its log."""
+
+    def __init__(self, state: str, reason: str, cause: Cause | None = None) -> None:
+        super().__init__(reason)
+        self.state = state
+        self.reason = reason
+        self.cause = cause
+
+
+def _explain(server: ServerProcess, failure: ServerFailure, arch: str) -> _Failed:
+    """A ServerFailure as the stage says it: the log's cause when it shows one, else the failure itself."""
+    try:
+        text = server.log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    cause = find_cause(text, arch=arch)
+    name = server.spec.name
+    if cause is None:
+        last = next((line.strip() for line in reversed(failure.tail.splitlines()) if line.strip()), "")
+        return _Failed(failure.state, f"{failure}; its log's last line: {last[:200]}" if last else str(failure))
+    if failure.state == "error" and cause.state == "fail" and server.proc is not None and server.proc.poll() is None:
+        # Alive but not healthy, with an exception in its log: a child died and the launcher waits.
+        return _Failed("fail", f"{name} server: {cause.reason} (it never became healthy)", cause)
+    return _Failed(cause.state if failure.state == "fail" else "error", f"{name} server: {cause.reason}", cause)
+
+
+def _level(server: ServerProcess, config: ServeConfig, prompts: list[str], concurrency: int) -> LevelResult:
+    level = run_level(Target(port=server.port), prompts, concurrency=concurrency,
+                      requests=concurrency * config.requests, output_len=config.output_len,
+                      timeout=config.request_timeout, idle=min(config.request_timeout, 120.0))
+    name = server.spec.name
+    if level.errors:
+        time.sleep(0.2)  # a dying server may need a moment to be reaped
+        died = server.died(f"at concurrency {concurrency} ({level.errors[0].error})")
+        if died:
+            raise died
+        raise _Failed("fail", f"{name} server failed a request at concurrency {concurrency}: "
+                              f"{level.errors[0].error[:300]}")
+    short = [r.tokens for r in level.requests if r.tokens != config.output_len]
+    if short:
+        raise _Failed("fail", f"{name} server streamed {short[0]} tokens where {config.output_len} were asked "
+                              f"(max_new_tokens with ignore_eos), at concurrency {concurrency}")
+    return level
+
+
+def _serve(ctx: CellContext, config: ServeConfig, files: ModelFiles, name: str, *, tp: int, arch: str,
+           env: dict[str, str], out: Path, prompts: list[str]) -> dict[str, Any]:
+    """One server's life; its record. Raises _Failed."""
+    spec = ServerSpec(name=name, argv=(), startup_timeout=config.startup_timeout, stop_timeout=60.0,
+                      release_timeout=120.0, health="/health_generate")
+    server = ServerProcess(spec, _argv(ctx, config, files, name, tp), env, out / "logs" / f"{name}.log")
+    record: dict[str, Any] = {"log": str(server.log_path), "port": server.port}
+    try:
+        with server:
+            record["pid"] = server.pid
+            start = time.monotonic()
+            info = server.wait_ready()
+            record["startup_s"] = round(time.monotonic() - start, 2)
+            record["model"] = info.get("model_path")
+            check_speculation(server, name, record, argv_key="serve (the lab's own launch arguments)")
+            record["gpu_memory_mib"] = _memory_mib(env, server.pid)
+            for c in config.concurrency:
+                level = _level(server, config, prompts, c)
+                record[f"tok_s_c{c}"] = round(level.tok_s, 2)
+                record[f"median_ttft_ms_c{c}"] = round(statistics.median(level.ttfts) * 1000, 2)
+                itls = level.itls
+                record[f"median_itl_ms_c{c}"] = round(statistics.median(itls) * 1000, 3) if itls else None
+            server.flush_cache("after the requests")
+            if name == "eagle3":
+                record["accept_length"], _ = server.server_accept_length()
+        if server.leftover:
+            raise _Failed("error", server.leftover)
+    except ServerFailure as failure:
+        raise _explain(server, failure, arch) from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise _Failed("error", f"{name} server: the lab's client failed: {exc}") from None
+    finally:
+        record["exit"] = server.returncode
+        record["log_tail"] = server.tail(20)
+    return record
+
+
+def _tp(ctx: CellContext, config: ServeConfig, gpus: list[Gpu]) -> tuple[int, str | None]:
+    want = config.tp or max((t.gpus for t in ctx.matrix.targets), default=1)
+    if want <= len(gpus):
+        return want, None
+    return len(gpus), (f"the target has {want} GPUs, this machine {len(gpus)}: served with --tp-size "
+                       f"{len(gpus)}")
+
+
+def _figures(records: dict[str, dict[str, Any]]) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for name, rec in records.items():
+        for key, value in rec.items():
+            if (key.startswith(("tok_s_", "median_")) or key in ("startup_s", "gpu_memory_mib", "accept_length")) \
+                    and isinstance(value, (int, float)):
+                figures[f"{name}_{key}"] = value
+    return figures
+
+
+def run_serve_stage(ctx: CellContext) -> StageResult:
+    """Serve the target's architecture with the cell's SGLang: baseline, then EAGLE-3 (see the module)."""
+    start = time.monotonic()
+
+    def result(state: str, reason: str, details: dict[str, Any], *, required: bool = True) -> StageResult:
+        return StageResult(name="serve", state=state, reason=reason, details=details,
+                           seconds=round(time.monotonic() - start, 3), required=required)
+
+    version = _sglang_version(ctx)
+    if version is None:
+        return result("skip", "skipped: the cell has no SGLang to serve with", {}, required=False)
+    env = cell_env(ctx.venv, _ENV)
+    gpus, why = probe_gpus(env)
+    if not gpus:
+        return result("skip", f"skipped: {why}; SGLang {version} was not started", {"sglang": version})
+    config = ctx.matrix.serve
+    tp, fewer = _tp(ctx, config, gpus)
+    out = ctx.work_dir / "serve"
+    details: dict[str, Any] = {"sglang": version, "gpus": [dataclasses.asdict(g) for g in gpus], "tp": tp,
+                               "notes": [fewer] if fewer else [], "servers": {},
+                               "weights": "random (--load-format dummy): figures of the kernels, no speedup "
+                                          "verdict (a random draft accepts about one token a step)"}
+    try:
+        files = make_model(out / "model", model=config.model, layers=config.layers, tokenizer=config.tokenizer,
+                           draft=config.draft, draft_layers=config.draft_layers, eagle3=config.eagle3)
+    except SetupError as exc:
+        return result("error", f"the serve model could not be made: {exc}", details)
+    details.update(architecture=files.architecture, layers=files.layers, model_notes=list(files.notes))
+    prompts = load_prompts()
+    arch = gpus[0].arch
+    failures: list[_Failed] = []
+    for name in SERVERS if config.eagle3 else SERVERS[:1]:
+        log.info("serve: %s server (SGLang %s, %s, %d layers, tp %d)", name, version, files.architecture,
+                 files.layers, tp)
+        try:
+            details["servers"][name] = _serve(ctx, config, files, name, tp=tp, arch=arch, env=env, out=out,
+                                               prompts=prompts)
+        except _Failed as failed:
+            details["servers"][name] = {"state": failed.state, "reason": failed.reason,
+                                        **({"cause": dataclasses.asdict(failed.cause)} if failed.cause else {}),
+                                        "log": str(out / "logs" / f"{name}.log")}
+            failures.append(failed)
+            if failed.state == "error":
+                break  # a time-out or the machine's fault: the next server would meet it again
+    details["figures"] = _figures({n: r for n, r in details["servers"].items() if "state" not in r})
+    if failures:
+        first = next((f for f in failures if f.state == "fail"), failures[0])
+        if len(failures) == len(SERVERS) and len({f.reason.split(" server: ", 1)[-1] for f in failures}) == 1:
+            return result(first.state, "both servers: " + first.reason.split(" server: ", 1)[-1], details)
+        others = [f.reason for f in failures if f is not first]
+        more = f"; also {others[0]}" if others else ""
+        return result(first.state, first.reason + more, details)
+    served = details["servers"]
+    parts = [f"{n} {served[n].get('tok_s_c1', 0):.0f} tok/s c1"
+             + (f", {served[n][f'tok_s_c{c}']:.0f} c{c}" if (c := config.concurrency[-1]) != 1 else "")
+             + f" (start-up {served[n]['startup_s']:.0f} s)" for n in served]
+    return result("pass", f"SGLang {version} serves {files.architecture} ({files.layers} layers, tp {tp}, dummy "
+                          f"weights): {'; '.join(parts)}", details)

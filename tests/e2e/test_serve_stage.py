@@ -1,0 +1,147 @@
+"""The serve stage against a real process that speaks SGLang's launch CLI and HTTP protocol.
+
+The venv is real (fixtures.fakesglang): its ``python -m sglang.launch_server`` checks the model folder
+the stage made, then serves (the perf stand-in) or fails as SGLang does (a traceback in the launcher, or
+the scheduler's "Scheduler hit an exception" followed by the launcher's SIGKILL of its tree), as
+``STANDIN_SGLANG_FAULT`` asks. A stand-in ``nvidia-smi`` stands for the GPU this machine lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from compatlab.cells import expand
+from compatlab.config.matrix import parse_matrix
+from compatlab.stages.base import CellContext
+from compatlab.stages.perf.server import group_members, port_is_free
+from compatlab.stages.serve.stage import run_serve_stage
+from fixtures.fakesglang import fake_sglang_venv
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MATRIX = """
+[[axes.torch]]
+version = "2.11.0"
+[[axes.sglang]]
+version = "0.5.17"
+[[axes.cuda]]
+version = "13.0"
+[targets.h200]
+gpus = 8
+[serve]
+output-len = 24
+requests = 2
+startup-timeout = {timeout}
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fake_sglang_venv(tmp_path_factory.mktemp("serve"))
+
+
+def _context(tmp_path: Path, venv: Path, *, timeout: float = 60) -> CellContext:
+    matrix = parse_matrix(tomllib.loads(MATRIX.format(timeout=timeout)), str(tmp_path / "matrix.toml"))
+    site = next(venv.glob("lib/python3*/site-packages"))
+    return CellContext(matrix=matrix, cell=expand(matrix)[0], venv=venv, python=venv / "bin" / "python",
+                       site_packages=site, work_dir=tmp_path / "cell")
+
+
+def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STANDIN_SGLANG_FAULT", raising=False)
+    stage = run_serve_stage(_context(tmp_path, gpu_venv))
+    assert stage.state == "pass", stage.reason
+    assert stage.reason.startswith("SGLang 0.5.17 serves LlamaForCausalLM (4 layers, tp 1, dummy weights): baseline ")
+    details = stage.details
+    assert details["notes"] == ["the target has 8 GPUs, this machine 1: served with --tp-size 1"]
+    assert details["gpus"] == [{"index": 0, "name": "NVIDIA H200", "arch": "sm_90", "memory_mib": 143771}]
+    servers = details["servers"]
+    assert [servers[n]["speculative_algorithm"] for n in ("baseline", "eagle3")] == [None, "EAGLE3"]
+    figures = details["figures"]
+    for name in ("baseline", "eagle3"):
+        assert figures[f"{name}_gpu_memory_mib"] == 1234  # the launcher's one process, as nvidia-smi lists it
+        assert figures[f"{name}_tok_s_c1"] > 0
+        assert figures[f"{name}_tok_s_c8"] > 0
+        assert figures[f"{name}_startup_s"] >= 0.3  # the stand-in's warm-up: health answers 503 until then
+        assert group_members(servers[name]["pid"]) == []
+        assert port_is_free(servers[name]["port"])
+    argv_log = (tmp_path / "cell" / "serve" / "logs" / "eagle3.log").read_text(encoding="utf-8")
+    assert "speculative_algorithm='EAGLE3'" in argv_log
+    draft = json.loads((tmp_path / "cell" / "serve" / "model" / "draft" / "config.json").read_text(encoding="utf-8"))
+    assert draft["architectures"] == ["LlamaForCausalLMEagle3"]
+
+
+@pytest.mark.parametrize(("fault", "expected"), [
+    ("ipython", ("fail", "both servers: ModuleNotFoundError: No module named 'IPython' (imported by sglang/utils.py:5)")),
+    ("no-kernel-image", ("fail", "both servers: no kernel image for sm_90 in sgl_kernel (in sgl_kernel/elementwise.py:5): "
+                                "RuntimeError: CUDA error: no kernel image is available for execution on the device")),
+    ("graph", ("fail", "both servers: CUDA graph capture failed: no kernel image for sm_90 in sgl_kernel (in "
+                      "sgl_kernel/elementwise.py:5): RuntimeError: CUDA error: no kernel image is available for "
+                      "execution on the device")),
+    ("oom", ("error", "baseline server: out of GPU memory (in sglang/launch_server.py:53): torch.OutOfMemoryError: "
+                     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of "
+                     "which 1.06 GiB is free.")),
+])
+def test_a_failed_start_names_its_cause(tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch,
+                                        fault: str, expected: tuple[str, str]) -> None:
+    monkeypatch.setenv("STANDIN_SGLANG_FAULT", fault)
+    stage = run_serve_stage(_context(tmp_path, gpu_venv))
+    assert (stage.state, stage.reason) == expected
+    state = expected[0]
+    assert stage.details["figures"] == {}
+    started = ["baseline", "eagle3"] if state == "fail" else ["baseline"]  # an error stops: it would recur
+    assert list(stage.details["servers"]) == started
+
+
+def test_a_server_that_never_becomes_healthy_is_an_error(tmp_path: Path, gpu_venv: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_SGLANG_FAULT", "never-healthy")
+    stage = run_serve_stage(_context(tmp_path, gpu_venv, timeout=2))
+    assert stage.state == "error"
+    assert stage.reason.startswith("baseline server did not become healthy within 2 s (/health_generate on port ")
+    assert "its log's last line: " in stage.reason
+    assert list(stage.details["servers"]) == ["baseline"]
+
+
+def test_without_a_gpu_it_does_not_start_sglang_and_says_so(tmp_path: Path) -> None:
+    venv = fake_sglang_venv(tmp_path, gpu=False)
+    if any((Path(d) / "nvidia-smi").exists() for d in os.environ.get("PATH", "").split(os.pathsep) if d):
+        pytest.skip("this machine has an nvidia-smi")
+    stage = run_serve_stage(_context(tmp_path, venv))
+    assert (stage.state, stage.required, stage.reason) == (
+        "skip", True, "skipped: no NVIDIA GPU on this machine (no nvidia-smi on PATH); SGLang 0.5.17 was not started")
+
+
+def test_a_cell_without_sglang_has_nothing_to_serve(tmp_path: Path) -> None:
+    venv = fake_sglang_venv(tmp_path)
+    for meta in venv.glob("lib/python3*/site-packages/sglang-*.dist-info"):
+        for f in meta.iterdir():
+            f.unlink()
+        meta.rmdir()
+    stage = run_serve_stage(_context(tmp_path, venv))
+    assert (stage.state, stage.required, stage.reason) == ("skip", False, "skipped: the cell has no SGLang to serve with")
+
+
+def test_compatlab_check_serves_with_relative_paths(tmp_path: Path, gpu_venv: Path) -> None:
+    (tmp_path / "serve.toml").write_text("[serve]\noutput-len = 16\nrequests = 1\nconcurrency = [1, 2]\n",
+                                         encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "STANDIN_SGLANG_FAULT")}
+    env["PYTHONPATH"] = str(SRC)
+    done = subprocess.run([sys.executable, "-m", "compatlab", "check", "--venv", str(gpu_venv), "--stage", "serve",
+                           "--serve-from", "serve.toml", "--out", "reports/box"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [cell] = json.loads((tmp_path / "reports" / "box" / "results.json").read_text(encoding="utf-8"))["cells"]
+    assert [s["name"] for s in cell["stages"]] == ["serve"]
+    serve = cell["stages"][0]
+    assert serve["state"] == "pass", serve["reason"]
+    assert serve["reason"].startswith("SGLang 0.5.17 serves LlamaForCausalLM (4 layers, tp 1, dummy weights): baseline ")
+    assert " c2 (start-up " in serve["reason"]
+    assert "  serve: pass (" in done.stdout
