@@ -96,8 +96,14 @@ def sglang_round(python: Path, tokenizer: Path, port: int, *, concurrency: int, 
             "--random-input-len", "16", "--random-output-len", str(output_len), "--random-range-ratio", "1",
             "--max-concurrency", str(concurrency), "--warmup-requests", "1", "--flush-cache",
             "--disable-tqdm", "--output-file", str(out)]
+    return _run_sglang_bench(argv, out, requests, env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                                        "TRANSFORMERS_OFFLINE": "1"})
+
+
+def _run_sglang_bench(argv: list[str], out: Path, requests: int, *, env: dict[str, str]) -> dict[str, Any]:
+    """Run SGLang's benchmark client; the result line it wrote to *out*, all *requests* completed."""
     out.unlink(missing_ok=True)
-    done = run(argv, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    done = run(argv, timeout=600, env=env)
     if not done.ok or not out.is_file():
         raise SystemExit(f"SGLang's benchmark failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     result: dict[str, Any] = json.loads(out.read_text().splitlines()[-1])
@@ -187,14 +193,7 @@ def _real_sglang_round(python: Path, model: Path, port: int, data: Path, *, conc
             "--dataset-path", str(data), "--num-prompts", str(requests), "--sharegpt-output-len", str(output_len),
             "--max-concurrency", str(concurrency), "--warmup-requests", "1", "--flush-cache", "--disable-tqdm",
             "--output-file", str(out)]
-    out.unlink(missing_ok=True)
-    done = run(argv, timeout=600, env=env)
-    if not done.ok or not out.is_file():
-        raise SystemExit(f"SGLang's benchmark failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
-    result: dict[str, Any] = json.loads(out.read_text().splitlines()[-1])
-    if result["completed"] != requests:
-        raise SystemExit(f"SGLang's benchmark completed {result['completed']} of {requests} requests")
-    return result
+    return _run_sglang_bench(argv, out, requests, env=env)
 
 
 def _real_our_round(server: ServerProcess, prompts: list[str], *, concurrency: int, requests: int,
