@@ -1,6 +1,8 @@
 """compatlab's sessions: one per matrix cell, plus summary, report, publish, gpu8_perf, tests and lint.
 
 nox parametrizes at import time, so the matrix file is chosen by COMPATLAB_MATRIX (default ./matrix.toml).
+Relative paths in COMPATLAB_MATRIX, COMPATLAB_REPORTS, COMPATLAB_VENVS and COMPATLAB_LAB_VENV are read as
+paths under the folder nox was started in, once, at import.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import shutil
 import sys
 import tomllib
 from pathlib import Path
+from types import FrameType
 
 import nox
 
@@ -26,9 +29,33 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
 nox.options.error_on_external_run = True
 
-MATRIX_PATH = os.environ.get("COMPATLAB_MATRIX", "matrix.toml")
+
+def _invoked_from() -> Path:
+    """The folder nox was started in: relative paths of the user's (COMPATLAB_MATRIX, COMPATLAB_REPORTS,
+    COMPATLAB_VENVS) mean a path there. nox moves into the noxfile's folder before importing it and keeps
+    where it was as its config's ``invoked_from`` (``session.invoked_from`` in a session); the import runs
+    inside ``load_nox_module(global_config)``, so its frame has it. Imported any other way: the cwd."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        where = getattr(frame.f_locals.get("global_config"), "invoked_from", None)
+        if isinstance(where, str):
+            return Path(where)
+        frame = frame.f_back
+    return Path.cwd()
+
+
+INVOKED_FROM = _invoked_from()
+
+
+def _user_path(variable: str, default: Path) -> Path:
+    """``$variable`` resolved once against where nox was started, else *default*."""
+    given = os.environ.get(variable)
+    return INVOKED_FROM / given if given else default
+
+
+MATRIX_PATH = _user_path("COMPATLAB_MATRIX", ROOT / "matrix.toml")
 try:
-    MATRIX = load_matrix(ROOT / MATRIX_PATH if not Path(MATRIX_PATH).is_absolute() else MATRIX_PATH)
+    MATRIX = load_matrix(MATRIX_PATH)
     CELLS: list[Cell] = expand(MATRIX)
 except ConfigError as exc:
     # One clear message and exit 2, before any session or subprocess starts; no traceback. A matrix over
@@ -39,8 +66,7 @@ except ConfigError as exc:
         print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
         sys.exit(exc.exit_code)
     try:
-        MATRIX = load_matrix(ROOT / MATRIX_PATH if not Path(MATRIX_PATH).is_absolute() else MATRIX_PATH,
-                             use_lock=False)
+        MATRIX = load_matrix(MATRIX_PATH, use_lock=False)
     except ConfigError as bad:
         print(f"error: {bad}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
         sys.exit(bad.exit_code)
@@ -58,7 +84,7 @@ if SHARD:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
-REPORTS = Path(os.environ.get("COMPATLAB_REPORTS", ROOT / "reports"))
+REPORTS = _user_path("COMPATLAB_REPORTS", ROOT / "reports")
 # Every cell session of one `nox` invocation writes into the same run.
 USER_RUN_ID = os.environ.get("COMPATLAB_RUN_ID", "")
 if not USER_RUN_ID:
@@ -68,12 +94,12 @@ if not USER_RUN_ID:
 RUN_ID = os.environ["COMPATLAB_RUN_ID"]
 RUN_DIR = REPORTS / "runs" / RUN_ID
 LATEST = REPORTS / "latest"
-VENVS = Path(os.environ.get("COMPATLAB_VENVS", ROOT / ".compatlab" / "venvs"))
+VENVS = _user_path("COMPATLAB_VENVS", ROOT / ".compatlab" / "venvs")
 
 LAB_DEPS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
 
 
-LAB_VENV = Path(os.environ.get("COMPATLAB_LAB_VENV", ROOT / ".compatlab" / "lab"))
+LAB_VENV = _user_path("COMPATLAB_LAB_VENV", ROOT / ".compatlab" / "lab")
 
 
 def _lab_python(session: nox.Session) -> str:

@@ -83,7 +83,7 @@ def execute(args: argparse.Namespace) -> int:
         why = f" — {stage.reason}" if stage.reason else ""
         print(f"  {stage.name}: {stage.state} ({stage.seconds:.1f} s){why}", flush=True)
 
-    out = Path(args.out)
+    out = Path(args.out).absolute()  # resolved once, where the user ran the command
     done = check_environment(env, out=out, packages=args.package, pins=pins, archs=args.target,
                              min_driver=args.min_driver, nccl=args.nccl, gpus=gpus, on_stage=told)
     shown = [r for r in done.packages if r.state != "pass"]

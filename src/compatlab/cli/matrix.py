@@ -107,8 +107,10 @@ def _cmd_cell(args: argparse.Namespace) -> int:
 
     matrix = load_matrix(matrix_path(args))
     cell = find_cell(matrix, args.cell)
-    run_dir = Path(args.run_dir)
-    latest = Path(args.latest) if args.latest else None
+    run_dir: Path = args.run_dir
+    latest: Path | None = args.latest
+    # Resolved once, where the user ran the command: the suites run the venv's python in their work folder.
+    venvs: Path = args.venvs.absolute()
     # Under nox the session owns the run and hands down --owner; by hand, this process owns it.
     run = (store.join_run(run_dir, owner=args.owner) if args.owner
            else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix))
@@ -128,10 +130,10 @@ def _cmd_cell(args: argparse.Namespace) -> int:
             if args.gpu8:
                 from compatlab.runner import GPU8, run_more_stages
 
-                result = run_more_stages(matrix, cell, run=run, venv_root=Path(args.venvs), stages=GPU8,
+                result = run_more_stages(matrix, cell, run=run, venv_root=venvs, stages=GPU8,
                                          progress=say)
             else:
-                result = run_cell(matrix, cell, run=run, venv_root=Path(args.venvs), stages=stages,
+                result = run_cell(matrix, cell, run=run, venv_root=venvs, stages=stages,
                                   left_out=left_out, progress=say)
         run.aggregate(matrix, latest=latest)
     print(_fmt_line(result), flush=True)
@@ -167,11 +169,12 @@ def configure_parser(sub: Any) -> None:
     s = sub.add_parser("cell", help="run one cell")
     s.add_argument("cell")
     s.add_argument("--matrix")
-    s.add_argument("--run-dir", required=True)
+    s.add_argument("--run-dir", type=Path, required=True)
     s.add_argument("--run-id")
-    s.add_argument("--latest", help="folder whose results.json mirrors the run (unless it shows a newer run)")
+    s.add_argument("--latest", type=Path,
+                   help="folder whose results.json mirrors the run (unless it shows a newer run)")
     s.add_argument("--owner", help="the run's owner, as the process that claimed the run hands it down")
-    s.add_argument("--venvs", default=".compatlab/venvs", help="where cell venvs live")
+    s.add_argument("--venvs", type=Path, default=Path(".compatlab/venvs"), help="where cell venvs live")
     s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
     s.add_argument("--until", metavar="STAGE", help="a preflight: stop after this stage (the cell is partial)")
     s.add_argument("--stages", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],

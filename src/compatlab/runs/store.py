@@ -378,8 +378,11 @@ class RunFolder:
                            f"nothing is written into {self.path}")
 
     def work_dir(self, cell_id: str) -> Path:
-        """The cell's work folder ``cells/<id>/``, made; LabError naming it when it cannot be."""
-        path = self.path / CELLS / _cell_file(self.path, cell_id).stem
+        """The cell's work folder ``cells/<id>/``, made; LabError naming it when it cannot be.
+
+        Absolute: the stages hand it to processes that run in it (a relative one would name itself twice).
+        """
+        path = self.path.absolute() / CELLS / _cell_file(self.path, cell_id).stem
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

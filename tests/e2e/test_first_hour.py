@@ -1,0 +1,44 @@
+"""The README's commands as a new user types them: from another folder, with relative paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures.labutil import ROOT, uv_dir
+from fixtures.matrices import EXPECTED_ONLY
+
+
+def _nox_here(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1", **env}
+    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, env=full, timeout=300, check=False)
+
+
+def test_a_relative_matrix_is_the_file_where_nox_was_started(tmp_path: Path) -> None:
+    (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url="http://127.0.0.1:9"), encoding="utf-8")
+    done = _nox_here(tmp_path, "-l", "--json", env={"COMPATLAB_MATRIX": "matrix.toml"})
+    assert done.returncode == 0, done.stderr
+    cells = [s["session"] for s in json.loads(done.stdout) if s["name"] == "matrix"]
+    assert len(cells) == 8
+    missing = _nox_here(tmp_path, "-l", env={"COMPATLAB_MATRIX": "nothere.toml"})
+    assert missing.returncode == 2
+    assert missing.stderr == f"error: {tmp_path / 'nothere.toml'}: no such file; set COMPATLAB_MATRIX or create matrix.toml\n"
+
+
+def test_relative_reports_and_venvs_are_folders_where_nox_was_started(tmp_path: Path, index_url: str) -> None:
+    (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url=index_url), encoding="utf-8")
+    env = {"COMPATLAB_MATRIX": "matrix.toml", "COMPATLAB_REPORTS": "out/reports", "COMPATLAB_VENVS": "out/venvs",
+           "COMPATLAB_RUN_ID": "r1"}
+    done = _nox_here(tmp_path, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "out" / "reports" / "runs" / "r1" / "results.json").read_text(encoding="utf-8"))
+    ran = {c["id"]: [s["state"] for s in c["stages"]] for c in results["cells"] if c["state"] != "n/a"}
+    assert ran == {"torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0": ["pass", "pass", "pass", "pass", "skip"],
+                   "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": ["pass", "pass", "pass", "pass", "skip"]}
+    assert sorted(p.name for p in (tmp_path / "out" / "venvs" / "r1").iterdir() if p.is_dir()) == sorted(ran)
+    assert not (ROOT / "out").exists()
