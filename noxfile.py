@@ -7,6 +7,7 @@ paths under the folder nox was started in, once, at import.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -84,6 +85,21 @@ if SHARD:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
+# An n/a cell is a session, so that `nox -l`, `-k` and `-t` list it, but it starts nothing and ends at once;
+# nox's own lines about it ("Running session", "was successful", its row of the final list) are dropped
+# from nox's log: the summary table says which cells are n/a, one line per reason.
+NA = {c.id: c.na for c in CELLS if c.na is not None}
+
+
+class _QuietNotApplicable(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        start = text.find("matrix(")
+        return start < 0 or text[start + 7:text.find(")", start)] not in NA
+
+
+logging.getLogger("nox").addFilter(_QuietNotApplicable())
+
 REPORTS = _user_path("COMPATLAB_REPORTS", ROOT / "reports")
 # Every cell session of one `nox` invocation writes into the same run.
 USER_RUN_ID = os.environ.get("COMPATLAB_RUN_ID", "")
@@ -140,6 +156,8 @@ def matrix(session: nox.Session, cell: str) -> None:
 
     Posargs go to `compatlab cell`: `-- --until static` (a preflight), `-- --stages install,pins`, `-- -q`.
     """
+    if cell in NA:
+        return  # the run's results.json shows it as n/a (runs/store.py: aggregate); nothing to start
     session.notify("matrix_summary")
     args = ["cell", cell, "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
             "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session), *session.posargs]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from fixtures.labutil import ROOT, uv_dir
+from fixtures.labutil import ROOT, nox, uv_dir
 from fixtures.matrices import EXPECTED_ONLY
 
 
@@ -42,3 +43,27 @@ def test_relative_reports_and_venvs_are_folders_where_nox_was_started(tmp_path: 
                    "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": ["pass", "pass", "pass", "pass", "skip"]}
     assert sorted(p.name for p in (tmp_path / "out" / "venvs" / "r1").iterdir() if p.is_dir()) == sorted(ran)
     assert not (ROOT / "out").exists()
+
+
+NA_CELLS = {
+    "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8", "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda12.8",
+    "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda13.0", "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda13.0",
+}
+
+
+def test_not_applicable_cells_start_nothing_and_are_one_line_per_reason(tmp_path: Path, index_url: str) -> None:
+    report = tmp_path / "nox-report.json"
+    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-s", "matrix", "--report", str(report))
+    assert done.returncode == 0, done.stdout + done.stderr
+    sessions = {s["signatures"][0].removeprefix("matrix(").removesuffix(")"): s
+                for s in json.loads(report.read_text(encoding="utf-8"))["sessions"] if s["name"] == "matrix"}
+    assert len(sessions) == 8
+    for cid in NA_CELLS:
+        assert sessions[cid]["duration"] < 0.05, (cid, sessions[cid]["duration"])
+        assert cid not in done.stdout + done.stderr  # neither nox's lines nor a row of its own
+    assert re.findall(r"^(\S+ ?\S*) +n/a +(.*)$", done.stdout, flags=re.MULTILINE) == [
+        ("2 cells", "torch 2.9.1+cu130 is built for CUDA 13.0, this column is CUDA 12.8"),
+        ("2 cells", "torch 2.9.1+cu128 is built for CUDA 12.8, this column is CUDA 13.0"),
+    ]
+    latest = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text(encoding="utf-8"))
+    assert {c["id"] for c in latest["cells"] if c["state"] == "n/a"} == NA_CELLS

@@ -412,6 +412,10 @@ class RunFolder:
         planned = {c.id: c for c in cells}
         order = {c.id: i for i, c in enumerate(cells)}
         found = [r for _, r in read_cells(self.path, planned)]
+        # An n/a cell is a fact of the matrix, not of a run: no process is started for it, it is written here.
+        have = {c.id for c in found}
+        found += [CellResult(id=c.id, axes=c.axes, state="n/a", reason=c.na) for c in cells
+                  if c.na is not None and c.id not in have]
         found.sort(key=lambda c: (order.get(c.id, len(order)), c.id))
         run = dataclasses.replace(
             info, owner="", finished=max((c.finished for c in found if c.finished), default=None),
