@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from compatlab.cells import Cell, expand  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
 from compatlab.errors import ConfigError, LabError  # noqa: E402
+from compatlab.plan import Plan, previous_seconds  # noqa: E402
 from compatlab.runs import store  # noqa: E402
 from compatlab.runs.store import RunFolder  # noqa: E402
 
@@ -148,6 +149,31 @@ def _run_owner(session: nox.Session, run_dir: Path = RUN_DIR, run_id: str = RUN_
     return _OWNED[run_dir].owner
 
 
+_PLAN: list[Plan] = []
+
+
+def _queued_cells(session: nox.Session) -> list[str]:
+    """The live cells this nox invocation runs, in order: this session's and those still queued (nox has no
+    public word for its queue; without it, every live cell of the matrix)."""
+    try:
+        listed = list(session._runner.manifest.list_all_sessions())
+    except AttributeError:
+        return [c.id for c in CELLS if c.na is None]
+    mine = getattr(session._runner.func, "call_spec", {}).get("cell")
+    return [cid for runner, queued in listed if runner.name == "matrix"
+            for cid in [getattr(runner.func, "call_spec", {}).get("cell")]
+            if cid and cid not in NA and (queued or cid == mine)]
+
+
+def _plan(session: nox.Session) -> Plan:
+    """The run's plan, made by its first cell before anything is written, with the run's start line."""
+    if not _PLAN:
+        _PLAN.append(Plan(cells=tuple(_queued_cells(session)), previous=previous_seconds(LATEST)))
+        if "-q" not in session.posargs and "--quiet" not in session.posargs:
+            print("[compatlab] " + _PLAN[0].start_line(RUN_ID, not_applicable=len(NA)), file=sys.stderr, flush=True)
+    return _PLAN[0]
+
+
 @nox.session(name="matrix", python=False)
 # Tags name each axis value (`nox -t flashinfer-0.7.4`); `-k` matches id substrings (`-k "cu13 and torch2"`).
 @nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()]) for c in CELLS])
@@ -159,8 +185,10 @@ def matrix(session: nox.Session, cell: str) -> None:
     if cell in NA:
         return  # the run's results.json shows it as n/a (runs/store.py: aggregate); nothing to start
     session.notify("matrix_summary")
+    where = _plan(session).cell_words(cell)
     args = ["cell", cell, "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
-            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session), *session.posargs]
+            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session), "--estimate", where,
+            *session.posargs]
     session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
 
 

@@ -67,3 +67,23 @@ def test_not_applicable_cells_start_nothing_and_are_one_line_per_reason(tmp_path
     ]
     latest = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text(encoding="utf-8"))
     assert {c["id"] for c in latest["cells"] if c["state"] == "n/a"} == NA_CELLS
+
+
+def test_the_start_lines_give_the_previous_runs_seconds_and_the_expected_end(tmp_path: Path, index_url: str) -> None:
+    matrix = EXPECTED_ONLY.format(url=index_url)
+    first = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13", run_id="r1")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[compatlab] run r1: 2 cells (4 n/a), none timed in the previous run: no estimate\n" in first.stderr
+    assert "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/2, not timed before)\n" in first.stdout
+    took = {c["id"]: c["seconds"] for c in json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())["cells"]
+            if c["state"] != "n/a"}
+    again = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13", run_id="r2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    total = sum(took.values())
+    line = next(ln for ln in again.stderr.splitlines() if ln.startswith("[compatlab] run r2:"))
+    assert re.fullmatch(rf"\[compatlab\] run r2: 2 cells \(4 n/a\), about {round(total)} s as in the previous run, "
+                        r"ending about \d\d:\d\d \w+", line), line
+    first_cell = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
+    start = next(ln for ln in again.stdout.splitlines() if ln.startswith(f"[compatlab] start {first_cell}"))
+    assert re.fullmatch(rf"\[compatlab\] start {re.escape(first_cell)} \(1/2, about {round(took[first_cell])} s as in "
+                        r"the previous run; the run ends about \d\d:\d\d \w+\)", start), start

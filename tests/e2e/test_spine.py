@@ -331,7 +331,7 @@ def test_a_preflight_stops_after_static_and_says_what_did_not_run(tmp_path: Path
     assert (ok["state"], ok["reason"]) == ("partial", "import: not run: preflight stopped after static")
     # Progress: a line per stage as the cell runs, and where the cell is in the run.
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("[compatlab]")]
-    assert "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/4)" in lines
+    assert "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/4, not timed before)" in lines
     assert [ln.split(": ", 1)[1].rsplit(" ", 2)[0] for ln in lines
             if ln.startswith("[compatlab] torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0: ")] == [
         "install pass", "pins pass", "static pass"]

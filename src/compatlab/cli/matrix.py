@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compatlab.errors import LabError, UsageError
+from compatlab.errors import UsageError
 from compatlab.runs import store
 
 if TYPE_CHECKING:
@@ -85,20 +85,13 @@ def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | N
 
 
 def _position(matrix: Matrix, cell_id: str, latest: Path | None) -> str:
-    """`` (3/6, about 20 s as in the previous run)``: where this cell is in the run and what to expect."""
+    """``3/6, about 20 s as in the previous run; the run ends about 17:42 UTC`` for a cell run by hand: its
+    place among the matrix's live cells, and the seconds of the latest results (read before they change)."""
     from compatlab.cells import expand
+    from compatlab.plan import Plan, previous_seconds
 
-    live = [c.id for c in expand(matrix) if c.na is None]
-    where = f"{live.index(cell_id) + 1}/{len(live)}" if cell_id in live else "not in the live cells"
-    previous = None
-    if latest is not None and (latest / "results.json").is_file():
-        try:
-            earlier = store.load_results(latest / "results.json")
-        except LabError:
-            earlier = None
-        if earlier is not None:
-            previous = next((c.seconds for c in earlier.cells if c.id == cell_id and c.seconds), None)
-    return f" ({where}" + (f", about {previous:.0f} s as in the previous run)" if previous else ")")
+    live = tuple(c.id for c in expand(matrix) if c.na is None)
+    return Plan(cells=live, previous=previous_seconds(latest) if latest is not None else {}).cell_words(cell_id)
 
 
 def _cmd_cell(args: argparse.Namespace) -> int:
@@ -114,6 +107,7 @@ def _cmd_cell(args: argparse.Namespace) -> int:
     # Under nox the session owns the run and hands down --owner; by hand, this process owns it.
     run = (store.join_run(run_dir, owner=args.owner) if args.owner
            else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix))
+    where = args.estimate or (None if args.quiet else _position(matrix, cell.id, latest))
     with run:
         if not run.results_path.exists():
             # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
@@ -123,7 +117,7 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
         say = _progress(cell.id, quiet=args.quiet)
         if not args.quiet:
-            print(f"[compatlab] start {cell.id}{_position(matrix, cell.id, latest)}", file=sys.stderr, flush=True)
+            print(f"[compatlab] start {cell.id} ({where})", file=sys.stderr, flush=True)
         from compatlab.proc import signals_interrupt
 
         with signals_interrupt():
@@ -180,4 +174,6 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--stages", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
                    metavar="A,B", help="run only these stages of the pipeline (install is needed by the rest)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the verdict")
+    s.add_argument("--estimate", metavar="WORDS", help="the cell's place and time as the run's owner tells it "
+                   "(default: among the matrix's live cells, with the seconds of --latest)")
     s.set_defaults(func=_cmd_cell)
