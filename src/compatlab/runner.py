@@ -104,7 +104,7 @@ def select_stages(stages: tuple[Stage, ...], *, until: str | None = None,
 
 def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
              stages: tuple[Stage, ...] = PIPELINE, left_out: tuple[Stage, ...] = (),
-             progress: Progress | None = None) -> CellResult:
+             progress: Progress | None = None, say: Callable[[str], None] | None = None) -> CellResult:
     """Run *cell* through *stages* and write its result into *run*; never raises for a red cell.
 
     A result that cannot be written raises runs.store.UnsavedResult, which says where it was kept. A signal
@@ -122,7 +122,7 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
     work = run.work_dir(cell.id)
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
-                          previous=result.stages)
+                          previous=result.stages, say=say)
         run_pipeline(ctx, result, stages, left_out=left_out, progress=progress)
     result.seconds = round(time.monotonic() - t0, 3)
     run.write_cell(result)
@@ -130,7 +130,8 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
 
 
 def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
-                    stages: tuple[Stage, ...], progress: Progress | None = None) -> CellResult:
+                    stages: tuple[Stage, ...], progress: Progress | None = None,
+                    say: Callable[[str], None] | None = None) -> CellResult:
     """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
 
     Without an earlier result or a complete venv the cell is run whole first, so the stages always have
@@ -139,7 +140,8 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     earlier = run.read_cell(cell.id)
     venv = cell_venv(venv_root, run.id, cell)
     if earlier is None or earlier.unreadable or not install.is_complete(venv):
-        return run_cell(matrix, cell, run=run, venv_root=venv_root, stages=PIPELINE + stages, progress=progress)
+        return run_cell(matrix, cell, run=run, venv_root=venv_root, stages=PIPELINE + stages, progress=progress,
+                        say=say)
     result = earlier
     if result.state == "n/a":
         return result
@@ -149,7 +151,7 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
                           work_dir=run.work_dir(cell.id), site_packages=envs.site_packages(venv),
-                          freeze=result.freeze, install=result.install, previous=result.stages)
+                          freeze=result.freeze, install=result.install, previous=result.stages, say=say)
         run_pipeline(ctx, result, stages, progress=progress)
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
     run.write_cell(result)

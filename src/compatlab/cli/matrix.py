@@ -84,6 +84,15 @@ def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | N
     return say
 
 
+def _say(cell_id: str) -> Callable[[str], None]:
+    """A long stage's progress lines (the import stage's modules loaded so far), on stderr."""
+
+    def say(line: str) -> None:
+        print(f"[compatlab] {cell_id}: {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
 def _position(matrix: Matrix, cell_id: str, latest: Path | None) -> str:
     """``3/6, about 20 s as in the previous run; the run ends about 17:42 UTC`` for a cell run by hand: its
     place among the matrix's live cells, and the seconds of the latest results (read before they change)."""
@@ -115,7 +124,8 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         from compatlab.runner import PIPELINE, select_stages
 
         stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
-        say = _progress(cell.id, quiet=args.quiet)
+        told = _progress(cell.id, quiet=args.quiet)
+        say = None if args.quiet else _say(cell.id)
         if not args.quiet:
             print(f"[compatlab] start {cell.id} ({where})", file=sys.stderr, flush=True)
         from compatlab.proc import signals_interrupt
@@ -125,10 +135,10 @@ def _cmd_cell(args: argparse.Namespace) -> int:
                 from compatlab.runner import GPU8, run_more_stages
 
                 result = run_more_stages(matrix, cell, run=run, venv_root=venvs, stages=GPU8,
-                                         progress=say)
+                                         progress=told, say=say)
             else:
                 result = run_cell(matrix, cell, run=run, venv_root=venvs, stages=stages,
-                                  left_out=left_out, progress=say)
+                                  left_out=left_out, progress=told, say=say)
         run.aggregate(matrix, latest=latest)
     print(_fmt_line(result), flush=True)
     return 1 if result.unexpected else 0
