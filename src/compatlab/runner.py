@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,13 +52,19 @@ def cell_venv(venv_root: Path, run_id: str, cell: Cell) -> Path:
     return venv_root / run_id / cell.id
 
 
+# Venvs of earlier runs wait here to be removed: a rename on the venvs' own filesystem is instant, the removal
+# (tens of thousands of hard links for a torch stack: 9-27 s) runs beside the cell's stages.
+TRASH = ".trash"
+
+
 @contextlib.contextmanager
 def own_venv(venv_root: Path, run_id: str, cell: Cell) -> Iterator[Path]:
     """Hold the cell's venv of this run, and drop the same cell's venvs of runs that no longer hold theirs.
 
     The lock (flock on ``<venv>.lock``) is held while the cell's stages run. Another run's venv of this
-    cell is removed only when its lock can be taken, so a concurrent run keeps its own; the disk holds about
-    one venv per cell, and `nox -s gpu8_perf` finds the latest run's venvs.
+    cell is set aside (renamed into ``<venvs>/.trash/``) only when its lock can be taken, so a concurrent
+    run keeps its own; a thread removes what is set aside while the stages run, and the cell waits for it
+    at its end. The disk holds about one venv per cell, and `nox -s gpu8_perf` finds the latest run's venvs.
     """
     venv = cell_venv(venv_root, run_id, cell)
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +74,30 @@ def own_venv(venv_root: Path, run_id: str, cell: Cell) -> Iterator[Path]:
                 continue
             with _flock(other.with_name(other.name + ".lock"), wait=False) as got:
                 if got:
-                    shutil.rmtree(other, ignore_errors=True)
-        yield venv
+                    _set_aside(other, venv_root / TRASH)
+        sweeper = threading.Thread(target=_sweep, args=(venv_root / TRASH,), name="old-venvs", daemon=True)
+        sweeper.start()
+        try:
+            yield venv
+        except BaseException:
+            raise  # interrupted: what is left in .trash goes with the next cell
+        else:
+            sweeper.join()
+
+
+def _set_aside(old: Path, trash: Path) -> None:
+    trash.mkdir(exist_ok=True)
+    try:
+        old.rename(trash / f"{old.parent.name}-{old.name}-{secrets.token_hex(4)}")
+    except OSError:
+        shutil.rmtree(old, ignore_errors=True)  # cannot be renamed (another filesystem): removed here
+
+
+def _sweep(trash: Path) -> None:
+    """Remove everything set aside, this cell's and what an interrupted cell left."""
+    if trash.is_dir():
+        for entry in trash.iterdir():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 @contextlib.contextmanager

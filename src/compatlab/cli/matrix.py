@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from compatlab.config.matrix import Matrix
     from compatlab.runs.model import StageResult
 
-__all__ = ["configure_parser", "matrix_path"]
+__all__ = ["configure_parser", "end_line", "matrix_path"]
 
 DEFAULT_MATRIX = "matrix.toml"
 
@@ -58,7 +58,7 @@ def _cmd_cells(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_line(result: object) -> str:
+def end_line(result: object) -> str:
     from compatlab.runs.model import CellResult
 
     assert isinstance(result, CellResult)
@@ -68,7 +68,10 @@ def _fmt_line(result: object) -> str:
     elif result.unexpected:
         verdict += " (unexpected)"
     why = f" — {result.reason}" if result.reason else ""
-    return f"[compatlab] end   {result.id}: {verdict} in {result.seconds:.1f} s{why}"
+    # What the cell spent outside its stages: taking its venv, setting older ones aside, waiting for their removal.
+    outside = max(0.0, result.seconds - sum(s.seconds for s in result.stages))
+    took = f"{result.seconds:.1f} s" + (f" ({outside:.1f} s outside stages)" if result.state != "n/a" else "")
+    return f"[compatlab] end   {result.id}: {verdict} in {took}{why}"
 
 
 def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | None:
@@ -140,7 +143,7 @@ def _cmd_cell(args: argparse.Namespace) -> int:
                 result = run_cell(matrix, cell, run=run, venv_root=venvs, stages=stages,
                                   left_out=left_out, progress=told, say=say)
         run.aggregate(matrix, latest=latest)
-    print(_fmt_line(result), flush=True)
+    print(end_line(result), flush=True)
     return 1 if result.unexpected else 0
 
 
