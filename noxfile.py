@@ -341,19 +341,33 @@ def _chromium(session: nox.Session) -> None:
         session.warn("apt-get could not install chromium: the browser tests will skip")
 
 
+# `nox -s tests -- unit` is the fast loop: tests/unit holds only tests that start no process (no nox, uv,
+# venv, compiler, browser or server), run on every core. tests/e2e holds the others, one at a time: several
+# of them run real nox, which shares the lab's own venv (.compatlab/lab).
+PARTS = {"unit": ["tests/unit", "-n", "auto"], "e2e": ["tests/e2e"]}
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The lab's own tests (tests/), offline where possible; `-- -k name` passes through to pytest.
+    """The lab's own tests: `-- unit` (in-process, xdist), `-- e2e` (real processes), both by default.
 
-    Every test that can run here runs: the session makes (and caches) the CPU-torch interpreter the NCCL
+    Other posargs pass through to pytest (`-- -k name`, `-- tests/e2e/test_spine.py -x`). Every test that
+    can run here runs: for the e2e part the session makes (and caches) the CPU-torch interpreter the NCCL
     tests need and installs Debian's chromium where it can; what still cannot run skips with the reason.
     """
     session.install("-e", ".[test]")
-    _chromium(session)
+    args = list(session.posargs)
     env = {"UV_PYTHON_DOWNLOADS": "never"}
-    if torch := _test_torch(session):
-        env["COMPATLAB_TEST_TORCH_PYTHON"] = torch
-    session.run("pytest", *(session.posargs or ["tests"]), env=env)
+    if args and args[0] in PARTS:
+        runs = [PARTS[args[0]] + args[1:]]
+    else:
+        runs = [args] if args else [PARTS["unit"], PARTS["e2e"]]
+    if any(run[:1] != ["tests/unit"] for run in runs):
+        _chromium(session)
+        if torch := _test_torch(session):
+            env["COMPATLAB_TEST_TORCH_PYTHON"] = torch
+    for run in runs:
+        session.run("pytest", *run, env=env)
 
 
 @nox.session
