@@ -31,7 +31,7 @@ def _cell(cid: str, state: str, seconds: float) -> CellResult:
 
 
 def _run(tmp_path: Path, matrix: Matrix, run_id: str, *cells: CellResult) -> None:
-    with store.claim_run(tmp_path / "runs" / run_id, run_id=run_id, matrix=matrix) as run:
+    with store.claim_run(tmp_path / "runs" / run_id, run_id=run_id, matrix=matrix, host={"hostname": "box"}) as run:
         for cell in cells:
             run.write_cell(cell)
         run.aggregate(matrix, latest=tmp_path / "latest")
