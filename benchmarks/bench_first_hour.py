@@ -44,9 +44,9 @@ def _nox(tree: Path, matrix: Path, work: Path, *args: str, timeout: float) -> tu
     report = work / f"nox-report-{time.monotonic_ns()}.json"
     argv = [sys.executable, "-m", "nox", "-f", str(tree / "noxfile.py"), "--report", str(report), *args]
     start = time.monotonic()
-    done = subprocess.run(argv, cwd=tree, env=_env(matrix, work), capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    return time.monotonic() - start, done.stdout + done.stderr, report
+    done = subprocess.run(argv, cwd=tree, env=_env(matrix, work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout, check=False)
+    return time.monotonic() - start, done.stdout, report
 
 
 def na_overhead(tree: Path, matrix: Path, work: Path, na_ids: list[str]) -> tuple[float, float]:
@@ -58,12 +58,14 @@ def na_overhead(tree: Path, matrix: Path, work: Path, na_ids: list[str]) -> tupl
     return wall, summed
 
 
-def preflight(tree: Path, matrix: Path, work: Path) -> dict[str, object]:
+def preflight(tree: Path, matrix: Path, work: Path) -> tuple[dict[str, object], list[str]]:
+    """The figures of the second run, and its first 30 lines of output."""
     figures: dict[str, object] = {}
+    head: list[str] = []
     for attempt in ("first", "second"):
         wall, out, _report = _nox(tree, matrix, work, "-s", "matrix", "--", "--until", "static", timeout=7200)
         figures[f"{attempt}_wall_s"] = round(wall, 1)
-        figures[f"{attempt}_head"] = [line for line in out.splitlines() if line.startswith("[compatlab]")][:3]
+        head = out.splitlines()[:30]
     runs = sorted((work / "reports" / "runs").glob("*/results.json"), key=lambda p: p.stat().st_mtime)
     cells = [c for c in json.loads(runs[-1].read_text(encoding="utf-8"))["cells"] if c["state"] != "n/a"]
     seconds = [float(c["seconds"]) for c in cells]
@@ -71,7 +73,7 @@ def preflight(tree: Path, matrix: Path, work: Path) -> dict[str, object]:
     figures.update(cells=len(cells), cell_median_s=round(statistics.median(seconds), 1),
                    outside_median_s=round(statistics.median(outside), 1), outside_total_s=round(sum(outside), 1),
                    states={c["id"]: c["state"] for c in cells})
-    return figures
+    return figures, head
 
 
 def main() -> int:
@@ -99,7 +101,9 @@ def main() -> int:
             print(f"{name}: {len(na_ids)} n/a cells: wall {wall:.1f} s, nox sessions {summed:.2f} s in all, "
                   f"{summed / len(na_ids) * 1000:.1f} ms each", flush=True)
             if args.preflight:
-                print(f"{name}: preflight --until static: {json.dumps(preflight(tree, matrix, work))}", flush=True)
+                figures, head = preflight(tree, matrix, work)
+                print(f"{name}: preflight --until static: {json.dumps(figures)}", flush=True)
+                print(f"{name}: the second run's first 30 lines:", *(f"  | {line}" for line in head), sep="\n")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
