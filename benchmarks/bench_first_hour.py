@@ -41,6 +41,7 @@ def _env(matrix: Path, work: Path) -> dict[str, str]:
 
 
 def _nox(tree: Path, matrix: Path, work: Path, *args: str, timeout: float) -> tuple[float, str, Path]:
+    work.mkdir(parents=True, exist_ok=True)
     report = work / f"nox-report-{time.monotonic_ns()}.json"
     argv = [sys.executable, "-m", "nox", "-f", str(tree / "noxfile.py"), "--report", str(report), *args]
     start = time.monotonic()
