@@ -100,6 +100,8 @@ class _QuietNotApplicable(logging.Filter):
 
 
 logging.getLogger("nox").addFilter(_QuietNotApplicable())
+# nox logs at INFO; the lab's own INFO lines (each command it runs in this process) are for --debug.
+logging.getLogger("compatlab").setLevel(logging.WARNING)
 
 REPORTS = _user_path("COMPATLAB_REPORTS", ROOT / "reports")
 # Every cell session of one `nox` invocation writes into the same run.

@@ -87,3 +87,4 @@ def test_the_start_lines_give_the_previous_runs_seconds_and_the_expected_end(tmp
     start = next(ln for ln in again.stdout.splitlines() if ln.startswith(f"[compatlab] start {first_cell}"))
     assert re.fullmatch(rf"\[compatlab\] start {re.escape(first_cell)} \(1/2, about {round(took[first_cell])} s as in "
                         r"the previous run; the run ends about \d\d:\d\d \w+\)", start), start
+    assert "compatlab.incell.proc" not in first.stdout + first.stderr  # the lab's INFO log stays out of nox's
