@@ -1,15 +1,19 @@
 """compatlab's sessions: one per matrix cell, plus summary, report, publish, gpu8_perf, tests and lint.
 
 nox parametrizes at import time, so the matrix file is chosen by COMPATLAB_MATRIX (default ./matrix.toml).
+Relative paths in COMPATLAB_MATRIX, COMPATLAB_REPORTS, COMPATLAB_VENVS and COMPATLAB_LAB_VENV are read as
+paths under the folder nox was started in, once, at import.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
 import tomllib
 from pathlib import Path
+from types import FrameType
 
 import nox
 
@@ -19,6 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from compatlab.cells import Cell, expand  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
 from compatlab.errors import ConfigError, LabError  # noqa: E402
+from compatlab.plan import Plan, previous_seconds  # noqa: E402
 from compatlab.runs import store  # noqa: E402
 from compatlab.runs.store import RunFolder  # noqa: E402
 
@@ -26,9 +31,33 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
 nox.options.error_on_external_run = True
 
-MATRIX_PATH = os.environ.get("COMPATLAB_MATRIX", "matrix.toml")
+
+def _invoked_from() -> Path:
+    """The folder nox was started in: relative paths of the user's (COMPATLAB_MATRIX, COMPATLAB_REPORTS,
+    COMPATLAB_VENVS) mean a path there. nox moves into the noxfile's folder before importing it and keeps
+    where it was as its config's ``invoked_from`` (``session.invoked_from`` in a session); the import runs
+    inside ``load_nox_module(global_config)``, so its frame has it. Imported any other way: the cwd."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        where = getattr(frame.f_locals.get("global_config"), "invoked_from", None)
+        if isinstance(where, str):
+            return Path(where)
+        frame = frame.f_back
+    return Path.cwd()
+
+
+INVOKED_FROM = _invoked_from()
+
+
+def _user_path(variable: str, default: Path) -> Path:
+    """``$variable`` resolved once against where nox was started, else *default*."""
+    given = os.environ.get(variable)
+    return INVOKED_FROM / given if given else default
+
+
+MATRIX_PATH = _user_path("COMPATLAB_MATRIX", ROOT / "matrix.toml")
 try:
-    MATRIX = load_matrix(ROOT / MATRIX_PATH if not Path(MATRIX_PATH).is_absolute() else MATRIX_PATH)
+    MATRIX = load_matrix(MATRIX_PATH)
     CELLS: list[Cell] = expand(MATRIX)
 except ConfigError as exc:
     # One clear message and exit 2, before any session or subprocess starts; no traceback. A matrix over
@@ -39,8 +68,7 @@ except ConfigError as exc:
         print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
         sys.exit(exc.exit_code)
     try:
-        MATRIX = load_matrix(ROOT / MATRIX_PATH if not Path(MATRIX_PATH).is_absolute() else MATRIX_PATH,
-                             use_lock=False)
+        MATRIX = load_matrix(MATRIX_PATH, use_lock=False)
     except ConfigError as bad:
         print(f"error: {bad}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
         sys.exit(bad.exit_code)
@@ -58,7 +86,24 @@ if SHARD:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
-REPORTS = Path(os.environ.get("COMPATLAB_REPORTS", ROOT / "reports"))
+# An n/a cell is a session, so that `nox -l`, `-k` and `-t` list it, but it starts nothing and ends at once;
+# nox's own lines about it ("Running session", "was successful", its row of the final list) are dropped
+# from nox's log: the summary table says which cells are n/a, one line per reason.
+NA = {c.id: c.na for c in CELLS if c.na is not None}
+
+
+class _QuietNotApplicable(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        start = text.find("matrix(")
+        return start < 0 or text[start + 7:text.find(")", start)] not in NA
+
+
+logging.getLogger("nox").addFilter(_QuietNotApplicable())
+# nox logs at INFO; the lab's own INFO lines (each command it runs in this process) are for --debug.
+logging.getLogger("compatlab").setLevel(logging.WARNING)
+
+REPORTS = _user_path("COMPATLAB_REPORTS", ROOT / "reports")
 # Every cell session of one `nox` invocation writes into the same run.
 USER_RUN_ID = os.environ.get("COMPATLAB_RUN_ID", "")
 if not USER_RUN_ID:
@@ -68,12 +113,12 @@ if not USER_RUN_ID:
 RUN_ID = os.environ["COMPATLAB_RUN_ID"]
 RUN_DIR = REPORTS / "runs" / RUN_ID
 LATEST = REPORTS / "latest"
-VENVS = Path(os.environ.get("COMPATLAB_VENVS", ROOT / ".compatlab" / "venvs"))
+VENVS = _user_path("COMPATLAB_VENVS", ROOT / ".compatlab" / "venvs")
 
 LAB_DEPS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
 
 
-LAB_VENV = Path(os.environ.get("COMPATLAB_LAB_VENV", ROOT / ".compatlab" / "lab"))
+LAB_VENV = _user_path("COMPATLAB_LAB_VENV", ROOT / ".compatlab" / "lab")
 
 
 def _lab_python(session: nox.Session) -> str:
@@ -106,6 +151,31 @@ def _run_owner(session: nox.Session, run_dir: Path = RUN_DIR, run_id: str = RUN_
     return _OWNED[run_dir].owner
 
 
+_PLAN: list[Plan] = []
+
+
+def _queued_cells(session: nox.Session) -> list[str]:
+    """The live cells this nox invocation runs, in order: this session's and those still queued (nox has no
+    public word for its queue; without it, every live cell of the matrix)."""
+    try:
+        listed = list(session._runner.manifest.list_all_sessions())
+    except AttributeError:
+        return [c.id for c in CELLS if c.na is None]
+    mine = getattr(session._runner.func, "call_spec", {}).get("cell")
+    return [cid for runner, queued in listed if runner.name == "matrix"
+            for cid in [getattr(runner.func, "call_spec", {}).get("cell")]
+            if cid and cid not in NA and (queued or cid == mine)]
+
+
+def _plan(session: nox.Session) -> Plan:
+    """The run's plan, made by its first cell before anything is written, with the run's start line."""
+    if not _PLAN:
+        _PLAN.append(Plan(cells=tuple(_queued_cells(session)), previous=previous_seconds(LATEST)))
+        if "-q" not in session.posargs and "--quiet" not in session.posargs:
+            print("[compatlab] " + _PLAN[0].start_line(RUN_ID, not_applicable=len(NA)), file=sys.stderr, flush=True)
+    return _PLAN[0]
+
+
 @nox.session(name="matrix", python=False)
 # Tags name each axis value (`nox -t flashinfer-0.7.4`); `-k` matches id substrings (`-k "cu13 and torch2"`).
 @nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()]) for c in CELLS])
@@ -114,9 +184,13 @@ def matrix(session: nox.Session, cell: str) -> None:
 
     Posargs go to `compatlab cell`: `-- --until static` (a preflight), `-- --stages install,pins`, `-- -q`.
     """
+    if cell in NA:
+        return  # the run's results.json shows it as n/a (runs/store.py: aggregate); nothing to start
     session.notify("matrix_summary")
+    where = _plan(session).cell_words(cell)
     args = ["cell", cell, "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
-            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session), *session.posargs]
+            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session), "--estimate", where,
+            *session.posargs]
     session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
 
 
@@ -269,19 +343,33 @@ def _chromium(session: nox.Session) -> None:
         session.warn("apt-get could not install chromium: the browser tests will skip")
 
 
+# `nox -s tests -- unit` is the fast loop: tests/unit holds only tests that start no process (no nox, uv,
+# venv, compiler, browser or server), run on every core. tests/e2e holds the others, one at a time: several
+# of them run real nox, which shares the lab's own venv (.compatlab/lab).
+PARTS = {"unit": ["tests/unit", "-n", "auto"], "e2e": ["tests/e2e"]}
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The lab's own tests (tests/), offline where possible; `-- -k name` passes through to pytest.
+    """The lab's own tests: `-- unit` (in-process, xdist), `-- e2e` (real processes), both by default.
 
-    Every test that can run here runs: the session makes (and caches) the CPU-torch interpreter the NCCL
+    Other posargs pass through to pytest (`-- -k name`, `-- tests/e2e/test_spine.py -x`). Every test that
+    can run here runs: for the e2e part the session makes (and caches) the CPU-torch interpreter the NCCL
     tests need and installs Debian's chromium where it can; what still cannot run skips with the reason.
     """
     session.install("-e", ".[test]")
-    _chromium(session)
+    args = list(session.posargs)
     env = {"UV_PYTHON_DOWNLOADS": "never"}
-    if torch := _test_torch(session):
-        env["COMPATLAB_TEST_TORCH_PYTHON"] = torch
-    session.run("pytest", *(session.posargs or ["tests"]), env=env)
+    if args and args[0] in PARTS:
+        runs = [PARTS[args[0]] + args[1:]]
+    else:
+        runs = [args] if args else [PARTS["unit"], PARTS["e2e"]]
+    if any(run[:1] != ["tests/unit"] for run in runs):
+        _chromium(session)
+        if torch := _test_torch(session):
+            env["COMPATLAB_TEST_TORCH_PYTHON"] = torch
+    for run in runs:
+        session.run("pytest", *run, env=env)
 
 
 @nox.session

@@ -370,7 +370,7 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
                       pins: dict[str, str] | None = None, archs: Sequence[str] = (), min_driver: str | None = None,
                       nccl: bool = False, gpus: int | None = None, run_id: str | None = None,
                       on_stage: Callable[[StageResult], None] | None = None, only: Sequence[str] = (),
-                      serve: ServeConfig | None = None) -> CheckRun:
+                      serve: ServeConfig | None = None, say: Callable[[str], None] | None = None) -> CheckRun:
     """Run the check's stages on *env* through the runner's loop, and write the report files into *out*.
 
     The run folder is ``out/runs/<run-id>/`` as for a matrix run (the cell's work files in
@@ -397,7 +397,8 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
         ctx = CellContext(matrix=matrix, cell=cell, venv=env.prefix, python=env.python,
                           work_dir=run.work_dir(cell.id), site_packages=site,
                           freeze=_freeze_before_pytest(env),
-                          install={"existing": str(env.prefix), "python": str(env.python)}, previous=result.stages)
+                          install={"existing": str(env.prefix), "python": str(env.python)}, previous=result.stages,
+                          say=say)
         t0 = time.monotonic()
         runner.run_pipeline(ctx, result, stages)
         result.seconds = round(time.monotonic() - t0, 3)

@@ -88,13 +88,19 @@ def cell_venv(venv_root: Path, run_id: str, cell: Cell) -> Path:
     return venv_root / run_id / cell.id
 
 
+# Venvs of earlier runs wait here to be removed: a rename on the venvs' own filesystem is instant, the removal
+# (tens of thousands of hard links for a torch stack: 9-27 s) runs beside the cell's stages.
+TRASH = ".trash"
+
+
 @contextlib.contextmanager
 def own_venv(venv_root: Path, run_id: str, cell: Cell) -> Iterator[Path]:
     """Hold the cell's venv of this run, and drop the same cell's venvs of runs that no longer hold theirs.
 
     The lock (flock on ``<venv>.lock``) is held while the cell's stages run. Another run's venv of this
-    cell is removed only when its lock can be taken, so a concurrent run keeps its own; the disk holds about
-    one venv per cell, and `nox -s gpu8_perf` finds the latest run's venvs.
+    cell is set aside (renamed into ``<venvs>/.trash/``) only when its lock can be taken, so a concurrent
+    run keeps its own; a thread removes what is set aside while the stages run, and the cell waits for it
+    at its end. The disk holds about one venv per cell, and `nox -s gpu8_perf` finds the latest run's venvs.
     """
     venv = cell_venv(venv_root, run_id, cell)
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -104,8 +110,30 @@ def own_venv(venv_root: Path, run_id: str, cell: Cell) -> Iterator[Path]:
                 continue
             with _flock(other.with_name(other.name + ".lock"), wait=False) as got:
                 if got:
-                    shutil.rmtree(other, ignore_errors=True)
-        yield venv
+                    _set_aside(other, venv_root / TRASH)
+        sweeper = threading.Thread(target=_sweep, args=(venv_root / TRASH,), name="old-venvs", daemon=True)
+        sweeper.start()
+        try:
+            yield venv
+        except BaseException:
+            raise  # interrupted: what is left in .trash goes with the next cell
+        else:
+            sweeper.join()
+
+
+def _set_aside(old: Path, trash: Path) -> None:
+    trash.mkdir(exist_ok=True)
+    try:
+        old.rename(trash / f"{old.parent.name}-{old.name}-{secrets.token_hex(4)}")
+    except OSError:
+        shutil.rmtree(old, ignore_errors=True)  # cannot be renamed (another filesystem): removed here
+
+
+def _sweep(trash: Path) -> None:
+    """Remove everything set aside, this cell's and what an interrupted cell left."""
+    if trash.is_dir():
+        for entry in trash.iterdir():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -141,7 +169,7 @@ def select_stages(stages: tuple[Stage, ...], *, until: str | None = None,
 
 def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
              stages: tuple[Stage, ...] = PIPELINE, left_out: tuple[Stage, ...] = (),
-             progress: Progress | None = None) -> CellResult:
+             progress: Progress | None = None, say: Callable[[str], None] | None = None) -> CellResult:
     """Run *cell* through *stages* and write its result into *run*; never raises for a red cell.
 
     A result that cannot be written raises runs.store.UnsavedResult, which says where it was kept. A signal
@@ -159,7 +187,7 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
     work = run.work_dir(cell.id)
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
-                          previous=result.stages)
+                          previous=result.stages, say=say)
         run_pipeline(ctx, result, stages, left_out=left_out, progress=progress)
     result.seconds = round(time.monotonic() - t0, 3)
     run.write_cell(result)
@@ -167,7 +195,8 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
 
 
 def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
-                    stages: tuple[Stage, ...], progress: Progress | None = None) -> CellResult:
+                    stages: tuple[Stage, ...], progress: Progress | None = None,
+                    say: Callable[[str], None] | None = None) -> CellResult:
     """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
 
     Without an earlier result or a complete venv the cell is run whole first, so the stages always have
@@ -178,7 +207,8 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     if earlier is None or earlier.unreadable or not install.is_complete(venv):
         again = {s.name for s in stages}  # serve is in both: it runs once, after the matrix's other stages
         return run_cell(matrix, cell, run=run, venv_root=venv_root,
-                        stages=tuple(s for s in PIPELINE if s.name not in again) + stages, progress=progress)
+                        stages=tuple(s for s in PIPELINE if s.name not in again) + stages, progress=progress,
+                        say=say)
     result = earlier
     if result.state == "n/a":
         return result
@@ -188,7 +218,7 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
                           work_dir=run.work_dir(cell.id), site_packages=envs.site_packages(venv),
-                          freeze=result.freeze, install=result.install, previous=result.stages)
+                          freeze=result.freeze, install=result.install, previous=result.stages, say=say)
         run_pipeline(ctx, result, stages, progress=progress)
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
     run.write_cell(result)

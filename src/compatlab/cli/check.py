@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ def configure_parser(sub: Any) -> argparse.ArgumentParser:
     s.add_argument("--serve-from", type=Path, metavar="FILE",
                    help="serve the model of this TOML file's [serve] table (a matrix.toml will do); default: "
                         "the built-in Llama and its EAGLE-3 draft")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines while a stage runs")
     s.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"report folder (default: {DEFAULT_OUT})")
     s.set_defaults(func=execute)
     return s
@@ -60,6 +62,10 @@ def _python(args: argparse.Namespace) -> Path:
     if active:
         return Path(active) / "bin" / "python"
     raise UsageError("which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR")
+
+
+def _say(line: str) -> None:
+    print(f"    {line}", file=sys.stderr, flush=True)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -99,10 +105,10 @@ def _execute(args: argparse.Namespace) -> int:
         why = f" — {stage.reason}" if stage.reason else ""
         print(f"  {stage.name}: {stage.state} ({stage.seconds:.1f} s){why}", flush=True)
 
-    out = Path(args.out)
+    out = Path(args.out).absolute()  # resolved once, where the user ran the command
     done = check_environment(env, out=out, packages=args.package, pins=pins, archs=args.target,
                              min_driver=args.min_driver, nccl=args.nccl, gpus=gpus, on_stage=told,
-                              only=args.stage, serve=serve)
+                             only=args.stage, serve=serve, say=None if args.quiet else _say)
     shown = [r for r in done.packages if r.state != "pass"]
     if shown:
         print(f"packages ({len(done.packages)} checked, {len(shown)} not clean):")

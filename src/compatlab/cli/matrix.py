@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compatlab.errors import LabError, UsageError
+from compatlab.errors import UsageError
 from compatlab.runs import store
 
 if TYPE_CHECKING:
     from compatlab.config.matrix import Matrix
     from compatlab.runs.model import StageResult
 
-__all__ = ["configure_parser", "matrix_path"]
+__all__ = ["configure_parser", "end_line", "matrix_path"]
 
 DEFAULT_MATRIX = "matrix.toml"
 
@@ -58,7 +58,7 @@ def _cmd_cells(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_line(result: object) -> str:
+def end_line(result: object) -> str:
     from compatlab.runs.model import CellResult
 
     assert isinstance(result, CellResult)
@@ -68,7 +68,10 @@ def _fmt_line(result: object) -> str:
     elif result.unexpected:
         verdict += " (unexpected)"
     why = f" — {result.reason}" if result.reason else ""
-    return f"[compatlab] end   {result.id}: {verdict} in {result.seconds:.1f} s{why}"
+    # What the cell spent outside its stages: taking its venv, setting older ones aside, waiting for their removal.
+    outside = max(0.0, result.seconds - sum(s.seconds for s in result.stages))
+    took = f"{result.seconds:.1f} s" + (f" ({outside:.1f} s outside stages)" if result.state != "n/a" else "")
+    return f"[compatlab] end   {result.id}: {verdict} in {took}{why}"
 
 
 def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | None:
@@ -84,21 +87,23 @@ def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | N
     return say
 
 
-def _position(matrix: Matrix, cell_id: str, latest: Path | None) -> str:
-    """`` (3/6, about 20 s as in the previous run)``: where this cell is in the run and what to expect."""
-    from compatlab.cells import expand
+def _say(cell_id: str) -> Callable[[str], None]:
+    """A long stage's progress lines (the import stage's modules loaded so far), on stderr."""
 
-    live = [c.id for c in expand(matrix) if c.na is None]
-    where = f"{live.index(cell_id) + 1}/{len(live)}" if cell_id in live else "not in the live cells"
-    previous = None
-    if latest is not None and (latest / "results.json").is_file():
-        try:
-            earlier = store.load_results(latest / "results.json")
-        except LabError:
-            earlier = None
-        if earlier is not None:
-            previous = next((c.seconds for c in earlier.cells if c.id == cell_id and c.seconds), None)
-    return f" ({where}" + (f", about {previous:.0f} s as in the previous run)" if previous else ")")
+    def say(line: str) -> None:
+        print(f"[compatlab] {cell_id}: {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _position(matrix: Matrix, cell_id: str, latest: Path | None) -> str:
+    """``3/6, about 20 s as in the previous run; the run ends about 17:42 UTC`` for a cell run by hand: its
+    place among the matrix's live cells, and the seconds of the latest results (read before they change)."""
+    from compatlab.cells import expand
+    from compatlab.plan import Plan, previous_seconds
+
+    live = tuple(c.id for c in expand(matrix) if c.na is None)
+    return Plan(cells=live, previous=previous_seconds(latest) if latest is not None else {}).cell_words(cell_id)
 
 
 def _cmd_cell(args: argparse.Namespace) -> int:
@@ -107,11 +112,14 @@ def _cmd_cell(args: argparse.Namespace) -> int:
 
     matrix = load_matrix(matrix_path(args))
     cell = find_cell(matrix, args.cell)
-    run_dir = Path(args.run_dir)
-    latest = Path(args.latest) if args.latest else None
+    run_dir: Path = args.run_dir
+    latest: Path | None = args.latest
+    # Resolved once, where the user ran the command: the suites run the venv's python in their work folder.
+    venvs: Path = args.venvs.absolute()
     # Under nox the session owns the run and hands down --owner; by hand, this process owns it.
     run = (store.join_run(run_dir, owner=args.owner) if args.owner
            else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix))
+    where = args.estimate or (None if args.quiet else _position(matrix, cell.id, latest))
     with run:
         if not run.results_path.exists():
             # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
@@ -119,22 +127,23 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         from compatlab.runner import PIPELINE, select_stages
 
         stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
-        say = _progress(cell.id, quiet=args.quiet)
+        told = _progress(cell.id, quiet=args.quiet)
+        say = None if args.quiet else _say(cell.id)
         if not args.quiet:
-            print(f"[compatlab] start {cell.id}{_position(matrix, cell.id, latest)}", file=sys.stderr, flush=True)
+            print(f"[compatlab] start {cell.id} ({where})", file=sys.stderr, flush=True)
         from compatlab.proc import signals_interrupt
 
         with signals_interrupt():
             if args.gpu8:
                 from compatlab.runner import GPU8, run_more_stages
 
-                result = run_more_stages(matrix, cell, run=run, venv_root=Path(args.venvs), stages=GPU8,
-                                         progress=say)
+                result = run_more_stages(matrix, cell, run=run, venv_root=venvs, stages=GPU8,
+                                         progress=told, say=say)
             else:
-                result = run_cell(matrix, cell, run=run, venv_root=Path(args.venvs), stages=stages,
-                                  left_out=left_out, progress=say)
+                result = run_cell(matrix, cell, run=run, venv_root=venvs, stages=stages,
+                                  left_out=left_out, progress=told, say=say)
         run.aggregate(matrix, latest=latest)
-    print(_fmt_line(result), flush=True)
+    print(end_line(result), flush=True)
     return 1 if result.unexpected else 0
 
 
@@ -167,14 +176,17 @@ def configure_parser(sub: Any) -> None:
     s = sub.add_parser("cell", help="run one cell")
     s.add_argument("cell")
     s.add_argument("--matrix")
-    s.add_argument("--run-dir", required=True)
+    s.add_argument("--run-dir", type=Path, required=True)
     s.add_argument("--run-id")
-    s.add_argument("--latest", help="folder whose results.json mirrors the run (unless it shows a newer run)")
+    s.add_argument("--latest", type=Path,
+                   help="folder whose results.json mirrors the run (unless it shows a newer run)")
     s.add_argument("--owner", help="the run's owner, as the process that claimed the run hands it down")
-    s.add_argument("--venvs", default=".compatlab/venvs", help="where cell venvs live")
+    s.add_argument("--venvs", type=Path, default=Path(".compatlab/venvs"), help="where cell venvs live")
     s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
     s.add_argument("--until", metavar="STAGE", help="a preflight: stop after this stage (the cell is partial)")
     s.add_argument("--stages", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
                    metavar="A,B", help="run only these stages of the pipeline (install is needed by the rest)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the verdict")
+    s.add_argument("--estimate", metavar="WORDS", help="the cell's place and time as the run's owner tells it "
+                   "(default: among the matrix's live cells, with the seconds of --latest)")
     s.set_defaults(func=_cmd_cell)

@@ -26,10 +26,16 @@ def summary_table(results: Results) -> tuple[str, int]:
     seen = {c.id for c in results.cells}
     rows = [("cell", "state", "seconds", "reason")]
     unexpected = 0
+    not_applicable: dict[str, list[str]] = {}  # reason -> cells: the matrix's rules, one line each
     for c in results.cells:
+        if c.state == "n/a":
+            not_applicable.setdefault(c.reason, []).append(c.id)
+            continue
         state = c.state + (" (known)" if c.expected else "") + (" !" if c.unexpected or c.unreadable else "")
         unexpected += bool(c.unexpected or c.unreadable)
         rows.append((c.id, state, f"{c.seconds:.1f}", c.reason[:100]))
+    for reason, ids in not_applicable.items():
+        rows.append((ids[0] if len(ids) == 1 else f"{len(ids)} cells", "n/a", "", reason[:100]))
     for cid in results.run.planned:
         if cid not in seen:
             rows.append((cid, "not run", "", "no result for this cell (interrupted or not selected)"))

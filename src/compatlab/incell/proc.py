@@ -59,10 +59,12 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     input_text: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Completed:
     """Run *argv* in its own process group; on timeout kill the whole group.
 
-    Never raises for a non-zero exit: the caller classifies the result.
+    Never raises for a non-zero exit: the caller classifies the result. *pass_fds* stay open in the child
+    (a pipe it reports progress on).
     """
     args = [os.fspath(a) for a in argv]
     log.info("$ %s", shlex.join(args))
@@ -77,6 +79,7 @@ def run(
         env=dict(env) if env is not None else None,
         cwd=cwd,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     timed_out = False
     try:

@@ -88,6 +88,7 @@ text-transform:uppercase;letter-spacing:.3px;white-space:nowrap;font-weight:600}
 .tag.known{color:var(--fail);border-style:dashed;background:#fff}
 .tag.shipped{color:#0a5c36;background:#fff}
 .tag.forced{color:#9a6700;border-style:dotted;background:#fff}
+.tag.older{color:#57606a;border-style:dashed;background:#fff}
 .answers ul{margin:4px 0 12px 18px;padding:0}
 .tag.unexpected{color:#fff;background:#8250df;border-color:#8250df}
 .tag.chg{color:#fff;border-color:transparent}

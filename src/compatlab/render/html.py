@@ -225,6 +225,9 @@ def _badges(cell: CellResult, change: Change | None) -> str:
         out += f'<span class="tag forced" title="{_e(title)}">forced</span>'
     if is_known(cell):
         out += '<span class="tag known" title="the matrix expects this cell to fail">known</span>'
+    if cell.run:
+        title = f"the newest run did not run this cell: this is its result of run {cell.run}"
+        out += f'<span class="tag older" title="{_e(title)}">run {_e(cell.run)}</span>'
     if cell.unexpected:
         title = "the result differs from what the matrix expects"
         out += f'<span class="tag unexpected" title="{title}">unexpected</span>'
@@ -333,6 +336,10 @@ def _counts(run: Run) -> str:
         chips.append(
             f'<li class="chip {_state_class(state)}">{SYMBOLS[state]} {_e(state)} <b>{n}</b>{extra}</li>'
         )
+    older = sum(1 for c in run.cells if c.run)
+    if older:
+        title = "cells the newest run did not run: each shows its result of an older run"
+        chips.append(f'<li class="chip older" title="{title}">{older} from older runs</li>')
     return f'<ul class="counts">{"".join(chips)}</ul>'
 
 

@@ -106,6 +106,9 @@ def counts_line(run: Run) -> str:
         if state == "fail" and counts["known"]:
             text += f" ({counts['known']} known)"
         parts.append(text)
+    older = sum(1 for c in run.cells if c.run)
+    if older:
+        parts.append(f"{older} from older runs (marked *from run …*)")
     return " · ".join(parts)
 
 
@@ -130,6 +133,8 @@ def md_cell(cell: CellResult | None) -> str:
         text += " *(shipped together)*"
     if is_forced(cell):
         text += " *(forced)*"
+    if cell.run:
+        text += f" *(from run {md_text(cell.run)})*"
     if cell.state != "pass":
         stage = culprit(cell)
         why = one_line(reason(cell), MD_REASON_LIMIT)

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from compatlab.errors import ConfigError
-from compatlab.render._grid import Run, load
+from compatlab.render._grid import Run, load, run_from_results
 from compatlab.render.answers import answers_json
 from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
 from compatlab.render.html import IndexEntry, render_html, render_index
@@ -47,8 +47,12 @@ def write_run(
 ) -> list[Path]:
     """Write index.html, compat.md, results.json (and changes.md when there is an earlier run or *news*).
 
-    Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun).
+    Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun), and
+    one that shows an older run of the matrix keeps the cells this run did not run (store.whole_matrix).
     """
+    whole = store.whole_matrix(out_dir, run.results)
+    if whole is not run.results:
+        run = run_from_results(whole, run.source)
     previous = previous_run(history, run)
     changes = diff_runs(previous, run) if previous is not None else []
     page = render_html(

@@ -5,7 +5,7 @@ A run folder holds three kinds of file, each with its own ``schema`` string (see
 - ``run.json`` (RUN_SCHEMA): who started the run, when, on which host, for which matrix;
 - ``cells/<id>.json`` (CELL_SCHEMA): one CellResult, written as the cell finishes;
 - ``results.json`` (SCHEMA): the run's metadata and every cell, what renderers read; ``reports/latest/``
-  holds a copy of the newest run's.
+  holds the newest run's, with the cells it did not run kept from older runs (each names its ``run``).
 
 ``from_json`` is strict: every key is known and of its type, states are one of the enums' values, numbers
 are finite; a bad shape raises ShapeError with every problem at once, each with its key path
@@ -257,6 +257,8 @@ class CellResult:
     seconds: float = 0.0
     attempts: int = 1
     reason: str = ""  # the first failing stage's reason, for the grid
+    # In reports/latest, a cell the newest run did not run is kept from an older one: that run's id.
+    run: str = ""
 
     def __post_init__(self) -> None:
         self.state = CellState(self.state)
@@ -269,6 +271,8 @@ class CellResult:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["stages"] = [s.to_json() for s in self.stages]
+        if not self.run:
+            del data["run"]  # the run of the file it is in
         return data
 
     @classmethod
@@ -283,7 +287,7 @@ class CellResult:
     def _read(cls, data: object, where: str, problems: list[str]) -> CellResult | None:
         sh = _Shape(data, where, problems, required=("id", "axes", "state"),
                     optional=("expected", "unexpected", "stages", "install", "freeze", "started", "finished",
-                              "seconds", "attempts", "reason"))
+                              "seconds", "attempts", "reason", "run"))
         if not sh.ok:
             return None
         cell_id = sh.text("id")
@@ -304,6 +308,7 @@ class CellResult:
             unexpected=sh.flag("unexpected", False), stages=stages, install=sh.table("install"),
             freeze=sh.strings("freeze"), started=sh.text("started"), finished=sh.text("finished"),
             seconds=sh.number("seconds"), attempts=sh.integer("attempts", 1, minimum=1), reason=sh.text("reason"),
+            run=sh.text("run"),
         )
 
 

@@ -28,7 +28,8 @@ A cell started without ``--owner`` (by hand) claims the run itself for its durat
 
 latest: ``write_latest`` holds ``flock`` on the latest folder, and replaces its files only for a run at
 least as new as the one its results.json shows (``RunInfo.order``: start time in ns, then id); an older
-run never overwrites a newer latest.
+run never overwrites a newer latest. latest is the whole matrix: a run that ran some of its cells replaces
+those and keeps the others, each marked with the run it came from (``whole_matrix``).
 
 A failed write (read-only or full disk, no permission) is a LabError naming the path. A finished cell's
 result is never lost with it: write_cell then keeps it in
@@ -87,6 +88,7 @@ __all__ = [
     "read_cells",
     "results_in",
     "unsaved_dir",
+    "whole_matrix",
     "write_latest",
 ]
 
@@ -380,8 +382,11 @@ class RunFolder:
                            f"nothing is written into {self.path}")
 
     def work_dir(self, cell_id: str) -> Path:
-        """The cell's work folder ``cells/<id>/``, made; LabError naming it when it cannot be."""
-        path = self.path / CELLS / _cell_file(self.path, cell_id).stem
+        """The cell's work folder ``cells/<id>/``, made; LabError naming it when it cannot be.
+
+        Absolute: the stages hand it to processes that run in it (a relative one would name itself twice).
+        """
+        path = self.path.absolute() / CELLS / _cell_file(self.path, cell_id).stem
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -411,6 +416,10 @@ class RunFolder:
         planned = {c.id: c for c in cells}
         order = {c.id: i for i, c in enumerate(cells)}
         found = [r for _, r in read_cells(self.path, planned)]
+        # An n/a cell is a fact of the matrix, not of a run: no process is started for it, it is written here.
+        have = {c.id for c in found}
+        found += [CellResult(id=c.id, axes=c.axes, state="n/a", reason=c.na) for c in cells
+                  if c.na is not None and c.id not in have]
         found.sort(key=lambda c: (order.get(c.id, len(order)), c.id))
         run = dataclasses.replace(
             info, owner="", finished=max((c.finished for c in found if c.finished), default=None),
@@ -493,15 +502,46 @@ def join_run(run_dir: Path, *, owner: str) -> RunFolder:
     return folder
 
 
-def _shown(folder: Path) -> RunInfo | None:
+def _shown_results(folder: Path) -> Results | None:
     path = folder / RESULTS
     if not path.exists():
         return None
     try:
-        return load_results(path).run
+        return load_results(path)
     except ConfigError as exc:
         log.warning("replacing an unreadable %s", exc)
         return None
+
+
+def _shown(folder: Path) -> RunInfo | None:
+    shown = _shown_results(folder)
+    return shown.run if shown is not None else None
+
+
+def whole_matrix(folder: Path, results: Results) -> Results:
+    """*results* as *folder* (reports/latest) shows them: the whole matrix, not only what the run ran.
+
+    A run of one cell or of a ``-k``/``-t`` subset brings its cells; every other cell of its matrix that the
+    folder showed (from an older run of a matrix of the same name) stays, marked with the run it came from.
+    A folder showing another matrix, or a newer run, is not merged with.
+    """
+    shown = _shown_results(folder)
+    if (shown is None or shown.run.matrix_name != results.run.matrix_name
+            or shown.run.order > results.run.order):
+        return results
+    have = {c.id for c in results.cells}
+    older = {c.id: c for c in shown.cells if c.id not in have}
+    if not older:
+        return results
+    kept = []
+    for cid in results.run.planned:
+        cell = older.get(cid)
+        if cell is not None:
+            origin = cell.run or shown.run.id
+            kept.append(dataclasses.replace(cell, run="" if origin == results.run.id else origin))
+    order = {cid: i for i, cid in enumerate(results.run.planned)}
+    cells = sorted([*results.cells, *kept], key=lambda c: (order.get(c.id, len(order)), c.id))
+    return dataclasses.replace(results, cells=tuple(cells))
 
 
 def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | None = None) -> list[Path]:
@@ -525,6 +565,7 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
         if shown is not None and shown.id != results.run.id and shown.order > results.run.order:
             raise StaleRun(f"{folder} shows run {shown.id} (started {shown.started}), newer than run "
                            f"{results.run.id} (started {results.run.started}): left as it is")
+        results = whole_matrix(folder, results)
         written = []
         for name, text in (files or {}).items():
             _write_bytes(folder / name, text.encode("utf-8"))

@@ -45,6 +45,8 @@ class CellContext:
     freeze: list[str] = dataclasses.field(default_factory=list)
     install: dict[str, Any] = dataclasses.field(default_factory=dict)
     previous: list[StageResult] = dataclasses.field(default_factory=list)
+    # Where a long stage says how far it is (a line at a time, for people); None: quiet.
+    say: Callable[[str], None] | None = None
 
     def stage(self, name: str) -> StageResult | None:
         for s in self.previous:

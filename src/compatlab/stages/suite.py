@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import os
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from compatlab import envs
@@ -106,6 +110,31 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
     return StageResult(name=name, state="pass", reason="", details=details, seconds=seconds)
 
 
+@contextlib.contextmanager
+def _progress(ctx: CellContext, name: str, env: dict[str, str]) -> Iterator[tuple[int, ...]]:
+    """A pipe the suite writes its progress lines to (COMPATLAB_PROGRESS_FD), each handed to ``ctx.say``
+    as it comes; nothing when the cell is quiet. The suite's own output stays in pytest.log."""
+    say = ctx.say
+    if say is None:
+        yield ()
+        return
+    read_end, write_end = os.pipe()
+    env["COMPATLAB_PROGRESS_FD"] = str(write_end)
+
+    def relay() -> None:
+        with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                say(f"{name}: {line.rstrip()}")
+
+    reader = threading.Thread(target=relay, name=f"{name}-progress", daemon=True)
+    reader.start()
+    try:
+        yield (write_end,)
+    finally:
+        os.close(write_end)  # the suite's process group is gone: the reader sees the end
+        reader.join(timeout=5)
+
+
 def run_suite(ctx: CellContext, name: str, *, timeout: float = 1800.0, required: bool = True,
               extra_env: dict[str, str] | None = None) -> StageResult:
     """Run the compat suite test_<name>.py inside the cell and fold its tests into one stage result."""
@@ -132,7 +161,8 @@ def run_suite(ctx: CellContext, name: str, *, timeout: float = 1800.0, required:
     ]
     from compatlab.proc import run
 
-    done = run(argv, timeout=timeout, env=env, cwd=work)
+    with _progress(ctx, name, env) as fds:
+        done = run(argv, timeout=timeout, env=env, cwd=work, pass_fds=fds)
     (work / "pytest.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr, encoding="utf-8")
     seconds = time.monotonic() - start
     if done.timed_out:

@@ -148,6 +148,51 @@ class _Loader:
                 server.close()
 
 
+class _Progress:
+    """Every COMPATLAB_PROGRESS_SECONDS (10) while the loads run, a line on the file descriptor the lab
+    passed as COMPATLAB_PROGRESS_FD: modules done of all, and the slowest load so far. Nothing without it."""
+
+    def __init__(self, total: int) -> None:
+        fd = os.environ.get("COMPATLAB_PROGRESS_FD", "")
+        self.fd = int(fd) if fd.isdigit() else None
+        try:
+            self.every = float(os.environ.get("COMPATLAB_PROGRESS_SECONDS", "10"))
+        except ValueError:
+            self.every = 10.0
+        self.total, self.done, self.slowest = total, 0, ("", 0.0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> _Progress:
+        if self.fd is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def tick(self, entry: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.done += 1
+            if entry["seconds"] > self.slowest[1]:
+                self.slowest = (entry["module"], entry["seconds"])
+        return entry
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            with self._lock:
+                line = f"{self.done}/{self.total} modules loaded"
+                if self.slowest[0]:
+                    line += f", slowest so far {self.slowest[0]} {self.slowest[1]:.1f} s"
+            try:
+                os.write(self.fd, (line + "\n").encode())  # type: ignore[arg-type]
+            except OSError:
+                return  # the lab stopped listening
+
+
 def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dict[str, Any]:
     for _attempt in range(4):
         failure, done = loader.load(target)
@@ -327,11 +372,13 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
             plan.extend(found)
         # Extension modules first: their failures name the file; a package's import failure repeats them.
         plan.sort(key=lambda t: t.path is None)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs(fork=fork)) as pool:
+        with (concurrent.futures.ThreadPoolExecutor(max_workers=_jobs(fork=fork)) as pool,
+              _Progress(len(plan)) as progress):
             # Package imports first: they take longest (flashinfer 0.7.4's, 12 s of a 22 s stage here), and
             # started last they were the stage's tail. The entries keep the plan's order.
             order = sorted(range(len(plan)), key=lambda i: plan[i].path is not None)
-            done = dict(zip(order, pool.map(lambda i: _load(plan[i], driver, loader), order), strict=True))
+            done = dict(zip(order, pool.map(lambda i: progress.tick(_load(plan[i], driver, loader)), order),
+                            strict=True))
             entries = [done[i] for i in range(len(plan))]
     finally:
         loader.close()

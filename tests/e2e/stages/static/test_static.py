@@ -228,7 +228,7 @@ def test_wheel_tag_lint(tmp_path: Path, cache: ElfCache) -> None:
 @pytest.fixture(scope="module")
 def gpu_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """site-packages with one module built by nvcc for sm_90 only."""
-    from test_fatbin import nvcc_build
+    from test_fatbin_nvcc import nvcc_build
 
     root = tmp_path_factory.mktemp("gpu")
     sp = _site(root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import sysconfig
@@ -231,3 +232,21 @@ def test_a_module_only_its_package_can_load_counts_as_loaded(tmp_path: Path) -> 
         "native part loads only as _native, not optpkg._native")
     assert stages["import"].state == "warn"  # for _opt, which only layers.fast_path() imports
     assert stages["import"].reason.startswith(f"{OPT}: missing shared library libabsent.so.1; ")
+
+
+@pytest.mark.slow
+def test_a_relative_out_is_the_folder_under_where_check_was_run(
+        optional_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code = main(["check", "--venv", str(optional_env), "--out", "reports/box", "--package", "optpkg"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    states = dict(re.findall(r"^  (\w+): (\w+) \(", printed, flags=re.MULTILINE))
+    assert states == {"pins": "pass", "static": "warn", "import": "warn", "cuda": "skip"}
+    out = elsewhere / "reports" / "box"
+    assert f"reports: {out / 'index.html'}, {out / 'packages.md'}" in printed
+    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["cells"][0]["state"] == "partial"
