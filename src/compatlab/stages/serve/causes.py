@@ -42,7 +42,7 @@ _PORT = re.compile(r"address already in use|\[Errno 98\]", re.I)
 _NO_IMAGE = re.compile(r"no kernel image is available|cudaErrorNoKernelImageForDevice|"
                        r"no binary for gpu|invalid device function", re.I)
 _GRAPH = re.compile(r"Capture cuda graph failed", re.I)
-_JIT_LINE = re.compile(r"(?:\berror\b|fatal)[^\n]*", re.I)
+_JIT_LINE = re.compile(r"\berror\b:|\bnvcc fatal\b", re.I)  # nvcc's and gcc's "file.cu(12): error: …"
 _JIT = re.compile(r"ninja|nvcc|Ninja build failed|CalledProcessError|jit", re.I)
 
 
@@ -186,7 +186,7 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
     if _JIT.search(everything) and any(p in where for p in ("jit", "flashinfer", "tvm_ffi", "cpp_extension")):
         pkg = where.split("/", 1)[0]
         lines = log.splitlines()[:max(tb.end for tb in chain)]
-        detail = next((m.group(0).strip() for line in reversed(lines) if (m := _JIT_LINE.search(line))
+        detail = next((line.strip() for line in reversed(lines) if _JIT_LINE.search(line)
                        and "Traceback" not in line and not _EXC.match(line.strip())), root.text)
         return Cause(state="fail", reason=f"{pkg} JIT: the kernel build failed{at}: {detail[:300]}", **common)
     return Cause(state="fail", reason=f"{root.text[:300]}{at}", **common)

@@ -116,3 +116,29 @@ def test_a_log_without_an_exception_has_no_cause() -> None:
     only_wrapper = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
                     "RuntimeError: Initialization failed. Please see the error messages above.\n")
     assert find_cause(only_wrapper) is None
+
+
+JIT = """\
+[2026-12-03 16:50:01 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/v/lib/python3.12/site-packages/sglang/srt/layers/attention/flashinfer_backend.py", line 120, in __init__
+    self.prefill_wrapper = BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+  File "/v/lib/python3.12/site-packages/flashinfer/jit/core.py", line 300, in build_and_load
+    run_ninja(self.build_dir, self.ninja_path, verbose)
+  File "/v/lib/python3.12/site-packages/flashinfer/jit/cpp_ext.py", line 288, in run_ninja
+    raise RuntimeError(msg) from None
+RuntimeError: Ninja build failed. Ninja output:
+[1/3] /usr/local/cuda/bin/nvcc -gencode=arch=compute_120a,code=sm_120a -c batch_prefill.cu -o batch_prefill.cuda.o
+FAILED: batch_prefill.cuda.o
+/v/flashinfer/data/include/flashinfer/attention/prefill.cuh(1021): error: identifier "__nv_fp8x4_e4m3" is undefined
+1 error detected in the compilation of "batch_prefill.cu".
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_a_kernel_jit_that_fails_names_nvcc_s_error() -> None:
+    cause = find_cause(JIT)
+    assert cause is not None
+    assert (cause.state, cause.reason) == ("fail", (
+        "flashinfer JIT: the kernel build failed (in flashinfer/jit/cpp_ext.py:288): "
+        "/v/flashinfer/data/include/flashinfer/attention/prefill.cuh(1021): error: identifier \"__nv_fp8x4_e4m3\" "
+        "is undefined"))
