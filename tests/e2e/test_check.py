@@ -246,7 +246,7 @@ def test_a_relative_out_is_the_folder_under_where_check_was_run(
     printed = capsys.readouterr().out
     assert code == 0, printed
     states = dict(re.findall(r"^  (\w+): (\w+) \(", printed, flags=re.MULTILINE))
-    assert states == {"pins": "pass", "static": "warn", "import": "warn", "cuda": "skip"}
+    assert states == {"pins": "pass", "static": "warn", "import": "warn", "cuda": "skip", "serve": "skip"}
     out = elsewhere / "reports" / "box"
     assert f"reports: {out / 'index.html'}, {out / 'packages.md'}" in printed
     assert json.loads((out / "results.json").read_text(encoding="utf-8"))["cells"][0]["state"] == "partial"
