@@ -71,7 +71,7 @@ def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) 
     assert stage(ok, "cuda")["state"] == "skip"
     assert stage(ok, "cuda")["reason"] == "no NVIDIA driver on this machine (no libcuda.so.1)"
     assert ok["reason"] == "cuda: no NVIDIA driver on this machine (no libcuda.so.1)"
-    assert [s["state"] for s in ok["stages"]] == ["pass", "pass", "pass", "pass", "skip"]
+    assert [s["state"] for s in ok["stages"]] == ["pass", "pass", "pass", "pass", "skip", "skip"]  # cuda, serve
     # The summary session renders the grid from the results.
     html = (tmp_path / "reports" / "latest" / "index.html").read_text()
     assert "cuda-bindings 13.0.3 beside a CUDA 12.8 stack" in html
@@ -328,7 +328,8 @@ def test_a_preflight_stops_after_static_and_says_what_did_not_run(tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     ok = cells_by_axes(tmp_path)["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
     assert [(s["name"], s["state"]) for s in ok["stages"]] == [
-        ("install", "pass"), ("pins", "pass"), ("static", "pass"), ("import", "skip"), ("cuda", "skip")]
+        ("install", "pass"), ("pins", "pass"), ("static", "pass"), ("import", "skip"), ("cuda", "skip"),
+        ("serve", "skip")]
     assert (ok["state"], ok["reason"]) == ("partial", "import: not run: preflight stopped after static")
     # Progress: a line per stage as the cell runs, and where the cell is in the run.
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("[compatlab]")]
@@ -349,7 +350,7 @@ def test_quiet_cells_print_only_their_verdict_and_bad_stage_names_are_usage_erro
     bad = subprocess.run([*base, "--until", "statik"], capture_output=True, text=True, env=env, timeout=120,
                          check=False)
     assert (bad.returncode, bad.stderr) == (
-        2, "error: no stage 'statik'; the pipeline is install, pins, static, import, cuda\n")
+        2, "error: no stage 'statik'; the pipeline is install, pins, static, import, cuda, serve\n")
     quiet = subprocess.run([*base, "--stages", "install,pins", "-q"], capture_output=True, text=True, env=env,
                            timeout=300, check=False)
     assert quiet.returncode == 0, quiet.stderr
