@@ -192,7 +192,10 @@ def _serve(ctx: CellContext, config: ServeConfig, files: ModelFiles, name: str, 
                 record[f"median_ttft_ms_c{c}"] = round(statistics.median(level.ttfts) * 1000, 2)
                 itls = level.itls
                 record[f"median_itl_ms_c{c}"] = round(statistics.median(itls) * 1000, 3) if itls else None
-            server.flush_cache("after the requests")
+            try:
+                server.flush_cache("after the requests")
+            except ServerFailure as refused:  # the server is up and idle: refusing is the stack's own failure
+                raise _Failed("fail", str(refused)) from None
             if name == "eagle3":
                 record["accept_length"], _ = server.server_accept_length()
         if server.leftover:
