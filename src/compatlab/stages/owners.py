@@ -64,12 +64,29 @@ class Clash:
             return common + "/"
         return self.files[0] + (f" and {len(self.files) - 1} more" if len(self.files) > 1 else "")
 
+    @property
+    def stray(self) -> bool:
+        """Whether the code is only top-level modules that no owner is named after: a build helper both
+        wheels packaged by mistake (flashinfer-python 0.7.2 and torch_c_dlpack_ext 0.1.5 both ship a
+        top-level ``build_backend.py``). What the owners' own packages import is not changed by it."""
+        names = {canonicalize_name(o.rsplit(" ", 1)[0]).replace("-", "_") for o in self.owners}
+        code = [f for f in self.files if _is_code(f)]
+        return bool(code) and all("/" not in f and f.endswith(".py") and f[:-3].lower() not in names for f in code)
+
+    @property
+    def fails(self) -> bool:
+        """A clash on code the owners' packages run is a failure; on data files or stray modules a warning."""
+        return bool(self.code) and not self.stray
+
     def describe(self) -> str:
         """One line for the grid: who, how many files, where, whose bytes are on disk, and why."""
         names = " and ".join(self.owners)
         what = f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}"
         kind = (f", {self.code} of them code" if 0 < self.code < len(self.files)
                 else ", all code" if self.code else ", data files only")
+        if self.stray:
+            kind = (", a top-level module neither is named after: only `import "
+                    + ", ".join(f[:-3] for f in self.files if f.endswith(".py")) + "` gets one of them")
         line = f"{names} both install {what} ({self.where}{kind}) with different bytes: {self._disk()}"
         if self.chain:
             line += f"; {self.older} is here because {self.chain}"

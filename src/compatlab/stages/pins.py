@@ -195,7 +195,7 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
     clashes = owners.file_clashes(ctx.site, dists.values(), declared)
     details["file_clashes"] = [c.to_json() for c in clashes]
     for clash in clashes:
-        (fails if clash.code else warns).append(clash.describe())
+        (fails if clash.fails else warns).append(clash.describe())
 
     # CUDA majors: torch's build and every CUDA runtime package must agree with the cell's CUDA.
     cell_cuda = ctx.cell.cuda

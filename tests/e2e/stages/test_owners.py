@@ -32,10 +32,14 @@ def clashing_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         build_wheel(w, "cuda-bindings", "13.5.0", files=new),
         build_wheel(w, "flashinfer-python", "0.7.4", requires=["cuda-python>=12.0", "cuda-bindings>=12"]),
         build_wheel(w, "docs-a", "1.0", files={"share/compat/LICENSE.txt": "A\n"}),
+        # flashinfer-python 0.7.2 and torch_c_dlpack_ext 0.1.5 each ship their build helper as a top-level
+        # build_backend.py: a stray module no package of theirs imports, not their code.
+        build_wheel(w, "tool-a", "1.0", files={"tool_a/__init__.py": "", "build_backend.py": "# a\n"}),
     ]
     later = [build_wheel(w, "cuda-python", "12.6.2.post1", files=old),
              build_wheel(w, "docs-b", "2.0", requires=["docs-a>=2", "absent-dep"],
-                         files={"share/compat/LICENSE.txt": "B\n"})]
+                         files={"share/compat/LICENSE.txt": "B\n"}),
+             build_wheel(w, "tool-b", "1.0", files={"tool_b/__init__.py": "", "build_backend.py": "# b\n"})]
     venv_with(tmp / "venv", first, later)  # installed in this order: the later wheels' bytes win
     return tmp / "venv"
 
@@ -55,9 +59,12 @@ def test_a_file_two_distributions_own_is_a_failure_on_code_and_a_warning_on_data
     assert (result.state, result.reason) == ("fail", code)
     assert result.details["failures"] == [code]
     # As `compatlab check` sees an environment installed by hand: the pins it breaks, as `uv pip check` would.
-    assert result.details["warnings"] == [data, "docs-b 2.0 requires docs-a>=2; docs-a 1.0 is installed",
+    stray = ("tool-a 1.0 and tool-b 1.0 both install 1 file (build_backend.py, a top-level module neither is "
+             "named after: only `import build_backend` gets one of them) with different bytes: the bytes on disk "
+             "are tool-b 1.0's")
+    assert result.details["warnings"] == [data, stray, "docs-b 2.0 requires docs-a>=2; docs-a 1.0 is installed",
                                           "docs-b 2.0 requires absent-dep, which is not installed"]
-    [first, _] = result.details["file_clashes"]
+    [first, _, _] = result.details["file_clashes"]
     assert first["on_disk"] == {"cuda-bindings 13.5.0": 0, "cuda-python 12.6.2.post1": 3, "neither": 0}
     # nvidia/__init__.py: both ship the same empty file; cuda/__init__.py: each declares the namespace in its
     # own words. Neither is a clash.
