@@ -127,6 +127,12 @@ def test_a_cell_without_sglang_has_nothing_to_serve(tmp_path: Path) -> None:
         meta.rmdir()
     stage = run_serve_stage(_context(tmp_path, venv))
     assert (stage.state, stage.required, stage.reason) == ("skip", False, "skipped: the cell has no SGLang to serve with")
+    # A FIFO named METADATA (a hostile wheel) is never opened: reading it would block for ever.
+    fifo_info = next(venv.glob("lib/python3*/site-packages")) / "sglang-0.5.17.dist-info"
+    fifo_info.mkdir()
+    os.mkfifo(fifo_info / "METADATA")
+    stage = run_serve_stage(_context(tmp_path, venv))
+    assert (stage.state, stage.reason) == ("skip", "skipped: the cell has no SGLang to serve with")
 
 
 def test_compatlab_check_serves_with_relative_paths(tmp_path: Path, gpu_venv: Path) -> None:

@@ -29,11 +29,13 @@ import logging
 import shutil
 import statistics
 import time
+from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
 from compatlab.config.perf import ServerSpec, load_prompts
 from compatlab.config.serve import ServeConfig
+from compatlab.incell.files import read_text
 from compatlab.incell.proc import run
 from compatlab.runs.model import StageResult
 from compatlab.stages.base import CellContext, cell_env
@@ -107,9 +109,12 @@ def _sglang_version(ctx: CellContext) -> str | None:
     sites = [ctx.site_packages] if ctx.site_packages is not None else []
     sites += sorted(ctx.venv.glob("lib/python3*/site-packages"))
     for meta in sorted(m for site in sites for m in site.glob("sglang-*.dist-info/METADATA")):
-        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
+        try:  # read_text: a regular file of bounded size only (a FIFO named METADATA is never opened)
+            version = HeaderParser().parsestr(read_text(meta), headersonly=True).get("Version")
+        except OSError:
+            continue
+        if version:
+            return str(version).strip()
     return None
 
 
