@@ -63,7 +63,7 @@ except ConfigError as exc:
     # One clear message and exit 2, before any session or subprocess starts; no traceback. A matrix over
     # max-cells is refused here, counted from its axis sizes, so that `nox -l` returns at once. Only
     # `nox -s lock` goes on when the lock alone is missing or out of date: it is what writes the lock.
-    _argv = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    _argv = sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
     if "lock" not in _argv:
         print(f"error: {exc}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -96,7 +96,7 @@ class _QuietNotApplicable(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
         start = text.find("matrix(")
-        return start < 0 or text[start + 7:text.find(")", start)] not in NA
+        return start < 0 or text[start + 7 : text.find(")", start)] not in NA
 
 
 logging.getLogger("nox").addFilter(_QuietNotApplicable())
@@ -127,8 +127,17 @@ def _lab_python(session: nox.Session) -> str:
     stamp = LAB_VENV / ".compatlab-deps"
     want = "\n".join([sys.version, *LAB_DEPS])
     if not python.exists() or not stamp.exists() or stamp.read_text() != want:
-        session.run("uv", "venv", "--clear", "--quiet", "--python", sys.executable, str(LAB_VENV),
-                    external=True, env={"UV_PYTHON_DOWNLOADS": "never"})
+        session.run(
+            "uv",
+            "venv",
+            "--clear",
+            "--quiet",
+            "--python",
+            sys.executable,
+            str(LAB_VENV),
+            external=True,
+            env={"UV_PYTHON_DOWNLOADS": "never"},
+        )
         session.run("uv", "pip", "install", "--quiet", "--python", str(python), *LAB_DEPS, external=True)
         stamp.write_text(want)
     return str(python)
@@ -162,9 +171,13 @@ def _queued_cells(session: nox.Session) -> list[str]:
     except AttributeError:
         return [c.id for c in CELLS if c.na is None]
     mine = getattr(session._runner.func, "call_spec", {}).get("cell")
-    return [cid for runner, queued in listed if runner.name == "matrix"
-            for cid in [getattr(runner.func, "call_spec", {}).get("cell")]
-            if cid and cid not in NA and (queued or cid == mine)]
+    return [
+        cid
+        for runner, queued in listed
+        if runner.name == "matrix"
+        for cid in [getattr(runner.func, "call_spec", {}).get("cell")]
+        if cid and cid not in NA and (queued or cid == mine)
+    ]
 
 
 def _plan(session: nox.Session) -> Plan:
@@ -188,9 +201,25 @@ def matrix(session: nox.Session, cell: str) -> None:
         return  # the run's results.json shows it as n/a (runs/store.py: aggregate); nothing to start
     session.notify("matrix_summary")
     where = _plan(session).cell_words(cell)
-    args = ["cell", cell, "--matrix", str(MATRIX.path), "--run-dir", str(RUN_DIR), "--run-id", RUN_ID,
-            "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session), "--estimate", where,
-            *session.posargs]
+    args = [
+        "cell",
+        cell,
+        "--matrix",
+        str(MATRIX.path),
+        "--run-dir",
+        str(RUN_DIR),
+        "--run-id",
+        RUN_ID,
+        "--latest",
+        str(LATEST),
+        "--venvs",
+        str(VENVS),
+        "--owner",
+        _run_owner(session),
+        "--estimate",
+        where,
+        *session.posargs,
+    ]
     session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
 
 
@@ -218,10 +247,24 @@ def gpu8_perf(session: nox.Session) -> None:
     session.log(f"run {run_id}: {len(chosen)} cell(s)")
     news = []
     for cell in chosen:
-        args = ["cell", cell.id, "--gpu8", "--matrix", str(MATRIX.path), "--run-dir", str(run_dir), "--run-id",
-                run_id, "--latest", str(LATEST), "--venvs", str(VENVS), "--owner", _run_owner(session, run_dir, run_id)]
-        session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True,
-                    success_codes=[0, 1])
+        args = [
+            "cell",
+            cell.id,
+            "--gpu8",
+            "--matrix",
+            str(MATRIX.path),
+            "--run-dir",
+            str(run_dir),
+            "--run-id",
+            run_id,
+            "--latest",
+            str(LATEST),
+            "--venvs",
+            str(VENVS),
+            "--owner",
+            _run_owner(session, run_dir, run_id),
+        ]
+        session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True, success_codes=[0, 1])
         try:
             result = store.read_cell(run_dir, cell.id)
         except LabError as exc:
@@ -245,11 +288,31 @@ def matrix_summary(session: nox.Session) -> None:
 def _summarize(session: nox.Session, results: Path) -> None:
     """The run's table (verdicts are judged by the cell sessions, so exit 1 here is not a failure), then
     the grid into reports/latest."""
-    session.run(_lab_python(session), "-m", "compatlab", "summary", str(results), "--github-summary",
-                env=_lab_env(), external=True, success_codes=[0, 1])
+    session.run(
+        _lab_python(session),
+        "-m",
+        "compatlab",
+        "summary",
+        str(results),
+        "--github-summary",
+        env=_lab_env(),
+        external=True,
+        success_codes=[0, 1],
+    )
     if os.environ.get("COMPATLAB_REPORT", "1") != "0":
-        session.run(_lab_python(session), "-m", "compatlab", "report", str(results), "--out", str(LATEST),
-                    "--history", str(REPORTS / "runs"), env=_lab_env(), external=True)
+        session.run(
+            _lab_python(session),
+            "-m",
+            "compatlab",
+            "report",
+            str(results),
+            "--out",
+            str(LATEST),
+            "--history",
+            str(REPORTS / "runs"),
+            env=_lab_env(),
+            external=True,
+        )
 
 
 @nox.session(python=False)
@@ -258,22 +321,50 @@ def lock(session: nox.Session) -> None:
 
     Only this session asks an index; every other one, and `nox -l`, reads the lock.
     """
-    session.run(_lab_python(session), "-m", "compatlab", "lock", "--matrix", str(MATRIX.path), *session.posargs,
-                env=_lab_env(), external=True)
+    session.run(
+        _lab_python(session),
+        "-m",
+        "compatlab",
+        "lock",
+        "--matrix",
+        str(MATRIX.path),
+        *session.posargs,
+        env=_lab_env(),
+        external=True,
+    )
 
 
 @nox.session(python=False)
 def cells(session: nox.Session) -> None:
     """Print the matrix's cells (`-- --json` for a CI matrix strategy)."""
-    session.run(sys.executable, "-m", "compatlab", "cells", "--matrix", str(MATRIX.path), *session.posargs,
-                env=_lab_env(), external=True)
+    session.run(
+        sys.executable,
+        "-m",
+        "compatlab",
+        "cells",
+        "--matrix",
+        str(MATRIX.path),
+        *session.posargs,
+        env=_lab_env(),
+        external=True,
+    )
 
 
 @nox.session(name="ci_matrix", python=False)
 def ci_matrix(session: nox.Session) -> None:
     """Print the JSON a CI matrix strategy consumes (`-- --shards N` for one job per shard)."""
-    session.run(sys.executable, "-m", "compatlab", "ci-matrix", "--matrix", str(MATRIX.path), *session.posargs,
-                env=_lab_env(), external=True, silent=False)
+    session.run(
+        sys.executable,
+        "-m",
+        "compatlab",
+        "ci-matrix",
+        "--matrix",
+        str(MATRIX.path),
+        *session.posargs,
+        env=_lab_env(),
+        external=True,
+        silent=False,
+    )
 
 
 @nox.session(python=False)
@@ -282,17 +373,39 @@ def merge(session: nox.Session) -> None:
     if not session.posargs:
         session.error("give the shard run folders: nox -s merge -- DIR [DIR ...]")
     out = REPORTS / "runs" / RUN_ID
-    session.run(_lab_python(session), "-m", "compatlab", "merge", *session.posargs, "--matrix", str(MATRIX.path),
-                "--out", str(out), "--latest", str(LATEST), env=_lab_env(), external=True, success_codes=[0, 1])
-    session.run(_lab_python(session), "-m", "compatlab", "summary", str(out / "results.json"), "--github-summary",
-                env=_lab_env(), external=True, success_codes=[0, 1])
+    session.run(
+        _lab_python(session),
+        "-m",
+        "compatlab",
+        "merge",
+        *session.posargs,
+        "--matrix",
+        str(MATRIX.path),
+        "--out",
+        str(out),
+        "--latest",
+        str(LATEST),
+        env=_lab_env(),
+        external=True,
+        success_codes=[0, 1],
+    )
+    session.run(
+        _lab_python(session),
+        "-m",
+        "compatlab",
+        "summary",
+        str(out / "results.json"),
+        "--github-summary",
+        env=_lab_env(),
+        external=True,
+        success_codes=[0, 1],
+    )
 
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Render a results.json (default: the latest run): `nox -s report -- PATH/results.json --out DIR`."""
-    args = session.posargs or [str(LATEST / "results.json"), "--out", str(LATEST),
-                               "--history", str(REPORTS / "runs")]
+    args = session.posargs or [str(LATEST / "results.json"), "--out", str(LATEST), "--history", str(REPORTS / "runs")]
     session.run(_lab_python(session), "-m", "compatlab", "report", *args, env=_lab_env(), external=True)
 
 
@@ -318,8 +431,9 @@ def _test_torch(session: nox.Session) -> str | None:
     if not (python.exists() and stamp.exists() and stamp.read_text() == TEST_TORCH):
         session.run(sys.executable, "-m", "venv", "--clear", str(TEST_TORCH_VENV), external=True)
         try:
-            session.run(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", TEST_TORCH,
-                        external=True)
+            session.run(
+                str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", TEST_TORCH, external=True
+            )
         except nox.command.CommandFailed:
             session.warn(f"could not install {TEST_TORCH}: the NCCL real-process tests will skip")
             return None

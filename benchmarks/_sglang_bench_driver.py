@@ -43,8 +43,12 @@ def bare_sglang() -> None:
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("sglang is not installed in this interpreter")
     root = Path(next(iter(spec.submodule_search_locations)))
-    for name, path in (("sglang", root), ("sglang.srt", root / "srt"), ("sglang.srt.utils", root / "srt/utils"),
-                       ("sglang.srt.disaggregation", root / "srt/disaggregation")):
+    for name, path in (
+        ("sglang", root),
+        ("sglang.srt", root / "srt"),
+        ("sglang.srt.utils", root / "srt/utils"),
+        ("sglang.srt.disaggregation", root / "srt/disaggregation"),
+    ):
         module = types.ModuleType(name)
         module.__path__ = [str(path)]
         sys.modules[name] = module

@@ -33,9 +33,16 @@ sys.path.insert(0, str(ROOT / "src"))
 
 
 def _env(matrix: Path, work: Path) -> dict[str, str]:
-    env = {**os.environ, "COMPATLAB_MATRIX": str(matrix), "COMPATLAB_REPORTS": str(work / "reports"),
-           "COMPATLAB_VENVS": str(work / "venvs"), "COMPATLAB_LAB_VENV": str(work / "lab"),
-           "UV_PYTHON_DOWNLOADS": "never", "COMPATLAB_REPORT": "0", "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "COMPATLAB_MATRIX": str(matrix),
+        "COMPATLAB_REPORTS": str(work / "reports"),
+        "COMPATLAB_VENVS": str(work / "venvs"),
+        "COMPATLAB_LAB_VENV": str(work / "lab"),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "COMPATLAB_REPORT": "0",
+        "NO_COLOR": "1",
+    }
     env.pop("COMPATLAB_RUN_ID", None)
     return env
 
@@ -45,8 +52,16 @@ def _nox(tree: Path, matrix: Path, work: Path, *args: str, timeout: float) -> tu
     report = work / f"nox-report-{time.monotonic_ns()}.json"
     argv = [sys.executable, "-m", "nox", "-f", str(tree / "noxfile.py"), "--report", str(report), *args]
     start = time.monotonic()
-    done = subprocess.run(argv, cwd=tree, env=_env(matrix, work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        argv,
+        cwd=tree,
+        env=_env(matrix, work),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     return time.monotonic() - start, done.stdout, report
 
 
@@ -54,8 +69,11 @@ def na_overhead(tree: Path, matrix: Path, work: Path, na_ids: list[str]) -> tupl
     sessions = [f"matrix({cid})" for cid in na_ids]
     for _ in range(2):
         wall, _out, report = _nox(tree, matrix, work, "-s", *sessions, timeout=1800)
-    summed = sum(float(s["duration"]) for s in json.loads(report.read_text(encoding="utf-8"))["sessions"]
-                 if s["name"] == "matrix")
+    summed = sum(
+        float(s["duration"])
+        for s in json.loads(report.read_text(encoding="utf-8"))["sessions"]
+        if s["name"] == "matrix"
+    )
     return wall, summed
 
 
@@ -71,9 +89,13 @@ def preflight(tree: Path, matrix: Path, work: Path) -> tuple[dict[str, object], 
     cells = [c for c in json.loads(runs[-1].read_text(encoding="utf-8"))["cells"] if c["state"] != "n/a"]
     seconds = [float(c["seconds"]) for c in cells]
     outside = [float(c["seconds"]) - sum(float(s["seconds"]) for s in c["stages"]) for c in cells]
-    figures.update(cells=len(cells), cell_median_s=round(statistics.median(seconds), 1),
-                   outside_median_s=round(statistics.median(outside), 1), outside_total_s=round(sum(outside), 1),
-                   states={c["id"]: c["state"] for c in cells})
+    figures.update(
+        cells=len(cells),
+        cell_median_s=round(statistics.median(seconds), 1),
+        outside_median_s=round(statistics.median(outside), 1),
+        outside_total_s=round(sum(outside), 1),
+        states={c["id"]: c["state"] for c in cells},
+    )
     return figures, head
 
 
@@ -92,15 +114,19 @@ def main() -> int:
     before = scratch / "before"
     before.mkdir()
     # An export, not a worktree: nothing is added to the repository's shared metadata.
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before], check=True, capture_output=True,
-                             timeout=120).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", args.before], check=True, capture_output=True, timeout=120
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True, timeout=120)
     try:
         for name, tree in (("before", before), ("after", ROOT)):
             work = scratch / f"work-{name}"
             wall, summed = na_overhead(tree, matrix, work, na_ids)
-            print(f"{name}: {len(na_ids)} n/a cells: wall {wall:.1f} s, nox sessions {summed:.2f} s in all, "
-                  f"{summed / len(na_ids) * 1000:.1f} ms each", flush=True)
+            print(
+                f"{name}: {len(na_ids)} n/a cells: wall {wall:.1f} s, nox sessions {summed:.2f} s in all, "
+                f"{summed / len(na_ids) * 1000:.1f} ms each",
+                flush=True,
+            )
             if args.preflight:
                 figures, head = preflight(tree, matrix, work)
                 print(f"{name}: preflight --until static: {json.dumps(figures)}", flush=True)

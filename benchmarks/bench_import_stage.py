@@ -36,8 +36,9 @@ _WAYS = {"per process": "0", "fork server": "1"}
 def _import_torch(python: Path, venv: Path) -> float:
     env = cell_env(venv, {"PYTHONDONTWRITEBYTECODE": "1"})
     start = time.monotonic()
-    done = subprocess.run([str(python), "-c", "import torch"], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = subprocess.run(
+        [str(python), "-c", "import torch"], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     seconds = time.monotonic() - start
     if done.returncode != 0:
         raise SystemExit(f"import torch failed in {venv}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -46,11 +47,21 @@ def _import_torch(python: Path, venv: Path) -> float:
 
 def _stage(venv: Path, switch: str, out: Path) -> tuple[float, float, dict[str, Any]]:
     """One import stage: (its own seconds, wall seconds of the whole command, the stage result)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "PYTHONDONTWRITEBYTECODE": "1",
-           "COMPATLAB_IMPORT_FORKSERVER": switch}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT / "src"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "COMPATLAB_IMPORT_FORKSERVER": switch,
+    }
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "compatlab", "runtime", "--venv", str(venv), "--stage", "import",
-                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=3600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "runtime", "--venv", str(venv), "--stage", "import", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     wall = time.monotonic() - start
     if done.returncode != 0:
         raise SystemExit(f"the import stage did not run: {done.stderr.strip()}")
@@ -70,8 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     venv: Path = args.venv.absolute()
     python = venv / "bin" / "python"
-    if subprocess.run([str(python), "-c", "import pytest"], env=cell_env(venv, {"PYTHONDONTWRITEBYTECODE": "1"}),
-                      capture_output=True, timeout=600, check=False).returncode != 0:
+    if (
+        subprocess.run(
+            [str(python), "-c", "import pytest"],
+            env=cell_env(venv, {"PYTHONDONTWRITEBYTECODE": "1"}),
+            capture_output=True,
+            timeout=600,
+            check=False,
+        ).returncode
+        != 0
+    ):
         raise SystemExit(f"{venv} has no pytest: the stage would install it, and this benchmark changes no venv")
 
     torch_s = [_import_torch(python, venv) for _ in range(args.imports)]
@@ -89,15 +108,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     one = statistics.median(torch_s)
     first = results["per process"]
     print(f"venv: {venv}")
-    print(f"stage: {first['state']}" + (f" - {first['reason']}" if first["reason"] else "")
-          + f"; {len(_verdicts(first))} modules and packages")
-    print(f"import torch, fresh interpreter: median {one:.2f} s of {len(torch_s)} "
-          f"(min {min(torch_s):.2f}, max {max(torch_s):.2f})")
+    print(
+        f"stage: {first['state']}"
+        + (f" - {first['reason']}" if first["reason"] else "")
+        + f"; {len(_verdicts(first))} modules and packages"
+    )
+    print(
+        f"import torch, fresh interpreter: median {one:.2f} s of {len(torch_s)} "
+        f"(min {min(torch_s):.2f}, max {max(torch_s):.2f})"
+    )
     for way in _WAYS:
         med = statistics.median(stage_s[way])
-        print(f"import stage, {way + ':':13} median {med:6.2f} s of {len(stage_s[way])} = {med / one:5.1f} x import "
-              f"torch (whole command {statistics.median(wall_s[way]):.2f} s); loader: "
-              f"{results[way]['details'].get('loader', 'one process per module')}")
+        print(
+            f"import stage, {way + ':':13} median {med:6.2f} s of {len(stage_s[way])} = {med / one:5.1f} x import "
+            f"torch (whole command {statistics.median(wall_s[way]):.2f} s); loader: "
+            f"{results[way]['details'].get('loader', 'one process per module')}"
+        )
     old, new = (statistics.median(stage_s[w]) for w in _WAYS)
     print(f"fork server / per process: {new / old:.2f} ({old / new:.1f} times faster)")
     same = _verdicts(results["per process"]) == _verdicts(results["fork server"])

@@ -27,9 +27,15 @@ SIX = ["1.13.0", "1.14.0", "1.15.0", "1.16.0", "1.17.0"]
 
 
 def _nox(tree: Path, matrix: Path, work: Path, *posargs: str) -> tuple[float, list[dict[str, object]]]:
-    env = {**os.environ, "COMPATLAB_MATRIX": str(matrix), "COMPATLAB_REPORTS": str(work / "reports"),
-           "COMPATLAB_VENVS": str(work / "venvs"), "COMPATLAB_LAB_VENV": str(work / "lab"),
-           "UV_PYTHON_DOWNLOADS": "never", "COMPATLAB_REPORT": "0"}
+    env = {
+        **os.environ,
+        "COMPATLAB_MATRIX": str(matrix),
+        "COMPATLAB_REPORTS": str(work / "reports"),
+        "COMPATLAB_VENVS": str(work / "venvs"),
+        "COMPATLAB_LAB_VENV": str(work / "lab"),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "COMPATLAB_REPORT": "0",
+    }
     env.pop("COMPATLAB_RUN_ID", None)
     argv = [sys.executable, "-m", "nox", "-f", str(tree / "noxfile.py"), "-s", "matrix"]
     if posargs:
@@ -57,8 +63,11 @@ def main() -> int:
     matrix = args.matrix.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="compatlab-bench-"))
     before = scratch / "before"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(before), args.before],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(before), args.before],
+        check=True,
+        capture_output=True,
+    )
     try:
         figures: dict[str, float] = {}
         verdicts = {}
@@ -70,10 +79,14 @@ def main() -> int:
             figures[name] = wall
             verdicts[name] = _verdicts(cells)
             per = [float(c["seconds"]) for c in live]  # type: ignore[arg-type]
-            print(f"{name:>6} ({tree if name == 'after' else args.before}): whole matrix warm {wall:.1f} s, "
-                  f"{len(live)} live cells, median {statistics.median(per):.1f} s a cell")
-        print(f"ratio after/before: {figures['after'] / figures['before']:.2f} "
-              f"(target <= 0.33); same verdicts: {verdicts['before'] == verdicts['after']}")
+            print(
+                f"{name:>6} ({tree if name == 'after' else args.before}): whole matrix warm {wall:.1f} s, "
+                f"{len(live)} live cells, median {statistics.median(per):.1f} s a cell"
+            )
+        print(
+            f"ratio after/before: {figures['after'] / figures['before']:.2f} "
+            f"(target <= 0.33); same verdicts: {verdicts['before'] == verdicts['after']}"
+        )
         if not args.skip_preflight:
             wide = scratch / "wide.toml"
             text = matrix.read_text(encoding="utf-8")
@@ -84,11 +97,14 @@ def main() -> int:
             wall, cells = _nox(ROOT, wide, work, "--until", "static", "-q")
             live = [c for c in cells if c["state"] != "n/a"]
             per = [float(c["seconds"]) for c in live]  # type: ignore[arg-type]
-            print(f"preflight --until static, warm: {len(live)} live cells in {wall:.1f} s = "
-                  f"{wall / len(live):.2f} s a cell (median cell {statistics.median(per):.2f} s; target <= 5 s)")
+            print(
+                f"preflight --until static, warm: {len(live)} live cells in {wall:.1f} s = "
+                f"{wall / len(live):.2f} s a cell (median cell {statistics.median(per):.2f} s; target <= 5 s)"
+            )
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)], check=False,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)], check=False, capture_output=True
+        )
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
 

@@ -34,11 +34,17 @@ def nox_list() -> float:
     """Seconds for one `nox -l` of the default matrix, offline; raises when it fails."""
     proxy = f"http://127.0.0.1:{_closed_port()}"
     env = {k: v for k, v in os.environ.items() if k != "COMPATLAB_MATRIX"}
-    env.update({"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
-                "NO_COLOR": "1"})
+    env.update({"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy, "NO_COLOR": "1"})
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     seconds = time.perf_counter() - start
     if done.returncode != 0 or "matrix(" not in done.stdout:
         raise RuntimeError(f"nox -l failed (exit {done.returncode}): {done.stderr.strip()}")
@@ -53,8 +59,10 @@ def test_nox_list_within_two_seconds(benchmark: Any) -> None:
 def main() -> int:
     times = [nox_list() for _ in range(RUNS)]
     median = statistics.median(times)
-    print(f"nox -l, default matrix ({ROOT / 'matrix.toml'}): median {median:.2f} s, min {min(times):.2f} s, "
-          f"max {max(times):.2f} s over {RUNS} runs (limit {LIMIT:.0f} s)")
+    print(
+        f"nox -l, default matrix ({ROOT / 'matrix.toml'}): median {median:.2f} s, min {min(times):.2f} s, "
+        f"max {max(times):.2f} s over {RUNS} runs (limit {LIMIT:.0f} s)"
+    )
     return 0 if median < LIMIT else 1
 
 

@@ -32,8 +32,7 @@ FLOOR = 10_000  # streamed tokens per second of client CPU
 
 
 def _start(log: Path) -> ServerProcess:
-    argv = [sys.executable, "-m", "fixtures.standin_server", "--port", "{port}", "--tok-s", "0",
-            "--ttft-ms", "0"]
+    argv = [sys.executable, "-m", "fixtures.standin_server", "--port", "{port}", "--tok-s", "0", "--ttft-ms", "0"]
     env = dict(os.environ)
     root = Path(__file__).resolve().parents[1]
     env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root / "tests"), env.get("PYTHONPATH", "")])
@@ -51,14 +50,25 @@ def _start(log: Path) -> ServerProcess:
 def one_round(port: int, protocol: str = "generate") -> dict[str, float]:
     """One level of REQUESTS streams, CONCURRENCY at a time; wall and client-CPU token rates."""
     cpu, wall = time.process_time(), time.perf_counter()
-    level = run_level(Target(port=port, protocol=protocol),  # type: ignore[arg-type]
-                      ["Write a long story about kernels."], concurrency=CONCURRENCY,
-                      requests=REQUESTS, output_len=OUTPUT_LEN, timeout=60)
+    level = run_level(
+        Target(port=port, protocol=protocol),  # type: ignore[arg-type]
+        ["Write a long story about kernels."],
+        concurrency=CONCURRENCY,
+        requests=REQUESTS,
+        output_len=OUTPUT_LEN,
+        timeout=60,
+    )
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     assert not level.errors, level.errors[0].error
     events = sum(r.events for r in level.requests)
-    return {"tokens": level.tokens, "events": events, "wall_tok_s": level.tokens / wall,
-            "cpu_s": cpu, "cpu_tok_s": level.tokens / cpu, "cpu_us_per_event": cpu / events * 1e6}
+    return {
+        "tokens": level.tokens,
+        "events": events,
+        "wall_tok_s": level.tokens / wall,
+        "cpu_s": cpu,
+        "cpu_tok_s": level.tokens / cpu,
+        "cpu_us_per_event": cpu / events * 1e6,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +105,12 @@ def _main(log: Path) -> int:
             one_round(server.port, protocol)  # warm-up
             rounds = [one_round(server.port, protocol) for _ in range(5)]
             med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-            print(f"{protocol}: {CONCURRENCY} streams x {REQUESTS} requests x {OUTPUT_LEN} tokens, "
-                  f"median of 5: {med['cpu_tok_s']:,.0f} tokens per client-CPU second "
-                  f"({med['cpu_us_per_event']:.1f} us per event), {med['wall_tok_s']:,.0f} tok/s wall "
-                  f"(server and client share {os.cpu_count()} cores)")
+            print(
+                f"{protocol}: {CONCURRENCY} streams x {REQUESTS} requests x {OUTPUT_LEN} tokens, "
+                f"median of 5: {med['cpu_tok_s']:,.0f} tokens per client-CPU second "
+                f"({med['cpu_us_per_event']:.1f} us per event), {med['wall_tok_s']:,.0f} tok/s wall "
+                f"(server and client share {os.cpu_count()} cores)"
+            )
     finally:
         server.stop()
     return 0

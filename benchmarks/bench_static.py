@@ -75,7 +75,8 @@ def test_one_cell_cold(benchmark: Any, cache_root: Path) -> None:
 def test_one_cell_warm(benchmark: Any, cache_root: Path) -> None:
     check_site_packages(SITES[0], archs=ARCHS, cache=ElfCache(cache_root))
     report = benchmark.pedantic(
-        lambda: check_site_packages(SITES[0], archs=ARCHS, cache=ElfCache(cache_root)), rounds=3, iterations=1)
+        lambda: check_site_packages(SITES[0], archs=ARCHS, cache=ElfCache(cache_root)), rounds=3, iterations=1
+    )
     assert report.cache_misses == 0
 
 
@@ -85,8 +86,7 @@ def test_three_cells_warm(benchmark: Any, cache_root: Path) -> None:
         check_site_packages(sp, archs=ARCHS, cache=ElfCache(cache_root))
 
     def three() -> int:
-        return sum(check_site_packages(sp, archs=ARCHS, cache=ElfCache(cache_root)).cache_misses
-                   for sp in SITES)
+        return sum(check_site_packages(sp, archs=ARCHS, cache=ElfCache(cache_root)).cache_misses for sp in SITES)
 
     assert benchmark.pedantic(three, rounds=2, iterations=1) == 0
 
@@ -102,8 +102,10 @@ def main() -> None:
             t1 = time.perf_counter()
             warm = check_site_packages(sp, archs=ARCHS, cache=ElfCache(root))
             t2 = time.perf_counter()
-            print(f"{sp}: {cold.state}, {cold.modules} modules; cold {t1 - t0:.1f} s "
-                  f"({cold.cache_misses} files read), warm {t2 - t1:.1f} s ({warm.cache_misses} read)")
+            print(
+                f"{sp}: {cold.state}, {cold.modules} modules; cold {t1 - t0:.1f} s "
+                f"({cold.cache_misses} files read), warm {t2 - t1:.1f} s ({warm.cache_misses} read)"
+            )
         t0 = time.perf_counter()
         for sp in SITES:
             check_site_packages(sp, archs=ARCHS, cache=ElfCache(root))

@@ -48,8 +48,19 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 DRIVER = HERE / "_sglang_bench_driver.py"
 # What sglang.benchmark.serving (0.5.23) imports, directly or through sglang.benchmark.datasets.
-DEPS = ("aiohttp", "msgspec", "numpy", "orjson", "requests", "tqdm", "transformers", "pillow", "datasets",
-        "pybase64", "psutil")
+DEPS = (
+    "aiohttp",
+    "msgspec",
+    "numpy",
+    "orjson",
+    "requests",
+    "tqdm",
+    "transformers",
+    "pillow",
+    "datasets",
+    "pybase64",
+    "psutil",
+)
 SERVERS = {"baseline": [], "eagle3": ["--accept-length", "1-4", "--seed", "11"]}
 FIGURES = (
     # SGLang's result key, label, which agree within the tolerance
@@ -83,21 +94,53 @@ def ensure_venv(venv: Path, version: str) -> Path:
     for argv in steps:
         done = run(argv, timeout=900, env=env)
         if not done.ok:
-            raise SystemExit(f"cannot make the venv for SGLang's client: {' '.join(argv)}: "
-                             f"{(done.stderr or done.stdout).strip()[-500:]}")
+            raise SystemExit(
+                f"cannot make the venv for SGLang's client: {' '.join(argv)}: "
+                f"{(done.stderr or done.stdout).strip()[-500:]}"
+            )
     return python
 
 
-def sglang_round(python: Path, tokenizer: Path, port: int, *, concurrency: int, requests: int, output_len: int,
-                 out: Path) -> dict[str, Any]:
-    argv = [str(python), str(DRIVER), str(tokenizer), "--",
-            "--backend", "sglang", "--host", "127.0.0.1", "--port", str(port), "--model", str(tokenizer),
-            "--tokenizer", str(tokenizer), "--dataset-name", "random-ids", "--num-prompts", str(requests),
-            "--random-input-len", "16", "--random-output-len", str(output_len), "--random-range-ratio", "1",
-            "--max-concurrency", str(concurrency), "--warmup-requests", "1", "--flush-cache",
-            "--disable-tqdm", "--output-file", str(out)]
-    return _run_sglang_bench(argv, out, requests, env={**os.environ, "HF_HUB_OFFLINE": "1",
-                                                        "TRANSFORMERS_OFFLINE": "1"})
+def sglang_round(
+    python: Path, tokenizer: Path, port: int, *, concurrency: int, requests: int, output_len: int, out: Path
+) -> dict[str, Any]:
+    argv = [
+        str(python),
+        str(DRIVER),
+        str(tokenizer),
+        "--",
+        "--backend",
+        "sglang",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        str(tokenizer),
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random-ids",
+        "--num-prompts",
+        str(requests),
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "1",
+        "--max-concurrency",
+        str(concurrency),
+        "--warmup-requests",
+        "1",
+        "--flush-cache",
+        "--disable-tqdm",
+        "--output-file",
+        str(out),
+    ]
+    return _run_sglang_bench(
+        argv, out, requests, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    )
 
 
 def _run_sglang_bench(argv: list[str], out: Path, requests: int, *, env: dict[str, str]) -> dict[str, Any]:
@@ -118,8 +161,7 @@ def our_round(server: ServerProcess, *, concurrency: int, requests: int, output_
     warm = run_level(target, prompt, concurrency=1, requests=1, output_len=min(output_len, 32), timeout=60)
     assert not warm.errors, warm.errors[0].error
     server.flush_cache("after warm-up")
-    level = run_level(target, prompt, concurrency=concurrency, requests=requests, output_len=output_len,
-                      timeout=120)
+    level = run_level(target, prompt, concurrency=concurrency, requests=requests, output_len=output_len, timeout=120)
     assert not level.errors, level.errors[0].error
     stats = level.latency_stats()
     return {"output_throughput": level.tok_s, **stats, "accept_length": level.accept_length}
@@ -140,42 +182,75 @@ def real_main(args: argparse.Namespace) -> int:
     """Both clients against one real SGLang server (see the module docstring)."""
     python, model = Path(args.real), Path(args.model)
     prompts = real_prompts(model, count=64, length=args.prompt_len, seed=args.seed)
-    argv = [str(python), "-m", "sglang.launch_server", "--model-path", str(model), "--load-format", "dummy",
-            "--host", "127.0.0.1", "--port", "{port}", *args.launch_arg]
+    argv = [
+        str(python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--load-format",
+        "dummy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        *args.launch_arg,
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     spec = ServerSpec(name="real", argv=tuple(argv), startup_timeout=900, stop_timeout=30)
     levels = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "prompts.jsonl"
-        data.write_text("".join(json.dumps({"conversations": [{"content": p}, {"content": "w5 w6 w7 w8"}]}) + "\n"
-                                for p in prompts), encoding="utf-8")
+        data.write_text(
+            "".join(
+                json.dumps({"conversations": [{"content": p}, {"content": "w5 w6 w7 w8"}]}) + "\n" for p in prompts
+            ),
+            encoding="utf-8",
+        )
         server = ServerProcess(spec, argv, env, Path(args.log or Path(tmp) / "server.log"))
         table: dict[tuple[int, str], list[dict[str, Any]]] = {}
         with server:
             server.wait_ready()
-            print(f"real SGLang at port {server.port}: {model}; {args.rounds} rounds, ABBA order, "
-                  f"{args.output_len} output tokens, prompts of {args.prompt_len} token ids", flush=True)
+            print(
+                f"real SGLang at port {server.port}: {model}; {args.rounds} rounds, ABBA order, "
+                f"{args.output_len} output tokens, prompts of {args.prompt_len} token ids",
+                flush=True,
+            )
             for r in range(args.rounds):
                 for c in levels:
                     requests = c * args.requests_per_stream
                     order = ("sglang", "compatlab") if r % 2 == 0 else ("compatlab", "sglang")
                     for who in order:
                         if who == "sglang":
-                            got = _real_sglang_round(python, model, server.port, data, concurrency=c,
-                                                     requests=requests, output_len=args.output_len,
-                                                     out=Path(tmp) / "sglang.jsonl", env=env)
+                            got = _real_sglang_round(
+                                python,
+                                model,
+                                server.port,
+                                data,
+                                concurrency=c,
+                                requests=requests,
+                                output_len=args.output_len,
+                                out=Path(tmp) / "sglang.jsonl",
+                                env=env,
+                            )
                         else:
-                            got = _real_our_round(server, prompts, concurrency=c, requests=requests,
-                                                  output_len=args.output_len)
+                            got = _real_our_round(
+                                server, prompts, concurrency=c, requests=requests, output_len=args.output_len
+                            )
                         table.setdefault((c, who), []).append(got)
-                        print(f"  round {r + 1} c{c} {who}: {got['output_throughput']:.1f} tok/s, median TTFT "
-                              f"{got['median_ttft_ms']:.1f} ms, median ITL {got['median_itl_ms']:.2f} ms",
-                              flush=True)
+                        print(
+                            f"  round {r + 1} c{c} {who}: {got['output_throughput']:.1f} tok/s, median TTFT "
+                            f"{got['median_ttft_ms']:.1f} ms, median ITL {got['median_itl_ms']:.2f} ms",
+                            flush=True,
+                        )
     print(f"\nmedians over {args.rounds} rounds (spread = (max - min) / median)")
     print(f"  {'c':>3} {'figure':<16}{'SGLang':>10}{'spread':>8}{'compatlab':>11}{'spread':>8}{'relative':>10}")
     for c in levels:
-        for key, label in (("output_throughput", "output tok/s"), ("median_ttft_ms", "median TTFT ms"),
-                           ("median_itl_ms", "median ITL ms")):
+        for key, label in (
+            ("output_throughput", "output tok/s"),
+            ("median_ttft_ms", "median TTFT ms"),
+            ("median_itl_ms", "median ITL ms"),
+        ):
             cols = []
             for who in ("sglang", "compatlab"):
                 values = [row[key] for row in table[(c, who)]]
@@ -186,24 +261,60 @@ def real_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _real_sglang_round(python: Path, model: Path, port: int, data: Path, *, concurrency: int, requests: int,
-                       output_len: int, out: Path, env: dict[str, str]) -> dict[str, Any]:
-    argv = [str(python), "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1",
-            "--port", str(port), "--model", str(model), "--tokenizer", str(model), "--dataset-name", "custom",
-            "--dataset-path", str(data), "--num-prompts", str(requests), "--sharegpt-output-len", str(output_len),
-            "--max-concurrency", str(concurrency), "--warmup-requests", "1", "--flush-cache", "--disable-tqdm",
-            "--output-file", str(out)]
+def _real_sglang_round(
+    python: Path,
+    model: Path,
+    port: int,
+    data: Path,
+    *,
+    concurrency: int,
+    requests: int,
+    output_len: int,
+    out: Path,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    argv = [
+        str(python),
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        str(model),
+        "--tokenizer",
+        str(model),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(data),
+        "--num-prompts",
+        str(requests),
+        "--sharegpt-output-len",
+        str(output_len),
+        "--max-concurrency",
+        str(concurrency),
+        "--warmup-requests",
+        "1",
+        "--flush-cache",
+        "--disable-tqdm",
+        "--output-file",
+        str(out),
+    ]
     return _run_sglang_bench(argv, out, requests, env=env)
 
 
-def _real_our_round(server: ServerProcess, prompts: list[str], *, concurrency: int, requests: int,
-                    output_len: int) -> dict[str, Any]:
+def _real_our_round(
+    server: ServerProcess, prompts: list[str], *, concurrency: int, requests: int, output_len: int
+) -> dict[str, Any]:
     target = Target(port=server.port)
     warm = run_level(target, prompts[:1], concurrency=1, requests=1, output_len=min(output_len, 32), timeout=120)
     assert not warm.errors, warm.errors[0].error
     server.flush_cache("after warm-up")
-    level = run_level(target, prompts, concurrency=concurrency, requests=requests, output_len=output_len,
-                      timeout=300)
+    level = run_level(target, prompts, concurrency=concurrency, requests=requests, output_len=output_len, timeout=300)
     assert not level.errors, level.errors[0].error
     return {"output_throughput": level.tok_s, **level.latency_stats()}
 
@@ -244,16 +355,29 @@ def main(argv: list[str] | None = None) -> int:
     path = [str(SRC), str(HERE.parent / "tests"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     agree = True
-    print(f"SGLang's client: sglang.benchmark.serving from sglang {version}; ours: compatlab.stages.perf.client; "
-          f"stand-in at {args.tok_s:g} tok/s per stream, prefill {args.ttft_ms:g} ms, {args.output_len} tokens, "
-          f"medians of {args.rounds} rounds")
+    print(
+        f"SGLang's client: sglang.benchmark.serving from sglang {version}; ours: compatlab.stages.perf.client; "
+        f"stand-in at {args.tok_s:g} tok/s per stream, prefill {args.ttft_ms:g} ms, {args.output_len} tokens, "
+        f"medians of {args.rounds} rounds"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags in SERVERS.items():
             for concurrency in (1, 16):
                 requests = max(8, 4 * concurrency)
-                server_argv = [sys.executable, "-m", "fixtures.standin_server", "--port", "{port}",
-                               "--tok-s", str(args.tok_s), "--ttft-ms", str(args.ttft_ms), "--log-interval", "1",
-                               *flags]
+                server_argv = [
+                    sys.executable,
+                    "-m",
+                    "fixtures.standin_server",
+                    "--port",
+                    "{port}",
+                    "--tok-s",
+                    str(args.tok_s),
+                    "--ttft-ms",
+                    str(args.ttft_ms),
+                    "--log-interval",
+                    "1",
+                    *flags,
+                ]
                 spec = ServerSpec(name=name, argv=tuple(server_argv), startup_timeout=30, stop_timeout=5)
                 server = ServerProcess(spec, server_argv, env, Path(tmp) / f"{name}-c{concurrency}.log")
                 theirs: list[dict[str, Any]] = []
@@ -261,11 +385,20 @@ def main(argv: list[str] | None = None) -> int:
                 with server:
                     server.wait_ready()
                     for _ in range(args.rounds):
-                        theirs.append(sglang_round(python, tokenizer, server.port, concurrency=concurrency,
-                                                   requests=requests, output_len=args.output_len,
-                                                   out=Path(tmp) / "sglang.jsonl"))
-                        ours.append(our_round(server, concurrency=concurrency, requests=requests,
-                                              output_len=args.output_len))
+                        theirs.append(
+                            sglang_round(
+                                python,
+                                tokenizer,
+                                server.port,
+                                concurrency=concurrency,
+                                requests=requests,
+                                output_len=args.output_len,
+                                out=Path(tmp) / "sglang.jsonl",
+                            )
+                        )
+                        ours.append(
+                            our_round(server, concurrency=concurrency, requests=requests, output_len=args.output_len)
+                        )
                 print(f"\n{name}, concurrency {concurrency}, {requests} requests")
                 print(f"  {'figure':<16}{'SGLang':>10}{'compatlab':>11}{'difference':>12}{'relative':>10}")
                 for key, label, strict in FIGURES:
@@ -280,8 +413,10 @@ def main(argv: list[str] | None = None) -> int:
                     shown = [f"{v:10.2f}" if v is not None else f"{'-':>10}" for v in (ma, mb)]
                     delta = f"{mb - ma:+12.2f}" if ma is not None and mb is not None else f"{'':>12}"
                     print(f"  {label:<16}{shown[0]} {shown[1]}{delta}{_pct(mb, ma):>10}{note}")
-    print(f"\n{'agree' if agree else 'DISAGREE'}: throughput, mean/median TTFT and mean/median ITL within "
-          f"{args.tolerance:.0%}")
+    print(
+        f"\n{'agree' if agree else 'DISAGREE'}: throughput, mean/median TTFT and mean/median ITL within "
+        f"{args.tolerance:.0%}"
+    )
     return 0 if agree else 1
 
 

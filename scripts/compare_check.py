@@ -34,14 +34,20 @@ LOAD_KINDS = ("library", "symbol", "version")  # static findings that predict a 
 # the import stage's failure kinds that make a cell red (loadcheck.STACK_KINDS)
 RED_KINDS = ("undefined-symbol", "symbol-version", "missing-library", "import-error", "signal", "timeout", "exit")
 
-_BY_PATH = ("import importlib.util, sys\n"
-            "spec = importlib.util.spec_from_file_location(sys.argv[1], sys.argv[2])\n"
-            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n")
-_BY_NAME = ("import importlib, os, sys\n"
-            "print(os.path.realpath(getattr(importlib.import_module(sys.argv[1]), '__file__', None) or ''))\n")
-_MAPS = ("import importlib, os, sys\nimportlib.import_module(sys.argv[1])\n"
-         "print('\\n'.join(sorted({os.path.realpath(l.split(None, 5)[5]) for l in open('/proc/self/maps')"
-         " if len(l.split(None, 5)) == 6 and l.split(None, 5)[5].startswith('/')})))\n")
+_BY_PATH = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location(sys.argv[1], sys.argv[2])\n"
+    "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+)
+_BY_NAME = (
+    "import importlib, os, sys\n"
+    "print(os.path.realpath(getattr(importlib.import_module(sys.argv[1]), '__file__', None) or ''))\n"
+)
+_MAPS = (
+    "import importlib, os, sys\nimportlib.import_module(sys.argv[1])\n"
+    "print('\\n'.join(sorted({os.path.realpath(l.split(None, 5)[5]) for l in open('/proc/self/maps')"
+    " if len(l.split(None, 5)) == 6 and l.split(None, 5)[5].startswith('/')})))\n"
+)
 
 
 def _ok(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
@@ -58,14 +64,29 @@ def _dotted(rel: str) -> str:
 
 
 def _sites(python: str) -> list[Path]:
-    done = subprocess.run([python, "-c", "import sysconfig, json; p = sysconfig.get_paths(); "
-                           "print(json.dumps([p['purelib'], p['platlib']]))"],
-                          capture_output=True, text=True, check=True, timeout=60)
+    done = subprocess.run(
+        [
+            python,
+            "-c",
+            "import sysconfig, json; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return [Path(p) for p in dict.fromkeys(json.loads(done.stdout))]
 
 
-def truth(python: str, sites: list[Path], modules: list[tuple[str, str]], packages: list[str], *, jobs: int,
-          timeout: float = 300.0) -> tuple[dict[str, bool], dict[str, set[str] | None]]:
+def truth(
+    python: str,
+    sites: list[Path],
+    modules: list[tuple[str, str]],
+    packages: list[str],
+    *,
+    jobs: int,
+    timeout: float = 300.0,
+) -> tuple[dict[str, bool], dict[str, set[str] | None]]:
     """({rel: loads alone, by name or by path}, {package: real paths its import maps, None if it fails})."""
 
     def alone(rel: str) -> bool:
@@ -102,28 +123,42 @@ def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any
     imported = sorted({e["module"] for e in entries if not e["module"].endswith(".so")}, key=len, reverse=True)
     static = stages.get("static", {}).get("details", {}).get("findings", [])
     static_red = {f["module"]: f["message"] for f in static if f["severity"] == "fail" and f["kind"] in LOAD_KINDS}
-    others = sorted({f"{f['module']}: {f['message']}" for f in static
-                     if f["severity"] == "fail" and f["kind"] not in LOAD_KINDS})
+    others = sorted(
+        {f"{f['module']}: {f['message']}" for f in static if f["severity"] == "fail" and f["kind"] not in LOAD_KINDS}
+    )
     so = [e for e in entries if e["module"].endswith(".so")]
     # what static calls unloadable but the import stage did not load (a library; a module it did not find)
-    so += [{"module": rel, "dist": "", "ok": False, "reason": f"static: {why}"}
-           for rel, why in sorted(static_red.items()) if rel not in {e["module"] for e in so}]
+    so += [
+        {"module": rel, "dist": "", "ok": False, "reason": f"static: {why}"}
+        for rel, why in sorted(static_red.items())
+        if rel not in {e["module"] for e in so}
+    ]
     # a module's package: the longest imported package its dotted name is in (torch/_C -> torch,
     # functorch/_C -> functorch, cuda/core/cu12/_device -> cuda.core); else its distribution's first
     first: dict[str, str] = {}
     for e in entries:
         if not e["module"].endswith(".so"):
             first.setdefault(e["dist"], e["module"])
-    packages = {e["module"]: next((p for p in imported if (_dotted(e["module"]) + ".").startswith(p + ".")),
-                                  first.get(e["dist"], "")) for e in so}
+    packages = {
+        e["module"]: next(
+            (p for p in imported if (_dotted(e["module"]) + ".").startswith(p + ".")), first.get(e["dist"], "")
+        )
+        for e in so
+    }
     started = time.monotonic()
     sites = _sites(python)
-    loads, mapped = truth(python, sites, [(e["module"], packages[e["module"]]) for e in so],
-                          sorted(set(imported) | {p for p in packages.values() if p}), jobs=jobs)
+    loads, mapped = truth(
+        python,
+        sites,
+        [(e["module"], packages[e["module"]]) for e in so],
+        sorted(set(imported) | {p for p in packages.values() if p}),
+        jobs=jobs,
+    )
     false_red, false_green, agree = [], [], 0
     for e in so:
-        red = (not e["ok"] and e.get("needed") is not False
-               and e.get("failure", {}).get("kind") in RED_KINDS) or e["module"] in static_red
+        red = (not e["ok"] and e.get("needed") is not False and e.get("failure", {}).get("kind") in RED_KINDS) or e[
+            "module"
+        ] in static_red
         package = packages[e["module"]]
         pkg_maps = mapped.get(package) if package else None
         maps_it = pkg_maps is not None and bool(_real(sites, e["module"]) & pkg_maps)
@@ -131,26 +166,44 @@ def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any
         # red is right only for a module that cannot load and whose package's import fails (or it has none)
         if red and (loads_for_real or pkg_maps is not None):
             real = "loads" if loads_for_real else f"cannot load; `import {package}` works without it"
-            false_red.append({"module": e["module"], "real": real,
-                              "compatlab": e.get("verdict") or e.get("reason", "static fail")})
+            false_red.append(
+                {"module": e["module"], "real": real, "compatlab": e.get("verdict") or e.get("reason", "static fail")}
+            )
         elif not red and e["ok"] and not loads_for_real:
-            false_green.append({"module": e["module"], "compatlab": e.get("loaded", "loaded"),
-                                "real": "cannot load, and no package import maps it"})
+            false_green.append(
+                {
+                    "module": e["module"],
+                    "compatlab": e.get("loaded", "loaded"),
+                    "real": "cannot load, and no package import maps it",
+                }
+            )
         else:
             agree += 1
-    pkg_disagree = [{"package": p, "compatlab": "ok" if e["ok"] else e.get("reason", "fails"),
-                     "real": "imports" if mapped[p] is not None else "fails"}
-                    for e in entries if not e["module"].endswith(".so")
-                    for p in [e["module"]] if bool(e["ok"]) != (mapped[p] is not None)]
+    pkg_disagree = [
+        {
+            "package": p,
+            "compatlab": "ok" if e["ok"] else e.get("reason", "fails"),
+            "real": "imports" if mapped[p] is not None else "fails",
+        }
+        for e in entries
+        if not e["module"].endswith(".so")
+        for p in [e["module"]]
+        if bool(e["ok"]) != (mapped[p] is not None)
+    ]
     details = stages["import"].get("details", {})
     return {
         "cell": {"state": cell["state"], "reason": cell.get("reason", "")},
         "stages": {n: {"state": s["state"], "seconds": s.get("seconds")} for n, s in stages.items()},
-        "modules": len(so), "packages": len(imported), "agree": agree,
-        "false_red": false_red, "false_green": false_green, "packages_disagree": pkg_disagree,
-        "warnings": details.get("warnings", []) + [f"static: {f['message']}" for f in static
-                                                   if f["severity"] == "warn"],
-        "static_other_fails": others, "truth_seconds": round(time.monotonic() - started, 1),
+        "modules": len(so),
+        "packages": len(imported),
+        "agree": agree,
+        "false_red": false_red,
+        "false_green": false_green,
+        "packages_disagree": pkg_disagree,
+        "warnings": details.get("warnings", [])
+        + [f"static: {f['message']}" for f in static if f["severity"] == "warn"],
+        "static_other_fails": others,
+        "truth_seconds": round(time.monotonic() - started, 1),
     }
 
 
@@ -171,9 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(f"cell: {out['cell']['state']}: {out['cell']['reason']}")
     print("stages: " + ", ".join(f"{n} {s['state']} {s['seconds']} s" for n, s in out["stages"].items()))
-    print(f"{out['modules']} shared objects and {out['packages']} packages compared with a real import "
-          f"({out['truth_seconds']} s): {out['agree']} modules agree, {len(out['false_red'])} false red, "
-          f"{len(out['false_green'])} false green, {len(out['packages_disagree'])} packages disagree")
+    print(
+        f"{out['modules']} shared objects and {out['packages']} packages compared with a real import "
+        f"({out['truth_seconds']} s): {out['agree']} modules agree, {len(out['false_red'])} false red, "
+        f"{len(out['false_green'])} false green, {len(out['packages_disagree'])} packages disagree"
+    )
     for kind in ("false_red", "false_green", "packages_disagree"):
         for item in out[kind]:
             print(f"  {kind}: {json.dumps(item)}")

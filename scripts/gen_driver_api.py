@@ -31,7 +31,8 @@ from compatlab.incell.cudacompat import TOOLKIT_DRIVER  # noqa: E402
 
 _PFN = re.compile(r"\bPFN_(cu[A-Za-z0-9]+?)_v(\d{4,5})(_ptds|_ptsz)?\)")
 _DEFINE = re.compile(
-    r"^\s*#define\s+(cu[A-Za-z0-9]+)\s+(?:__CUDA_API_PT(?:DS|SZ)\()?(cu[A-Za-z0-9]+?)(?:_v(\d+))?\)?\s*$", re.M)
+    r"^\s*#define\s+(cu[A-Za-z0-9]+)\s+(?:__CUDA_API_PT(?:DS|SZ)\()?(cu[A-Za-z0-9]+?)(?:_v(\d+))?\)?\s*$", re.M
+)
 _VERSION = re.compile(r"^#define CUDA_VERSION (\d+)", re.M)
 
 
@@ -96,7 +97,8 @@ def main() -> int:
     data = {
         "generated_by": "scripts/gen_driver_api.py",
         "from": f"cuda.h and cudaTypedefs.h of CUDA {'.'.join(map(str, _cuda(int(version.group(1)))))}"
-                if version else "cuda.h and cudaTypedefs.h",
+        if version
+        else "cuda.h and cudaTypedefs.h",
         "entry_points": {s: {"cuda": f"{c[0]}.{c[1]}", "driver": driver_floor(c)} for s, c in sorted(table.items())},
     }
     args.out.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")

@@ -38,5 +38,3 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_simple_index(root / "public", public)
     with serve(root) as url:
         yield url
-
-

@@ -1,6 +1,6 @@
 """Decompress a .zst file with the zstandard wheel carried beside it, for a machine without the zstd tool.
 
-    python3 scripts/device/unzstd.py WHEEL IN.zst OUT
+python3 scripts/device/unzstd.py WHEEL IN.zst OUT
 """
 
 import sys

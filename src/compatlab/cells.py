@@ -141,8 +141,9 @@ def shipped_stacks(matrix: Matrix) -> tuple[Stack, ...]:
                     todo.extend(pinned.pins.items() if pinned else ())
             if ok and set(stack) == set(wanted):
                 ordered = {a: stack[a] for a in wanted}
-                stacks.setdefault(tuple(ordered.items()), Stack(release=f"{value.package} {value.version}",
-                                                                axes=ordered))
+                stacks.setdefault(
+                    tuple(ordered.items()), Stack(release=f"{value.package} {value.version}", axes=ordered)
+                )
     return tuple(stacks.values())
 
 
@@ -232,10 +233,14 @@ def expand(matrix: Matrix) -> list[Cell]:
     near = [r for r in matrix.rules if r.kind == "neighbours"]
     if near and not stacks:
         lock = matrix.lock.path if matrix.lock else "matrix.lock (there is none)"
-        raise ConfigError(matrix.path, [
-            f"rules.neighbours: {lock} names no shipped stack of this matrix (a release whose exact pins give "
-            "every package axis a version the matrix has, as sglang's do); add an sglang axis, or the "
-            "versions its releases pin, or remove the rule"])
+        raise ConfigError(
+            matrix.path,
+            [
+                f"rules.neighbours: {lock} names no shipped stack of this matrix (a release whose exact pins give "
+                "every package axis a version the matrix has, as sglang's do); add an sglang axis, or the "
+                "versions its releases pin, or remove the rule"
+            ],
+        )
     cells: dict[str, Cell] = {}
     for combo in itertools.product(*(axis.values for axis in matrix.axes)):
         values = tuple(combo)
@@ -267,13 +272,33 @@ def _too_far(rules: list[Rule], assignment: Mapping[str, str], stacks: tuple[Sta
     for rule in rules:
         if nearest > rule.distance:
             axes = "one axis" if rule.distance == 1 else f"{rule.distance} axes"
-            return rule.reason or (f"more than {axes} away from every shipped stack ("
-                                   + "; ".join(f"{s.release}: {s.label}" for s in stacks) + ")")
+            return rule.reason or (
+                f"more than {axes} away from every shipped stack ("
+                + "; ".join(f"{s.release}: {s.label}" for s in stacks)
+                + ")"
+            )
     return None
 
 
-def _cell(matrix: Matrix, cid: str, values: tuple[AxisValue, ...], assignment: Mapping[str, str],
-          stacks: tuple[Stack, ...], *, na: str | None, expect: str | None, why: str) -> Cell:
+def _cell(
+    matrix: Matrix,
+    cid: str,
+    values: tuple[AxisValue, ...],
+    assignment: Mapping[str, str],
+    stacks: tuple[Stack, ...],
+    *,
+    na: str | None,
+    expect: str | None,
+    why: str,
+) -> Cell:
     shipped = next((s.release for s in stacks if distance(assignment, s) == 0), "")
-    return Cell(id=cid, values=values, na=na, expect=expect, expect_reason=why,
-                force=is_forced(matrix, assignment), shipped=shipped, conflicts=conflicts(matrix, values))
+    return Cell(
+        id=cid,
+        values=values,
+        na=na,
+        expect=expect,
+        expect_reason=why,
+        force=is_forced(matrix, assignment),
+        shipped=shipped,
+        conflicts=conflicts(matrix, values),
+    )

@@ -155,9 +155,17 @@ def inspect_environment(python: Path) -> Environment:
             counts[d["site"]] = counts.get(d["site"], 0) + 1
     site = max(counts, key=lambda s: counts[s]) if counts else info["purelib"]
     return Environment(
-        python=Path(info["python"] or python), version=info["version"], prefix=Path(info["prefix"]),
-        is_venv=info["prefix"] != info["base_prefix"], site=Path(site), dists=dists, native=native, sites=sites,
-        has_pytest=bool(info["pytest"]), has_pip=bool(info["pip"]), torch_version_py=info.get("torch_version_py"),
+        python=Path(info["python"] or python),
+        version=info["version"],
+        prefix=Path(info["prefix"]),
+        is_venv=info["prefix"] != info["base_prefix"],
+        site=Path(site),
+        dists=dists,
+        native=native,
+        sites=sites,
+        has_pytest=bool(info["pytest"]),
+        has_pip=bool(info["pip"]),
+        torch_version_py=info.get("torch_version_py"),
         problems=tuple(sorted((str(w), str(why)) for w, why in info.get("problems", []))),
     )
 
@@ -244,9 +252,16 @@ def _stack_values(env: Environment, pins: dict[str, str]) -> list[AxisValue]:
     return values
 
 
-def plan_cell(env: Environment, *, packages: Sequence[str] = (), pins: dict[str, str] | None = None,
-              archs: Sequence[str] = (), min_driver: str | None = None, gpus: int = 0,
-              not_needed: Sequence[str] = ()) -> tuple[Matrix, Cell]:
+def plan_cell(
+    env: Environment,
+    *,
+    packages: Sequence[str] = (),
+    pins: dict[str, str] | None = None,
+    archs: Sequence[str] = (),
+    min_driver: str | None = None,
+    gpus: int = 0,
+    not_needed: Sequence[str] = (),
+) -> tuple[Matrix, Cell]:
     """The one-cell matrix of an existing environment, and its cell.
 
     The cell's packages are *packages* (every distribution with native code when empty), the pinned
@@ -257,9 +272,11 @@ def plan_cell(env: Environment, *, packages: Sequence[str] = (), pins: dict[str,
     if packages:
         unknown = [p for p in packages if env.spelled(p) is None]
         if unknown:
-            raise UsageError(f"--package {unknown[0]}: not installed for {env.python}"
-                             + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
-                             + "; `compatlab check` without --package checks every distribution with native code")
+            raise UsageError(
+                f"--package {unknown[0]}: not installed for {env.python}"
+                + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+                + "; `compatlab check` without --package checks every distribution with native code"
+            )
         chosen = [env.spelled(p) or p for p in packages]
     else:
         chosen = list(env.native)
@@ -280,13 +297,16 @@ def plan_cell(env: Environment, *, packages: Sequence[str] = (), pins: dict[str,
         if version is None:  # a pin of something not installed: the pins stage says so
             version = "?"
         extra.append(AxisValue(axis=name, version=version, package=env.spelled(name) or name))
-    target = Target(name="this-box", arch=tuple(archs), gpus=max(1, gpus), min_driver=min_driver,
-                    not_needed=tuple(not_needed))
+    target = Target(
+        name="this-box", arch=tuple(archs), gpus=max(1, gpus), min_driver=min_driver, not_needed=tuple(not_needed)
+    )
     rows = (axis_values[0].axis,)
     columns = tuple(v.axis for v in axis_values[1:] if v.axis != CUDA_AXIS)
     matrix = Matrix(
-        path="<compatlab check>", name=f"check {env.prefix}",
-        axes=tuple(Axis(name=v.axis, values=(v,)) for v in axis_values), targets=(target,),
+        path="<compatlab check>",
+        name=f"check {env.prefix}",
+        axes=tuple(Axis(name=v.axis, values=(v,)) for v in axis_values),
+        targets=(target,),
         report=Report(rows=rows, columns=columns, tables=(CUDA_AXIS,) if cuda else ()),
     )
     cell = Cell(id=cell_id(tuple(axis_values)), values=(*axis_values, *extra))
@@ -297,9 +317,11 @@ def _suites_cannot_run(env: Environment, stage: Stage) -> Stage:
     """The import and cuda suites need pytest; a Python that is not a venv is never installed into."""
     if env.has_pytest or env.is_venv or stage.name not in ("import", "cuda"):
         return stage
-    reason = (f"{env.python} is not a virtual environment and has no pytest, which the {stage.name} suite runs "
-              "with; compatlab check installs nothing into it: install pytest for that interpreter "
-              f"({env.python} -m pip install pytest, or the distribution's python3-pytest), or check a venv")
+    reason = (
+        f"{env.python} is not a virtual environment and has no pytest, which the {stage.name} suite runs "
+        "with; compatlab check installs nothing into it: install pytest for that interpreter "
+        f"({env.python} -m pip install pytest, or the distribution's python3-pytest), or check a venv"
+    )
     required = stage.required
 
     def skipped(_ctx: CellContext) -> StageResult:
@@ -353,8 +375,13 @@ class PackageRow:
     messages: tuple[str, ...]  # failures first, then warnings
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "state": self.state, "modules": self.modules,
-                "messages": list(self.messages)}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "state": self.state,
+            "modules": self.modules,
+            "messages": list(self.messages),
+        }
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -366,11 +393,22 @@ class CheckRun:
     files: list[Path] = dataclasses.field(default_factory=list)
 
 
-def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = (),
-                      pins: dict[str, str] | None = None, archs: Sequence[str] = (), min_driver: str | None = None,
-                      nccl: bool = False, gpus: int | None = None, run_id: str | None = None,
-                      on_stage: Callable[[StageResult], None] | None = None, only: Sequence[str] = (),
-                      serve: ServeConfig | None = None, say: Callable[[str], None] | None = None) -> CheckRun:
+def check_environment(
+    env: Environment,
+    *,
+    out: Path,
+    packages: Sequence[str] = (),
+    pins: dict[str, str] | None = None,
+    archs: Sequence[str] = (),
+    min_driver: str | None = None,
+    nccl: bool = False,
+    gpus: int | None = None,
+    run_id: str | None = None,
+    on_stage: Callable[[StageResult], None] | None = None,
+    only: Sequence[str] = (),
+    serve: ServeConfig | None = None,
+    say: Callable[[str], None] | None = None,
+) -> CheckRun:
     """Run the check's stages on *env* through the runner's loop, and write the report files into *out*.
 
     The run folder is ``out/runs/<run-id>/`` as for a matrix run (the cell's work files in
@@ -394,11 +432,18 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
     with store.claim_run(run_dir, run_id=rid, matrix=matrix) as run:
         site = env.site_for([v.package for v in cell.packages if v.package])
-        ctx = CellContext(matrix=matrix, cell=cell, venv=env.prefix, python=env.python,
-                          work_dir=run.work_dir(cell.id), site_packages=site,
-                          freeze=_freeze_before_pytest(env),
-                          install={"existing": str(env.prefix), "python": str(env.python)}, previous=result.stages,
-                          say=say)
+        ctx = CellContext(
+            matrix=matrix,
+            cell=cell,
+            venv=env.prefix,
+            python=env.python,
+            work_dir=run.work_dir(cell.id),
+            site_packages=site,
+            freeze=_freeze_before_pytest(env),
+            install={"existing": str(env.prefix), "python": str(env.python)},
+            previous=result.stages,
+            say=say,
+        )
         t0 = time.monotonic()
         runner.run_pipeline(ctx, result, stages)
         result.seconds = round(time.monotonic() - t0, 3)
@@ -407,14 +452,19 @@ def check_environment(env: Environment, *, out: Path, packages: Sequence[str] = 
     written += render_run(run_dir / "results.json", out, history_dir=None)
     rows = package_rows(result, cell) + [
         PackageRow(name=where, version="?", state="warn", modules=0, messages=(f"metadata: {why}",))
-        for where, why in env.problems]
+        for where, why in env.problems
+    ]
     check = CheckRun(environment=env, matrix=matrix, result=result, packages=rows)
     md = out / "packages.md"
     md.write_text(_packages_md(check.packages), encoding="utf-8")
     js = out / "packages.json"
-    js.write_text(json.dumps({"cell": result.id, "state": str(result.state),
-                              "packages": [r.to_json() for r in check.packages]}, indent=2) + "\n",
-                  encoding="utf-8")
+    js.write_text(
+        json.dumps(
+            {"cell": result.id, "state": str(result.state), "packages": [r.to_json() for r in check.packages]}, indent=2
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     check.files = [*written, md, js]
     return check
 
@@ -432,8 +482,9 @@ def _freeze_before_pytest(env: Environment) -> list[str]:
     return done.stdout.splitlines()
 
 
-def _reporting(run: Callable[[CellContext], StageResult], told: Callable[[StageResult], None]
-               ) -> Callable[[CellContext], StageResult]:
+def _reporting(
+    run: Callable[[CellContext], StageResult], told: Callable[[StageResult], None]
+) -> Callable[[CellContext], StageResult]:
     def wrapped(ctx: CellContext) -> StageResult:
         out = run(ctx)
         told(out)
@@ -476,8 +527,15 @@ def package_rows(result: CellResult, cell: Cell) -> list[PackageRow]:
     rows = []
     for n, value in names.items():
         state = "fail" if fails[n] else "warn" if warns[n] else "pass"
-        rows.append(PackageRow(name=value.package or n, version=value.version, state=state,
-                               modules=len(modules[n]), messages=tuple(fails[n] + warns[n])))
+        rows.append(
+            PackageRow(
+                name=value.package or n,
+                version=value.version,
+                state=state,
+                modules=len(modules[n]),
+                messages=tuple(fails[n] + warns[n]),
+            )
+        )
     order = {"fail": 0, "warn": 1, "pass": 2}
     rows.sort(key=lambda r: (order[r.state], r.name.lower()))
     return rows

@@ -125,8 +125,9 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def classify_uv_failure(done: Completed, plan: InstallPlan | None = None, *,
-                        probe_timeout: float = PROBE_TIMEOUT) -> tuple[str, str]:
+def classify_uv_failure(
+    done: Completed, plan: InstallPlan | None = None, *, probe_timeout: float = PROBE_TIMEOUT
+) -> tuple[str, str]:
     """('error'|'fail', one-line reason) for a failed uv command.
 
     With the *plan* of a failed install, an unsatisfiable verdict is checked against the indexes
@@ -175,8 +176,9 @@ def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) 
             missing.append(f"{pin.package} is not on {pin.index.shown}; {found.note}")
             continue
         if not any(_matches(pin.version, v) for v in found.versions):
-            missing.append(f"{pin.package} {pin.version} is not on {pin.index.shown}; "
-                           + _has(found.versions, pin.version))
+            missing.append(
+                f"{pin.package} {pin.version} is not on {pin.index.shown}; " + _has(found.versions, pin.version)
+            )
     if missing:
         return "fail", "; ".join(missing)
     if broken:
@@ -228,8 +230,10 @@ def venv_failure(done: Completed, *, python: str | None, cell: Cell) -> str:
     if python is not None and re.search(r"No interpreter found", text, re.IGNORECASE):
         asked = f"the cell's {PYTHON_AXIS} axis" if cell.python else "install.python"
         drop = f"remove {python} from axes.{PYTHON_AXIS}" if cell.python else "change install.python"
-        return (f"no Python {python} interpreter on this machine ({asked}; uv looks on PATH and in its own "
-                f"installs, and downloads none here): install Python {python} where uv finds it, or {drop}")
+        return (
+            f"no Python {python} interpreter on this machine ({asked}; uv looks on PATH and in its own "
+            f"installs, and downloads none here): install Python {python} where uv finds it, or {drop}"
+        )
     _, why = classify_uv_failure(done)
     return "uv venv failed: " + why
 
@@ -295,8 +299,13 @@ class InstallPlan:
     conflicts: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"argv": self.argv, "files": self.files, "requirements": self.requirements,
-                                  "overrides": self.overrides, "forced": self.forced}
+        out: dict[str, object] = {
+            "argv": self.argv,
+            "files": self.files,
+            "requirements": self.requirements,
+            "overrides": self.overrides,
+            "forced": self.forced,
+        }
         if self.pre_argv:
             out["pre_argv"] = self.pre_argv
         if self.shipped:
@@ -386,13 +395,30 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
     pre_argv: list[str] = []
     own_index = [v for v in forced if v.index]
     if own_index:
-        pre = {"project": {"name": "compatlab-forced", "version": "0",
-                           "dependencies": [str(v.requirement) for v in own_index]},
-               "tool": {"uv": {"index": uv_cfg["index"],
-                               "sources": {str(v.package): {"index": sources[str(v.package)]} for v in own_index}}}}
+        pre = {
+            "project": {
+                "name": "compatlab-forced",
+                "version": "0",
+                "dependencies": [str(v.requirement) for v in own_index],
+            },
+            "tool": {
+                "uv": {
+                    "index": uv_cfg["index"],
+                    "sources": {str(v.package): {"index": sources[str(v.package)]} for v in own_index},
+                }
+            },
+        }
         files["forced/pyproject.toml"] = tomli_w.dumps(pre)
-        pre_argv = [uv, "pip", "install", "--no-deps", "--python", str(python), "-r",
-                    str(spec_dir / "forced" / "pyproject.toml")]
+        pre_argv = [
+            uv,
+            "pip",
+            "install",
+            "--no-deps",
+            "--python",
+            str(python),
+            "-r",
+            str(spec_dir / "forced" / "pyproject.toml"),
+        ]
         if matrix.install.default_index:
             pre_argv += ["--default-index", f"{default.name}={default.url}"]
     argv = [uv, "pip", "install", "--python", str(python), "-r", str(spec_dir / "pyproject.toml")]
@@ -403,9 +429,18 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         argv += ["--default-index", f"{default.name}={default.url}"]
     for link in find_links:
         argv += ["--find-links", link]
-    return InstallPlan(argv=argv, files=files, requirements=requirements, overrides=overrides,
-                       indexes=(*indexes.values(), default), pins=tuple(pins), pre_argv=pre_argv,
-                       forced=cell.force, shipped=cell.shipped, conflicts=cell.conflicts)
+    return InstallPlan(
+        argv=argv,
+        files=files,
+        requirements=requirements,
+        overrides=overrides,
+        indexes=(*indexes.values(), default),
+        pins=tuple(pins),
+        pre_argv=pre_argv,
+        forced=cell.force,
+        shipped=cell.shipped,
+        conflicts=cell.conflicts,
+    )
 
 
 def run_install(plan: InstallPlan, *, timeout: float) -> Completed:
@@ -466,8 +501,10 @@ class Listing:
 
 def _refusal(index: Index, status: int, what: str) -> str:
     if status in (401, 403) and index.credentials is None:
-        return (f"{index.shown} needs credentials (HTTP {status} for {what}); put them in the URL as "
-                "https://user:password@host/…")
+        return (
+            f"{index.shown} needs credentials (HTTP {status} for {what}); put them in the URL as "
+            "https://user:password@host/…"
+        )
     if status in (401, 403):
         return f"{index.shown} refused the credentials (HTTP {status} for {what}); check the user name and password"
     return f"{index.shown} answered HTTP {status} for {what}"
@@ -485,8 +522,7 @@ def probe_index(index: Index, package: str, *, timeout: float = PROBE_TIMEOUT) -
 
     name = canonicalize_name(package)
     what = f"{name}'s page"
-    page = fetch(page_url(index.url, name), index.credentials, accept=ACCEPT_PROJECT, limit=PAGE_LIMIT,
-                  timeout=timeout)
+    page = fetch(page_url(index.url, name), index.credentials, accept=ACCEPT_PROJECT, limit=PAGE_LIMIT, timeout=timeout)
     if page.status is None:
         return Listing(problem=f"{index.shown} is unreachable: {page.unreachable}")
     if page.status == 200 and (page.json is not None or page_files(page)):
@@ -506,10 +542,14 @@ def probe_index(index: Index, package: str, *, timeout: float = PROBE_TIMEOUT) -
     if root.status not in (200, 404, 410):
         return Listing(problem=_refusal(index, root.status, "its root"))
     if root.status == 200:
-        return Listing(problem=f"{index.shown} does not answer as a package index: its root is an HTML page "
-                               "that is not a simple index (PEP 503); check the URL")
-    return Listing(problem=f"{index.shown} does not answer as a package index: HTTP {root.status} for its "
-                           f"root and {page.status} for {what}; check the URL")
+        return Listing(
+            problem=f"{index.shown} does not answer as a package index: its root is an HTML page "
+            "that is not a simple index (PEP 503); check the URL"
+        )
+    return Listing(
+        problem=f"{index.shown} does not answer as a package index: HTTP {root.status} for its "
+        f"root and {page.status} for {what}; check the URL"
+    )
 
 
 def _matches(pinned: str, available: str) -> bool:
@@ -521,6 +561,6 @@ def _has(versions: Sequence[str], pinned: str, shown: int = 10) -> str:
     """``it has 2.9.0, 2.9.1, 2.10.0``: the versions nearest the pin when there are many."""
     at = bisect.bisect([Version(v) for v in versions], Version(pinned))
     lo = max(0, min(at - shown // 2, len(versions) - shown))
-    near = versions[lo:lo + shown]
+    near = versions[lo : lo + shown]
     more = len(versions) - len(near)
     return "it has " + ", ".join(near) + (f" (and {more} more)" if more else "")

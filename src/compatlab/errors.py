@@ -23,9 +23,7 @@ class ConfigError(LabError):
         if len(lines) == 1:
             super().__init__(lines[0])
         else:
-            super().__init__(
-                f"{len(lines)} problems in {path}:\n" + "\n".join(f"  {line}" for line in lines)
-            )
+            super().__init__(f"{len(lines)} problems in {path}:\n" + "\n".join(f"  {line}" for line in lines))
 
 
 class UsageError(LabError):

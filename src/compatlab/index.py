@@ -156,13 +156,13 @@ def _read_body(answer: Any, limit: int, deadline: float, seconds: float) -> byte
             raise _Incomplete(f"the answer is larger than {limit >> 20} MiB")
         chunks.append(chunk)
     if length.strip().isdigit() and total != int(length):
-        raise _Incomplete(f"the answer was cut short: {total} of the {int(length)} bytes its Content-Length "
-                          "announced")
+        raise _Incomplete(f"the answer was cut short: {total} of the {int(length)} bytes its Content-Length announced")
     return b"".join(chunks)
 
 
-def _get(opener: urllib.request.OpenerDirector, request: urllib.request.Request, *, limit: int,
-         seconds: float) -> _Answer:
+def _get(
+    opener: urllib.request.OpenerDirector, request: urllib.request.Request, *, limit: int, seconds: float
+) -> _Answer:
     """One request, connection to last byte within *seconds* of wall clock.
 
     The request runs in a daemon thread that the caller stops waiting for at the deadline (a server that
@@ -175,8 +175,9 @@ def _get(opener: urllib.request.OpenerDirector, request: urllib.request.Request,
         try:
             with opener.open(request, timeout=seconds) as answer:
                 body = _read_body(answer, limit, deadline, seconds)
-                box["answer"] = _Answer(status=answer.status or 200, headers=answer.headers, body=body,
-                                        url=answer.geturl())
+                box["answer"] = _Answer(
+                    status=answer.status or 200, headers=answer.headers, body=body, url=answer.geturl()
+                )
         except urllib.error.HTTPError as exc:
             exc.close()  # its socket: the caller needs only the status
             box["error"] = exc
@@ -200,8 +201,13 @@ def _opener(url: str, credentials: Credentials | None) -> urllib.request.OpenerD
     if credentials is not None:
         parts = urlsplit(url)
         manager = urllib.request.HTTPPasswordMgrWithPriorAuth()
-        manager.add_password(None, f"{parts.scheme}://{parts.netloc}/", credentials.username,
-                             credentials.password or "", is_authenticated=True)
+        manager.add_password(
+            None,
+            f"{parts.scheme}://{parts.netloc}/",
+            credentials.username,
+            credentials.password or "",
+            is_authenticated=True,
+        )
         handlers.append(urllib.request.HTTPBasicAuthHandler(manager))
     return urllib.request.build_opener(*handlers)
 
@@ -343,8 +349,9 @@ def project_files(page: Page, url: str) -> list[DistFile]:
             if link is None:
                 continue
             meta = f.get("core-metadata", f.get("data-dist-info-metadata"))
-            out.append(DistFile(filename=f["filename"], url=link, yanked=_truthy(f.get("yanked")),
-                                metadata=_truthy(meta)))
+            out.append(
+                DistFile(filename=f["filename"], url=link, yanked=_truthy(f.get("yanked")), metadata=_truthy(meta))
+            )
         return out
     if page.html is None:
         return out
@@ -357,8 +364,11 @@ def project_files(page: Page, url: str) -> list[DistFile]:
         if link is None:
             continue
         meta = anchor.get("data-core-metadata", anchor.get("data-dist-info-metadata"))
-        out.append(DistFile(filename=name, url=link, yanked="data-yanked" in anchor,
-                            metadata=meta is not None and meta != "false"))
+        out.append(
+            DistFile(
+                filename=name, url=link, yanked="data-yanked" in anchor, metadata=meta is not None and meta != "false"
+            )
+        )
     return out
 
 
@@ -417,8 +427,7 @@ class _RangeFile(io.RawIOBase):
     900 GiB is refused, never allocated), each whole within the timeout, each a 206 of the span asked.
     """
 
-    def __init__(self, opener: urllib.request.OpenerDirector, url: str, size: int, tail: bytes,
-                 timeout: float) -> None:
+    def __init__(self, opener: urllib.request.OpenerDirector, url: str, size: int, tail: bytes, timeout: float) -> None:
         super().__init__()
         self._opener, self._url, self._size, self._timeout = opener, url, size, timeout
         self._spans: list[tuple[int, bytes]] = [(size - len(tail), tail)]
@@ -451,7 +460,7 @@ class _RangeFile(io.RawIOBase):
     def _cached(self, start: int, n: int) -> bytes | None:
         for at, data in self._spans:
             if at <= start and start + n <= at + len(data):
-                return data[start - at:start - at + n]
+                return data[start - at : start - at + n]
         return None
 
     def readinto(self, buffer: Any) -> int:
@@ -464,14 +473,19 @@ class _RangeFile(io.RawIOBase):
             if self._reads > _MAX_RANGE_READS:
                 raise _Incomplete(f"reading its metadata took more than {_MAX_RANGE_READS} range requests")
             end = min(self._size, self._pos + max(n, _CHUNK)) - 1
-            request = urllib.request.Request(self._url, headers={"Range": f"bytes={self._pos}-{end}",  # noqa: S310
-                                                                 "User-Agent": "compatlab"})
+            request = urllib.request.Request(  # noqa: S310
+                self._url,
+                headers={
+                    "Range": f"bytes={self._pos}-{end}",
+                    "User-Agent": "compatlab",
+                },
+            )
             answer = _get(self._opener, request, limit=end - self._pos + 1, seconds=self._timeout)
             if answer.status != 206 or not answer.body:
                 raise _Incomplete(f"HTTP {answer.status} with {len(answer.body)} bytes for a range request")
             self._spans.append((self._pos, answer.body))
             data = answer.body[:n]
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)
 
@@ -486,8 +500,10 @@ def _metadata_member(archive: zipfile.ZipFile, filename: str) -> str:
     if info.flag_bits & 0x1:
         raise IndexUnavailable(f"{filename}: not a readable wheel (its METADATA is encrypted)")
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise IndexUnavailable(f"{filename}: not a readable wheel (its METADATA is compressed with method "
-                               f"{info.compress_type}; a wheel uses stored or deflate)")
+        raise IndexUnavailable(
+            f"{filename}: not a readable wheel (its METADATA is compressed with method "
+            f"{info.compress_type}; a wheel uses stored or deflate)"
+        )
     with archive.open(info) as member:
         data = member.read(WHOLE_LIMIT + 1)
     if len(data) > WHOLE_LIMIT:
@@ -497,14 +513,20 @@ def _metadata_member(archive: zipfile.ZipFile, filename: str) -> str:
 
 def _wheel_metadata(file: DistFile, credentials: Credentials | None, timeout: float) -> str:
     opener = _opener(file.url, credentials)
-    request = urllib.request.Request(file.url, headers={"Range": f"bytes=-{_TAIL}",  # noqa: S310
-                                                        "User-Agent": "compatlab"})
+    request = urllib.request.Request(  # noqa: S310
+        file.url,
+        headers={
+            "Range": f"bytes=-{_TAIL}",
+            "User-Agent": "compatlab",
+        },
+    )
     try:
         answer = _get(opener, request, limit=WHOLE_LIMIT, seconds=timeout)
     except _Incomplete as exc:
         if "more than the" in str(exc):
-            raise IndexUnavailable(f"{redact(file.url)}: the server offers neither PEP 658 metadata nor range "
-                                   f"requests, and {exc}") from None
+            raise IndexUnavailable(
+                f"{redact(file.url)}: the server offers neither PEP 658 metadata nor range requests, and {exc}"
+            ) from None
         raise
     source: io.RawIOBase | io.BytesIO
     if answer.status == 206:
@@ -518,8 +540,15 @@ def _wheel_metadata(file: DistFile, credentials: Credentials | None, timeout: fl
     try:
         with zipfile.ZipFile(source) as archive:
             return _metadata_member(archive, file.filename)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError,
-            zlib.error, struct.error) as exc:
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        NotImplementedError,
+        RuntimeError,
+        EOFError,
+        zlib.error,
+        struct.error,
+    ) as exc:
         raise IndexUnavailable(f"{file.filename}: not a readable wheel ({exc})") from None
 
 
@@ -534,8 +563,10 @@ def _check_metadata(text: str, release: Release, filename: str) -> str:
     except InvalidVersion:
         same_version = False
     if canonicalize_name(name) != release.project or not same_version:
-        raise IndexUnavailable(f"{filename}: its metadata is of {name or '(no Name)'} {version or '(no Version)'}, "
-                               f"not of {release.project} {release.version}")
+        raise IndexUnavailable(
+            f"{filename}: its metadata is of {name or '(no Name)'} {version or '(no Version)'}, "
+            f"not of {release.project} {release.version}"
+        )
     return text
 
 
@@ -552,8 +583,10 @@ def core_metadata(index: str, release: Release, *, timeout: float = TIMEOUT) -> 
         mine = credentials if urlsplit(file.url).netloc == index_host else None
         try:
             if file.metadata:
-                request = urllib.request.Request(file.url + ".metadata",  # noqa: S310
-                                                 headers={"User-Agent": "compatlab"})
+                request = urllib.request.Request(  # noqa: S310
+                    file.url + ".metadata",
+                    headers={"User-Agent": "compatlab"},
+                )
                 answer = _get(_opener(file.url, mine), request, limit=WHOLE_LIMIT, seconds=timeout)
                 text = answer.body.decode("utf-8", "replace")
             else:

@@ -55,7 +55,7 @@ class Plan:
 
     def left(self, cell_id: str) -> tuple[float, int]:
         """(seconds the previous run took for *cell_id* and the cells after it, how many of them had none)."""
-        rest: Sequence[str] = self.cells[self.cells.index(cell_id):] if cell_id in self.cells else (cell_id,)
+        rest: Sequence[str] = self.cells[self.cells.index(cell_id) :] if cell_id in self.cells else (cell_id,)
         known = [self.previous[c] for c in rest if c in self.previous]
         return sum(known), len(rest) - len(known)
 
@@ -70,14 +70,17 @@ class Plan:
         if untimed == n:
             return head + ", none timed in the previous run: no estimate"
         more = f" ({untimed} not timed before, not counted)" if untimed else ""
-        return (f"{head}, about {duration_words(seconds)} as in the previous run{more}, ending about "
-                f"{_clock(now + dt.timedelta(seconds=seconds))}")
+        return (
+            f"{head}, about {duration_words(seconds)} as in the previous run{more}, ending about "
+            f"{_clock(now + dt.timedelta(seconds=seconds))}"
+        )
 
     def cell_words(self, cell_id: str, *, now: dt.datetime | None = None) -> str:
         """``3/6, about 20 s as in the previous run; the run ends about 17:42 UTC``."""
         now = now or dt.datetime.now(dt.UTC)
-        where = (f"{self.cells.index(cell_id) + 1}/{len(self.cells)}" if cell_id in self.cells
-                 else "not in this run's cells")
+        where = (
+            f"{self.cells.index(cell_id) + 1}/{len(self.cells)}" if cell_id in self.cells else "not in this run's cells"
+        )
         mine = self.previous.get(cell_id)
         words = where + (f", about {duration_words(mine)} as in the previous run" if mine else ", not timed before")
         seconds, untimed = self.left(cell_id)

@@ -64,8 +64,10 @@ def signals_interrupt(*, parent_death: bool = True) -> Iterator[None]:
     """
     # SIGINT too: a process started in the background by a shell inherits SIGINT ignored, and Python then
     # never turns it into KeyboardInterrupt; a cell must stop on it all the same.
-    old = {s: signal.signal(s, _raise_interrupt if s == signal.SIGINT else _raise)
-           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    old = {
+        s: signal.signal(s, _raise_interrupt if s == signal.SIGINT else _raise)
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
     if parent_death and sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)

@@ -38,9 +38,11 @@ _DEFAULT_STUB_INDEX = "https://pypi.nvidia.com"  # nvidia-stub's NVIDIA_PIP_INDE
 _ROOT = re.compile(rf"^(?:{re.escape(LAB_PROJECT)}|your project)(?:==\S+)? depends on (.+)$")
 # A premise starts where a package (optionally with a specifier) is followed by a verb, or with uv's
 # quantifiers: that is where " and " separates two premises rather than two requirements.
-_CLAUSE_START = (r"(?:all versions of |all of |only |there (?:is|are) |no versions? of |the requested |"
-                 r"[A-Za-z0-9][A-Za-z0-9._\[\],-]*(?:[<>=!~]=?[^\s,]+(?:,[<>=!~]=?[^\s,]+)*)? "
-                 r"(?:depends?|was|were|has|have|is|are|cannot|needs?|requires?)\b)")
+_CLAUSE_START = (
+    r"(?:all versions of |all of |only |there (?:is|are) |no versions? of |the requested |"
+    r"[A-Za-z0-9][A-Za-z0-9._\[\],-]*(?:[<>=!~]=?[^\s,]+(?:,[<>=!~]=?[^\s,]+)*)? "
+    r"(?:depends?|was|were|has|have|is|are|cannot|needs?|requires?)\b)"
+)
 _AND = re.compile(rf" and (?={_CLAUSE_START})")
 _STEP = re.compile(r"^(And because|Because) (.+?), we can conclude that (.+?)\.?$")
 _DEPENDS = re.compile(r"^(?:all versions of )?([A-Za-z0-9][A-Za-z0-9._-]*)(\S*) depends? on (.+)$")
@@ -51,7 +53,7 @@ def _items(items: list[str], word: str) -> str:
     names = {re.split(r"[<>=!~{ ]", i, maxsplit=1)[0] for i in items}
     if len(names) == 1:
         name = names.pop()
-        return name + f" {word} ".join(i[len(name):] for i in items)
+        return name + f" {word} ".join(i[len(name) :] for i in items)
     return f" {word} ".join(items)
 
 
@@ -70,8 +72,12 @@ def _derivation(text: str) -> list[str]:
     for raw in text.splitlines():
         line = raw.strip().lstrip("×╰─▶│|").strip()
         if pending is not None:
-            if line and not line.startswith(("And because", "Because")) and not line.endswith(" of:") \
-                    and " depend" not in line:
+            if (
+                line
+                and not line.startswith(("And because", "Because"))
+                and not line.endswith(" of:")
+                and " depend" not in line
+            ):
                 pending[1].append(line)
                 continue
             body.append(_fold(*pending))
@@ -173,9 +179,11 @@ class Placeholder:
 
     def describe(self) -> str:
         who = f" (which {self.wanted_by} requires)" if self.wanted_by else ""
-        return (f"{self.package} {self.version}{who} is a placeholder sdist: building it downloads the real wheel "
-                f"from {self.index}, which failed here; give {self.package} that index, or pin a release of it "
-                "that has wheels")
+        return (
+            f"{self.package} {self.version}{who} is a placeholder sdist: building it downloads the real wheel "
+            f"from {self.index}, which failed here; give {self.package} that index, or pin a release of it "
+            "that has wheels"
+        )
 
 
 def placeholder(text: str) -> Placeholder | None:
@@ -189,5 +197,6 @@ def placeholder(text: str) -> Placeholder | None:
         return None
     index = said.group(1).rstrip(".,;").rstrip("/") if said else _DEFAULT_STUB_INDEX
     why = re.search(rf"`{re.escape(m.group(1))}` \(v[^)]+\) was included because `([^`]+)` \(v([^)]+)\)", text)
-    return Placeholder(package=m.group(1), version=m.group(2), index=index,
-                       wanted_by=f"{why.group(1)} {why.group(2)}" if why else "")
+    return Placeholder(
+        package=m.group(1), version=m.group(2), index=index, wanted_by=f"{why.group(1)} {why.group(2)}" if why else ""
+    )

@@ -26,9 +26,19 @@ from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
 from compatlab.stages.base import blocked
 
 __all__ = [
-    "DEFAULT_STAGE_SECONDS", "GPU8", "PIPELINE", "STAGE_SECONDS", "StageTimeout",
-    "cell_venv", "find_cell", "new_run_id", "own_venv", "run_cell", "run_more_stages",
-    "run_pipeline", "select_stages",
+    "DEFAULT_STAGE_SECONDS",
+    "GPU8",
+    "PIPELINE",
+    "STAGE_SECONDS",
+    "StageTimeout",
+    "cell_venv",
+    "find_cell",
+    "new_run_id",
+    "own_venv",
+    "run_cell",
+    "run_more_stages",
+    "run_pipeline",
+    "select_stages",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,8 +163,9 @@ def _flock(path: Path, *, wait: bool) -> Iterator[bool]:
 Progress = Callable[[StageResult], None]
 
 
-def select_stages(stages: tuple[Stage, ...], *, until: str | None = None,
-                  only: tuple[str, ...] = ()) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
+def select_stages(
+    stages: tuple[Stage, ...], *, until: str | None = None, only: tuple[str, ...] = ()
+) -> tuple[tuple[Stage, ...], tuple[Stage, ...]]:
     """(the stages to run, the ones a preflight leaves out): ``until`` stops after that stage, ``only``
     keeps those named. Unknown names are a UsageError listing the pipeline's stages."""
     names = [s.name for s in stages]
@@ -167,9 +178,17 @@ def select_stages(stages: tuple[Stage, ...], *, until: str | None = None,
     return tuple(s for s in stages if s.name in keep), tuple(s for s in stages if s.name not in keep)
 
 
-def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
-             stages: tuple[Stage, ...] = PIPELINE, left_out: tuple[Stage, ...] = (),
-             progress: Progress | None = None, say: Callable[[str], None] | None = None) -> CellResult:
+def run_cell(
+    matrix: Matrix,
+    cell: Cell,
+    *,
+    run: RunFolder,
+    venv_root: Path,
+    stages: tuple[Stage, ...] = PIPELINE,
+    left_out: tuple[Stage, ...] = (),
+    progress: Progress | None = None,
+    say: Callable[[str], None] | None = None,
+) -> CellResult:
     """Run *cell* through *stages* and write its result into *run*; never raises for a red cell.
 
     A result that cannot be written raises runs.store.UnsavedResult, which says where it was kept. A signal
@@ -186,17 +205,31 @@ def run_cell(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
         return result
     work = run.work_dir(cell.id)
     with own_venv(venv_root, run.id, cell) as venv:
-        ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv), work_dir=work,
-                          previous=result.stages, say=say)
+        ctx = CellContext(
+            matrix=matrix,
+            cell=cell,
+            venv=venv,
+            python=envs.venv_python(venv),
+            work_dir=work,
+            previous=result.stages,
+            say=say,
+        )
         run_pipeline(ctx, result, stages, left_out=left_out, progress=progress)
     result.seconds = round(time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
 
 
-def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Path,
-                    stages: tuple[Stage, ...], progress: Progress | None = None,
-                    say: Callable[[str], None] | None = None) -> CellResult:
+def run_more_stages(
+    matrix: Matrix,
+    cell: Cell,
+    *,
+    run: RunFolder,
+    venv_root: Path,
+    stages: tuple[Stage, ...],
+    progress: Progress | None = None,
+    say: Callable[[str], None] | None = None,
+) -> CellResult:
     """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
 
     Without an earlier result or a complete venv the cell is run whole first, so the stages always have
@@ -206,9 +239,15 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     venv = cell_venv(venv_root, run.id, cell)
     if earlier is None or earlier.unreadable or not install.is_complete(venv):
         again = {s.name for s in stages}  # serve is in both: it runs once, after the matrix's other stages
-        return run_cell(matrix, cell, run=run, venv_root=venv_root,
-                        stages=tuple(s for s in PIPELINE if s.name not in again) + stages, progress=progress,
-                        say=say)
+        return run_cell(
+            matrix,
+            cell,
+            run=run,
+            venv_root=venv_root,
+            stages=tuple(s for s in PIPELINE if s.name not in again) + stages,
+            progress=progress,
+            say=say,
+        )
     result = earlier
     if result.state == "n/a":
         return result
@@ -216,17 +255,32 @@ def run_more_stages(matrix: Matrix, cell: Cell, *, run: RunFolder, venv_root: Pa
     names = {s.name for s in stages}
     result.stages = [s for s in result.stages if s.name not in names]
     with own_venv(venv_root, run.id, cell) as venv:
-        ctx = CellContext(matrix=matrix, cell=cell, venv=venv, python=envs.venv_python(venv),
-                          work_dir=run.work_dir(cell.id), site_packages=envs.site_packages(venv),
-                          freeze=result.freeze, install=result.install, previous=result.stages, say=say)
+        ctx = CellContext(
+            matrix=matrix,
+            cell=cell,
+            venv=venv,
+            python=envs.venv_python(venv),
+            work_dir=run.work_dir(cell.id),
+            site_packages=envs.site_packages(venv),
+            freeze=result.freeze,
+            install=result.install,
+            previous=result.stages,
+            say=say,
+        )
         run_pipeline(ctx, result, stages, progress=progress)
     result.seconds = round(result.seconds + time.monotonic() - t0, 3)
     run.write_cell(result)
     return result
 
 
-def run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...], *,
-                  left_out: tuple[Stage, ...] = (), progress: Progress | None = None) -> None:
+def run_pipeline(
+    ctx: CellContext,
+    result: CellResult,
+    stages: tuple[Stage, ...],
+    *,
+    left_out: tuple[Stage, ...] = (),
+    progress: Progress | None = None,
+) -> None:
     """The one loop of `nox -s matrix` and `nox -s gpu8_perf`: every stage in order, then the verdict.
 
     A stage whose needs did not pass is skipped as blocked; a lab failure inside the loop becomes an
@@ -240,9 +294,10 @@ def run_pipeline(ctx: CellContext, result: CellResult, stages: tuple[Stage, ...]
         if left_out:
             # A preflight: the cell is partial, and says which stages it did not run.
             last = stages[-1].name if stages else "nothing"
-            result.stages.extend(StageResult(name=s.name, state="skip", required=True,
-                                             reason=f"not run: preflight stopped after {last}")
-                                 for s in left_out)
+            result.stages.extend(
+                StageResult(name=s.name, state="skip", required=True, reason=f"not run: preflight stopped after {last}")
+                for s in left_out
+            )
     except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
         log.exception("cell %s: lab error", ctx.cell.id)
         why = str(exc) if isinstance(exc, LabError) else repr(exc)

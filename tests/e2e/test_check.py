@@ -68,20 +68,38 @@ def test_an_optional_module_that_cannot_load_is_a_warning_in_both_stages(optiona
     done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
     stages = {s.name: s for s in done.result.stages}
     assert list(stages) == ["pins", "static", "import", "cuda", "serve"]
-    assert (stages["static"].state, stages["static"].reason) == ("warn", (
-        f"{OPT}: libabsent.so.1 not found: not in site-packages nor in the system's library cache; "
-        f"`import optpkg` does not need it ({WHY}); {FEATURE}"))
-    assert (stages["import"].state, stages["import"].reason) == ("warn", (
-        f"{OPT}: missing shared library libabsent.so.1; `import optpkg` does not need it: it loads without "
-        f"mapping it ({WHY}); {FEATURE}"))
+    assert (stages["static"].state, stages["static"].reason) == (
+        "warn",
+        (
+            f"{OPT}: libabsent.so.1 not found: not in site-packages nor in the system's library cache; "
+            f"`import optpkg` does not need it ({WHY}); {FEATURE}"
+        ),
+    )
+    assert (stages["import"].state, stages["import"].reason) == (
+        "warn",
+        (
+            f"{OPT}: missing shared library libabsent.so.1; `import optpkg` does not need it: it loads without "
+            f"mapping it ({WHY}); {FEATURE}"
+        ),
+    )
     by_module = {m["module"]: m for m in stages["import"].details["modules"]}
     assert by_module["optpkg"]["mapped"] == [f"optpkg/_core{EXT_SUFFIX}"]
-    assert (done.result.state, done.result.reason) == ("partial", "cuda: no NVIDIA driver on this machine (no libcuda.so.1)")
+    assert (done.result.state, done.result.reason) == (
+        "partial",
+        "cuda: no NVIDIA driver on this machine (no libcuda.so.1)",
+    )
     [row] = done.packages
     assert (row.name, row.version, row.state, row.modules) == ("optpkg", "1.0", "warn", 2)
     out = tmp_path / "out"
-    assert {p.name for p in out.iterdir()} == {"runs", "index.html", "compat.md", "answers.json", "results.json", "packages.md",
-                                               "packages.json"}
+    assert {p.name for p in out.iterdir()} == {
+        "runs",
+        "index.html",
+        "compat.md",
+        "answers.json",
+        "results.json",
+        "packages.md",
+        "packages.json",
+    }
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert [c["state"] for c in results["cells"]] == ["partial"]
     assert json.loads((out / "packages.json").read_text(encoding="utf-8"))["packages"][0]["state"] == "warn"
@@ -90,13 +108,16 @@ def test_an_optional_module_that_cannot_load_is_a_warning_in_both_stages(optiona
 @pytest.mark.slow
 def test_a_module_that_import_needs_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     venv = _venv(tmp_path, "from optpkg import _core, _opt\n")
-    code = main(["check", "--venv", str(venv), "--out", str(tmp_path / "out"), "--pin", "optpkg==2.0",
-                 "--package", "optpkg"])
+    code = main(
+        ["check", "--venv", str(venv), "--out", str(tmp_path / "out"), "--pin", "optpkg==2.0", "--package", "optpkg"]
+    )
     printed = capsys.readouterr().out
     assert code == 1
     assert "  static: fail " in printed
-    assert ("  pins: fail (0.0 s) — optpkg 2.0 was replaced by 1.0; no installed package names it; "
-            "check the index's versions") in printed
+    assert (
+        "  pins: fail (0.0 s) — optpkg 2.0 was replaced by 1.0; no installed package names it; "
+        "check the index's versions"
+    ) in printed
     verdict = next(line for line in printed.splitlines() if line.startswith("verdict "))
     assert verdict.startswith("verdict python")
     assert verdict.endswith(": fail in " + verdict.split(": fail in ")[1])
@@ -104,17 +125,30 @@ def test_a_module_that_import_needs_fails_the_check(tmp_path: Path, capsys: pyte
 
 
 def test_a_python_that_is_not_a_venv_and_has_no_pytest_is_never_installed_into() -> None:
-    env = Environment(python=Path("/usr/bin/python3"), version="3.12.3", prefix=Path("/usr"), is_venv=False,
-                      site=Path("/usr/lib/python3/dist-packages"), dists={}, native=(), sites={},
-                      has_pytest=False, has_pip=False)
+    env = Environment(
+        python=Path("/usr/bin/python3"),
+        version="3.12.3",
+        prefix=Path("/usr"),
+        is_venv=False,
+        site=Path("/usr/lib/python3/dist-packages"),
+        dists={},
+        native=(),
+        sites={},
+        has_pytest=False,
+        has_pip=False,
+    )
     stages = {s.name: s for s in check_stages(env)}
     assert list(stages) == ["pins", "static", "import", "cuda", "serve"]
     assert all("install" not in s.needs for s in stages.values())
     skipped = stages["import"].run(None)  # type: ignore[arg-type]
-    assert (skipped.state, skipped.reason) == ("skip", (
-        "/usr/bin/python3 is not a virtual environment and has no pytest, which the import suite runs with; "
-        "compatlab check installs nothing into it: install pytest for that interpreter (/usr/bin/python3 -m pip "
-        "install pytest, or the distribution's python3-pytest), or check a venv"))
+    assert (skipped.state, skipped.reason) == (
+        "skip",
+        (
+            "/usr/bin/python3 is not a virtual environment and has no pytest, which the import suite runs with; "
+            "compatlab check installs nothing into it: install pytest for that interpreter (/usr/bin/python3 -m pip "
+            "install pytest, or the distribution's python3-pytest), or check a venv"
+        ),
+    )
     assert stages["pins"].run.__name__ == "run_pins_stage"
 
 
@@ -128,19 +162,21 @@ def test_pins_are_exact(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as file_bad:
         parse_pins([], constraints)
     assert str(file_bad.value) == (
-        f"{constraints}: line 4: 'sgl-kernel~=0.3' is not a pin; expected NAME==VERSION, e.g. sgl-kernel==2.9.1")
+        f"{constraints}: line 4: 'sgl-kernel~=0.3' is not a pin; expected NAME==VERSION, e.g. sgl-kernel==2.9.1"
+    )
 
 
 def test_which_environment_must_be_said(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     assert main(["check"]) == 2
     assert capsys.readouterr().err == (
-        "error: which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR\n")
+        "error: which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR\n"
+    )
 
 
 # optpkg picks a build of _opt by path, as sgl_kernel picks sm90/common_ops and mpi4py MPI.mpich: no import
 # statement names it, a string does.
-BY_PATH = '''
+BY_PATH = """
 import importlib.util, pathlib
 from optpkg import _core, layers
 _BUILDS = {"vectorised": "_opt"}
@@ -150,7 +186,7 @@ def load(kind):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-'''
+"""
 NAMED = "optpkg/__init__.py, which `import optpkg` runs, names '_opt': it may load it by path"
 
 
@@ -161,12 +197,20 @@ def test_a_build_named_by_path_that_import_leaves_alone_is_a_warning(tmp_path: P
     env = inspect_environment(_venv(tmp_path, BY_PATH) / "bin" / "python")
     done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
     stages = {s.name: s for s in done.result.stages}
-    assert (stages["static"].state, stages["static"].reason) == ("warn", (
-        f"{OPT}: libabsent.so.1 not found: not in site-packages nor in the system's library cache; "
-        f"`import optpkg` may not need it ({NAMED}): the import stage decides"))
-    assert (stages["import"].state, stages["import"].reason) == ("warn", (
-        f"{OPT}: missing shared library libabsent.so.1; `import optpkg` does not need it here: it loads without "
-        f"mapping it, though {NAMED}"))
+    assert (stages["static"].state, stages["static"].reason) == (
+        "warn",
+        (
+            f"{OPT}: libabsent.so.1 not found: not in site-packages nor in the system's library cache; "
+            f"`import optpkg` may not need it ({NAMED}): the import stage decides"
+        ),
+    )
+    assert (stages["import"].state, stages["import"].reason) == (
+        "warn",
+        (
+            f"{OPT}: missing shared library libabsent.so.1; `import optpkg` does not need it here: it loads without "
+            f"mapping it, though {NAMED}"
+        ),
+    )
     assert done.result.state == "partial"
 
 
@@ -179,7 +223,8 @@ def test_a_build_named_by_path_that_import_loads_stays_red(tmp_path: Path) -> No
     assert stages["import"].state == "fail"
     assert stages["import"].details["failures"] == [
         f"{OPT}: missing shared library libabsent.so.1",
-        "optpkg: missing shared library libabsent.so.1"]
+        "optpkg: missing shared library libabsent.so.1",
+    ]
     entry = next(m for m in stages["import"].details["modules"] if m["module"] == OPT)
     assert entry["needed_why"] == "`import optpkg` did not load, so it may need it"
     assert done.result.state == "fail"
@@ -187,7 +232,7 @@ def test_a_build_named_by_path_that_import_loads_stays_red(tmp_path: Path) -> No
 
 # Like opencv's cv2.abi3.so: its init refuses any name but the one cv2/__init__.py loads it under, so it fails
 # loaded alone (by path or by name) and loads whenever users `import optpkg`.
-NATIVE = r'''
+NATIVE = r"""
 #include <Python.h>
 static PyObject *create(PyObject *spec, PyModuleDef *def) {
     PyObject *name = PyObject_GetAttrString(spec, "name");
@@ -203,15 +248,15 @@ static PyObject *create(PyObject *spec, PyModuleDef *def) {
 static PyModuleDef_Slot slots[] = {{Py_mod_create, (void *)create}, {0, NULL}};
 static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_native", NULL, 0, NULL, slots};
 PyMODINIT_FUNC PyInit__native(void) { return PyModuleDef_Init(&def); }
-'''
-BOOTSTRAP = '''
+"""
+BOOTSTRAP = """
 import importlib.util, pathlib
 from optpkg import _core, layers
 _path = next(pathlib.Path(__file__).parent.glob("_native.*.so"))
 _spec = importlib.util.spec_from_file_location("_native", _path)  # as cv2 loads cv2.abi3.so as cv2
 native = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(native)
-'''
+"""
 
 
 @pytest.mark.slow
@@ -229,14 +274,16 @@ def test_a_module_only_its_package_can_load_counts_as_loaded(tmp_path: Path) -> 
     assert entry["ok"]
     assert entry["loaded"] == (
         f"by `import optpkg`, which maps it; loaded alone, optpkg/_native{EXT_SUFFIX}: ImportError: optpkg's "
-        "native part loads only as _native, not optpkg._native")
+        "native part loads only as _native, not optpkg._native"
+    )
     assert stages["import"].state == "warn"  # for _opt, which only layers.fast_path() imports
     assert stages["import"].reason.startswith(f"{OPT}: missing shared library libabsent.so.1; ")
 
 
 @pytest.mark.slow
 def test_a_relative_out_is_the_folder_under_where_check_was_run(
-        optional_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    optional_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     if fakecuda.real_driver() is not None:
         pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
     elsewhere = tmp_path / "elsewhere"

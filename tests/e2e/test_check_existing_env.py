@@ -27,8 +27,14 @@ def _check(venv: Path, out: Path) -> dict[str, dict[str, Any]]:
     """`compatlab check --venv VENV --out OUT`, which must exit 0 with pass or partial; its stages by name."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("VIRTUAL_ENV", None)
-    done = subprocess.run([sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--out", str(out)],
-                          capture_output=True, text=True, timeout=900, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     [cell] = json.loads((out / "results.json").read_text(encoding="utf-8"))["cells"]
     assert cell["state"] in ("pass", "partial"), cell["reason"]
@@ -56,7 +62,8 @@ def test_numba_environment_is_green_with_a_warning_for_its_tbb_layer(tmp_path: P
         f"{tbb['module']}: missing shared library libtbb.so.12; `import numba` does not need it: it loads without "
         "mapping it (only imported inside _launch_threads.select_known_backend() (numba/np/ufunc/parallel.py:401), "
         "under try/except ImportError); numba says it is for: Loads a specific threading layer backend based on "
-        "string")
+        "string"
+    )
     assert stages["static"]["state"] == "warn"
     assert _imports(python, "numba")
 
@@ -68,13 +75,27 @@ def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> No
     venv = env_or_skip("gpubox")
     stages = _check(venv, tmp_path / "out")
     modules = [m for m in stages["import"]["details"]["modules"] if m["module"].endswith(".so")]
-    packages = {m["dist"]: m["module"] for m in stages["import"]["details"]["modules"] if not m["module"].endswith(".so")}
+    packages = {
+        m["dist"]: m["module"] for m in stages["import"]["details"]["modules"] if not m["module"].endswith(".so")
+    }
     assert packages["cuda-core"] == "cuda.core"
     assert packages["mpi4py"] == "mpi4py"
     # Each module against a real import of it in the same venv (by name, by path, mapped by its package).
-    compared = subprocess.run([sys.executable, str(COMPARE), str(tmp_path / "out" / "results.json"), "--python",
-                               str(venv / "bin" / "python"), "--json", str(tmp_path / "compare.json")],
-                              capture_output=True, text=True, timeout=900, check=False)
+    compared = subprocess.run(
+        [
+            sys.executable,
+            str(COMPARE),
+            str(tmp_path / "out" / "results.json"),
+            "--python",
+            str(venv / "bin" / "python"),
+            "--json",
+            str(tmp_path / "compare.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert compared.returncode == 0, compared.stdout + compared.stderr
     figures = json.loads((tmp_path / "compare.json").read_text(encoding="utf-8"))
     assert figures["modules"] == len(modules) > 100
@@ -87,9 +108,11 @@ def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> No
     mpich = next(m for m in modules if m["module"].startswith("mpi4py/MPI.mpich."))
     assert mpich["verdict"] == (
         f"{mpich['module']}: missing shared library libmpi.so.12; `import mpi4py` does not need it here: it loads "
-        "without mapping it, though mpi4py/__init__.py, which `import mpi4py` runs, names 'MPI': it may load it by path")
+        "without mapping it, though mpi4py/__init__.py, which `import mpi4py` runs, names 'MPI': it may load it by path"
+    )
     cu12 = [m for m in modules if m["module"].startswith("cuda/core/cu12/")]
     assert cu12
     assert all(m.get("needed") is False for m in cu12 if not m["ok"])
-    assert not any(m["module"].startswith("cuda/core/cu13/") and not m["ok"] and m.get("needed") is not False
-                   for m in modules)
+    assert not any(
+        m["module"].startswith("cuda/core/cu13/") and not m["ok"] and m.get("needed") is not False for m in modules
+    )

@@ -31,20 +31,41 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _results(tmp_path: Path, good: dict[str, Any], bad: dict[str, Any]) -> Path:
-    modules = [{"module": "pkg", "dist": "pkg", "ok": True},
-               {"module": f"pkg/_good{EXT_SUFFIX}", "dist": "pkg", **good},
-               {"module": f"pkg/_bad{EXT_SUFFIX}", "dist": "pkg", **bad}]
-    cell = {"state": "pass", "reason": "", "stages": [
-        {"name": "import", "state": "pass", "seconds": 1.0, "details": {"modules": modules, "warnings": []}}]}
+    modules = [
+        {"module": "pkg", "dist": "pkg", "ok": True},
+        {"module": f"pkg/_good{EXT_SUFFIX}", "dist": "pkg", **good},
+        {"module": f"pkg/_bad{EXT_SUFFIX}", "dist": "pkg", **bad},
+    ]
+    cell = {
+        "state": "pass",
+        "reason": "",
+        "stages": [
+            {"name": "import", "state": "pass", "seconds": 1.0, "details": {"modules": modules, "warnings": []}}
+        ],
+    }
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"cells": [cell]}), encoding="utf-8")
     return path
 
 
 def _compare(tmp_path: Path, venv: Path, results: Path) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run([sys.executable, str(SCRIPT), str(results), "--python", str(venv / "bin" / "python"),
-                           "--json", str(tmp_path / "out.json"), "-j", "2"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            str(results),
+            "--python",
+            str(venv / "bin" / "python"),
+            "--json",
+            str(tmp_path / "out.json"),
+            "-j",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     return done.returncode, json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
 
 
@@ -59,12 +80,18 @@ def test_right_verdicts_agree(tmp_path: Path, venv: Path) -> None:
 def test_a_red_module_that_import_does_not_need_is_a_false_red(tmp_path: Path, venv: Path) -> None:
     rc, out = _compare(tmp_path, venv, _results(tmp_path, {"ok": True}, MISSING))
     assert rc == 1
-    assert out["false_red"] == [{"module": f"pkg/_bad{EXT_SUFFIX}", "compatlab": MISSING["reason"],
-                                 "real": "cannot load; `import pkg` works without it"}]
+    assert out["false_red"] == [
+        {
+            "module": f"pkg/_bad{EXT_SUFFIX}",
+            "compatlab": MISSING["reason"],
+            "real": "cannot load; `import pkg` works without it",
+        }
+    ]
 
 
 def test_a_red_module_that_loads_is_a_false_red_and_a_green_one_that_cannot_is_a_false_green(
-        tmp_path: Path, venv: Path) -> None:
+    tmp_path: Path, venv: Path
+) -> None:
     rc, out = _compare(tmp_path, venv, _results(tmp_path, MISSING, {"ok": True}))
     assert rc == 1
     assert [r["module"] for r in out["false_red"]] == [f"pkg/_good{EXT_SUFFIX}"]
@@ -77,13 +104,34 @@ def test_a_static_red_the_import_stage_did_not_load_is_compared_too(tmp_path: Pa
     data = json.loads(results.read_text(encoding="utf-8"))
     [cell] = data["cells"]
     cell["stages"][0]["details"]["modules"].pop()  # the import stage never saw pkg/_bad
-    cell["stages"].insert(0, {"name": "static", "state": "fail", "seconds": 0.1, "details": {"findings": [
-        {"severity": "fail", "module": f"pkg/_bad{EXT_SUFFIX}", "kind": "library", "message": "libgone.so not found"}]}})
+    cell["stages"].insert(
+        0,
+        {
+            "name": "static",
+            "state": "fail",
+            "seconds": 0.1,
+            "details": {
+                "findings": [
+                    {
+                        "severity": "fail",
+                        "module": f"pkg/_bad{EXT_SUFFIX}",
+                        "kind": "library",
+                        "message": "libgone.so not found",
+                    }
+                ]
+            },
+        },
+    )
     results.write_text(json.dumps(data), encoding="utf-8")
     rc, out = _compare(tmp_path, venv, results)
     assert rc == 1
-    assert out["false_red"] == [{"module": f"pkg/_bad{EXT_SUFFIX}", "compatlab": "static: libgone.so not found",
-                                 "real": "cannot load; `import pkg` works without it"}]
+    assert out["false_red"] == [
+        {
+            "module": f"pkg/_bad{EXT_SUFFIX}",
+            "compatlab": "static: libgone.so not found",
+            "real": "cannot load; `import pkg` works without it",
+        }
+    ]
 
 
 def test_a_build_is_judged_by_its_own_file_not_by_the_one_its_name_imports(tmp_path: Path, venv: Path) -> None:

@@ -49,10 +49,12 @@ def with_creds(url: str) -> str:
     return url.replace("http://", f"http://{USER}:{QUOTED}@")
 
 
-def matrix_of(tmp_path: Path, *, torch: str = "2.9.1", torch_index: str, default_index: str,
-              find_links: str = "") -> tuple[Matrix, Cell]:
+def matrix_of(
+    tmp_path: Path, *, torch: str = "2.9.1", torch_index: str, default_index: str, find_links: str = ""
+) -> tuple[Matrix, Cell]:
     path = tmp_path / "matrix.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [[axes.torch]]
         version = "{torch}"
         index = "{torch_index}"
@@ -65,32 +67,49 @@ def matrix_of(tmp_path: Path, *, torch: str = "2.9.1", torch_index: str, default
         version = "12.8"
         [install]
         index-url = "{default_index}"
-        """))
+        """)
+    )
     matrix = load_matrix(path)
     return matrix, expand(matrix)[0]
 
 
-def test_the_plan_writes_no_credential_and_hands_them_to_uv_by_index_name(tmp_path: Path, auth_index: AuthIndex) -> None:
+def test_the_plan_writes_no_credential_and_hands_them_to_uv_by_index_name(
+    tmp_path: Path, auth_index: AuthIndex
+) -> None:
     url = auth_index.url
-    matrix, cell = matrix_of(tmp_path, torch_index=with_creds(f"{url}/priv/simple"),
-                             default_index=with_creds(f"{url}/priv/simple/"))
+    matrix, cell = matrix_of(
+        tmp_path, torch_index=with_creds(f"{url}/priv/simple"), default_index=with_creds(f"{url}/priv/simple/")
+    )
     spec = tmp_path / "spec"
     plan = envs.install_plan(matrix, cell, python=Path("/venv/bin/python"), spec_dir=spec)
     assert tomllib.loads(plan.files["pyproject.toml"])["tool"]["uv"] == {
         "index": [{"name": "index-1", "url": f"{url}/priv/simple", "explicit": True}],
         "sources": {"torch": {"index": "index-1"}},
     }
-    assert plan.argv[1:] == ["pip", "install", "--python", "/venv/bin/python", "-r", str(spec / "pyproject.toml"),
-                             "--default-index", f"default={url}/priv/simple/"]
+    assert plan.argv[1:] == [
+        "pip",
+        "install",
+        "--python",
+        "/venv/bin/python",
+        "-r",
+        str(spec / "pyproject.toml"),
+        "--default-index",
+        f"default={url}/priv/simple/",
+    ]
     written = json.dumps(plan.to_json()) + repr(plan)
     assert PASSWORD not in written
     assert QUOTED not in written
     env = plan.env()
     assert {k: v for k, v in env.items() if k.startswith("UV_INDEX_")} == {
-        "UV_INDEX_INDEX_1_USERNAME": USER, "UV_INDEX_INDEX_1_PASSWORD": PASSWORD,
-        "UV_INDEX_DEFAULT_USERNAME": USER, "UV_INDEX_DEFAULT_PASSWORD": PASSWORD,
+        "UV_INDEX_INDEX_1_USERNAME": USER,
+        "UV_INDEX_INDEX_1_PASSWORD": PASSWORD,
+        "UV_INDEX_DEFAULT_USERNAME": USER,
+        "UV_INDEX_DEFAULT_PASSWORD": PASSWORD,
     }
-    assert [ix.shown for ix in plan.indexes] == [f"http://***@{url[7:]}/priv/simple", f"http://***@{url[7:]}/priv/simple/"]
+    assert [ix.shown for ix in plan.indexes] == [
+        f"http://***@{url[7:]}/priv/simple",
+        f"http://***@{url[7:]}/priv/simple/",
+    ]
 
 
 def test_uv_index_variable_names_follow_uvs_normalisation() -> None:
@@ -122,12 +141,16 @@ def test_without_the_credentials_the_same_install_is_refused_as_an_error(tmp_pat
     plan, done = install(tmp_path, matrix, cell)
     assert not done.ok
     assert envs.classify_uv_failure(done, plan) == (
-        "error", f"index failure: {index} needs credentials (HTTP 401 for torch's page); put them in the URL as "
-                 "https://user:password@host/…")
+        "error",
+        f"index failure: {index} needs credentials (HTTP 401 for torch's page); put them in the URL as "
+        "https://user:password@host/…",
+    )
     # Without the plan, uv's own hint still tells the refusal from an unsatisfiable stack.
     assert envs.classify_uv_failure(done) == (
-        "error", "index refused access: No solution found when resolving dependencies (hint: An index URL "
-                 f"({index}) could not be queried due to a lack of valid authentication credentials (401 Unauthorized))")
+        "error",
+        "index refused access: No solution found when resolving dependencies (hint: An index URL "
+        f"({index}) could not be queried due to a lack of valid authentication credentials (401 Unauthorized))",
+    )
 
 
 def test_a_pin_the_index_lacks_is_a_failure_that_lists_what_it_has(tmp_path: Path, auth_index: AuthIndex) -> None:
@@ -135,9 +158,10 @@ def test_a_pin_the_index_lacks_is_a_failure_that_lists_what_it_has(tmp_path: Pat
     matrix, cell = matrix_of(tmp_path, torch="2.9.2", torch_index=index, default_index=index)
     plan, done = install(tmp_path, matrix, cell)
     assert envs.classify_uv_failure(done, plan) == (
-        "fail", f"torch 2.9.2 is not on http://***@{auth_index.url[7:]}/priv/simple; it has 2.9.0, 2.9.1, 2.10.0")
-    assert envs.classify_uv_failure(done) == (
-        "fail", "unsatisfiable: there is no version of torch==2.9.2")
+        "fail",
+        f"torch 2.9.2 is not on http://***@{auth_index.url[7:]}/priv/simple; it has 2.9.0, 2.9.1, 2.10.0",
+    )
+    assert envs.classify_uv_failure(done) == ("fail", "unsatisfiable: there is no version of torch==2.9.2")
 
 
 def test_an_index_whose_whole_path_is_404_is_an_error(tmp_path: Path, auth_index: AuthIndex) -> None:
@@ -145,8 +169,10 @@ def test_an_index_whose_whole_path_is_404_is_an_error(tmp_path: Path, auth_index
     matrix, cell = matrix_of(tmp_path, torch_index=f"{auth_index.url}/gone/simple", default_index=good)
     plan, done = install(tmp_path, matrix, cell)
     assert envs.classify_uv_failure(done, plan) == (
-        "error", f"index failure: {auth_index.url}/gone/simple does not answer as a package index: HTTP 404 for its "
-                 "root and 404 for torch's page; check the URL")
+        "error",
+        f"index failure: {auth_index.url}/gone/simple does not answer as a package index: HTTP 404 for its "
+        "root and 404 for torch's page; check the URL",
+    )
 
 
 def test_a_web_page_that_is_not_an_index_is_an_error(tmp_path: Path, auth_index: AuthIndex) -> None:
@@ -154,19 +180,27 @@ def test_a_web_page_that_is_not_an_index_is_an_error(tmp_path: Path, auth_index:
     matrix, cell = matrix_of(tmp_path, torch_index=f"{auth_index.url}/site/simple", default_index=good)
     plan, done = install(tmp_path, matrix, cell)
     assert envs.classify_uv_failure(done, plan) == (
-        "error", f"index failure: {auth_index.url}/site/simple does not answer as a package index: its root is an "
-                 "HTML page that is not a simple index (PEP 503); check the URL")
+        "error",
+        f"index failure: {auth_index.url}/site/simple does not answer as a package index: its root is an "
+        "HTML page that is not a simple index (PEP 503); check the URL",
+    )
 
 
 def test_a_project_the_index_does_not_have_is_a_failure(tmp_path: Path, auth_index: AuthIndex) -> None:
     index = with_creds(f"{auth_index.url}/priv/simple")
     matrix, cell = matrix_of(tmp_path, torch_index=index, default_index=index)
-    cell = Cell(id=cell.id, values=tuple(
-        v if v.axis != "flashinfer" else type(v)(axis=v.axis, version="0.6.4", package="flashinfer-nightly")
-        for v in cell.values))
+    cell = Cell(
+        id=cell.id,
+        values=tuple(
+            v if v.axis != "flashinfer" else type(v)(axis=v.axis, version="0.6.4", package="flashinfer-nightly")
+            for v in cell.values
+        ),
+    )
     plan, done = install(tmp_path, matrix, cell)
     assert envs.classify_uv_failure(done, plan) == (
-        "fail", f"flashinfer-nightly is not on http://***@{auth_index.url[7:]}/priv/simple; the index has no such project")
+        "fail",
+        f"flashinfer-nightly is not on http://***@{auth_index.url[7:]}/priv/simple; the index has no such project",
+    )
 
 
 def index_of(url: str) -> envs.Index:
@@ -179,14 +213,17 @@ def test_probe_tells_each_kind_of_index_apart(auth_index: AuthIndex) -> None:
     assert envs.probe_index(good, "Torch") == envs.Listing(versions=("2.9.0", "2.9.1", "2.10.0"))
     assert envs.probe_index(good, "triton") == envs.Listing(note="the index has no such project")
     assert envs.probe_index(index_of(f"{url}/down/simple"), "torch") == envs.Listing(
-        problem=f"{url}/down/simple answered HTTP 503 for torch's page")
+        problem=f"{url}/down/simple answered HTTP 503 for torch's page"
+    )
     wrong = index_of(f"http://{USER}:nope@{url[7:]}/priv/simple")
     assert envs.probe_index(wrong, "torch") == envs.Listing(
         problem=f"http://***@{url[7:]}/priv/simple refused the credentials (HTTP 401 for torch's page); check the "
-                "user name and password")
+        "user name and password"
+    )
     port = closed_port()
     assert envs.probe_index(index_of(f"http://127.0.0.1:{port}/simple"), "torch") == envs.Listing(
-        problem=f"http://127.0.0.1:{port}/simple is unreachable: [Errno 111] Connection refused")
+        problem=f"http://127.0.0.1:{port}/simple is unreachable: [Errno 111] Connection refused"
+    )
     # The credentials went to the index as basic auth, and only there.
     assert ("/priv/simple/torch/", "Basic YWxpY2U6czNjcjp0L3B3") in auth_index.requests
 
@@ -204,12 +241,14 @@ def test_probe_reads_a_file_index_with_local_versions_in_its_links(tmp_path: Pat
     (page / "index.html").write_text(
         '<html><head><meta name="pypi:repository-version" content="1.1"></head><body>'
         '<a href="../../files/torch-2.9.1%2Bcu130-cp311-cp311-linux_x86_64.whl#sha256=00">x</a>'
-        '<a href="torch-2.9.0.tar.gz">torch-2.9.0.tar.gz</a><a href="../">up</a></body></html>')
+        '<a href="torch-2.9.0.tar.gz">torch-2.9.0.tar.gz</a><a href="../">up</a></body></html>'
+    )
     index = envs.Index.of("x", (tmp_path / "simple").as_uri())
     assert envs.probe_index(index, "torch") == envs.Listing(versions=("2.9.0", "2.9.1+cu130"))
     assert envs.probe_index(index, "triton") == envs.Listing(
         problem=f"{index.url} does not answer as a package index: HTTP 404 for its root and 404 for triton's "
-                "page; check the URL")
+        "page; check the URL"
+    )
 
 
 def test_the_versions_nearest_the_pin_are_listed_when_there_are_many(tmp_path: Path) -> None:
@@ -217,11 +256,21 @@ def test_the_versions_nearest_the_pin_are_listed_when_there_are_many(tmp_path: P
     page.mkdir(parents=True)
     (page / "index.html").write_text("".join(f'<a href="torch-2.{m}.0-py3-none-any.whl">w</a>' for m in range(20)))
     index = envs.Index.of("x", (tmp_path / "simple").as_uri())
-    plan = envs.InstallPlan(argv=[], files={}, requirements=[], overrides=[], indexes=(index,),
-                            pins=(envs.Pin(package="torch", version="2.12.5", index=index),))
-    assert envs.explain_unsatisfiable(plan) == ("fail", (
-        f"torch 2.12.5 is not on {index.url}; it has 2.8.0, 2.9.0, 2.10.0, 2.11.0, 2.12.0, 2.13.0, 2.14.0, "
-        "2.15.0, 2.16.0, 2.17.0 (and 10 more)"))
+    plan = envs.InstallPlan(
+        argv=[],
+        files={},
+        requirements=[],
+        overrides=[],
+        indexes=(index,),
+        pins=(envs.Pin(package="torch", version="2.12.5", index=index),),
+    )
+    assert envs.explain_unsatisfiable(plan) == (
+        "fail",
+        (
+            f"torch 2.12.5 is not on {index.url}; it has 2.8.0, 2.9.0, 2.10.0, 2.11.0, 2.12.0, 2.13.0, 2.14.0, "
+            "2.15.0, 2.16.0, 2.17.0 (and 10 more)"
+        ),
+    )
     present = dataclasses.replace(plan, pins=(envs.Pin(package="torch", version="2.12.0", index=index),))
     # Every pin is where it should be: the conflict is real, and uv's own words are the reason.
     assert envs.explain_unsatisfiable(present) is None

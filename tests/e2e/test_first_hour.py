@@ -14,10 +14,22 @@ from fixtures.matrices import EXPECTED_ONLY
 
 
 def _nox_here(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1", **env}
-    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args], cwd=cwd,
-                          capture_output=True, text=True, env=full, timeout=300, check=False)
+    full = {
+        **os.environ,
+        "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "UV_PYTHON_DOWNLOADS": "never",
+        "NO_COLOR": "1",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_a_relative_matrix_is_the_file_where_nox_was_started(tmp_path: Path) -> None:
@@ -28,26 +40,37 @@ def test_a_relative_matrix_is_the_file_where_nox_was_started(tmp_path: Path) -> 
     assert len(cells) == 8
     missing = _nox_here(tmp_path, "-l", env={"COMPATLAB_MATRIX": "nothere.toml"})
     assert missing.returncode == 2
-    assert missing.stderr == f"error: {tmp_path / 'nothere.toml'}: no such file; set COMPATLAB_MATRIX or create matrix.toml\n"
+    assert (
+        missing.stderr
+        == f"error: {tmp_path / 'nothere.toml'}: no such file; set COMPATLAB_MATRIX or create matrix.toml\n"
+    )
 
 
 def test_relative_reports_and_venvs_are_folders_where_nox_was_started(tmp_path: Path, index_url: str) -> None:
     (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url=index_url), encoding="utf-8")
-    env = {"COMPATLAB_MATRIX": "matrix.toml", "COMPATLAB_REPORTS": "out/reports", "COMPATLAB_VENVS": "out/venvs",
-           "COMPATLAB_RUN_ID": "r1"}
+    env = {
+        "COMPATLAB_MATRIX": "matrix.toml",
+        "COMPATLAB_REPORTS": "out/reports",
+        "COMPATLAB_VENVS": "out/venvs",
+        "COMPATLAB_RUN_ID": "r1",
+    }
     done = _nox_here(tmp_path, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "out" / "reports" / "runs" / "r1" / "results.json").read_text(encoding="utf-8"))
     ran = {c["id"]: [s["state"] for s in c["stages"]] for c in results["cells"] if c["state"] != "n/a"}
-    assert ran == {"torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0": ["pass", "pass", "pass", "pass", "skip", "skip"],
-                   "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": ["pass", "pass", "pass", "pass", "skip", "skip"]}
+    assert ran == {
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0": ["pass", "pass", "pass", "pass", "skip", "skip"],
+        "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda13.0": ["pass", "pass", "pass", "pass", "skip", "skip"],
+    }
     assert sorted(p.name for p in (tmp_path / "out" / "venvs" / "r1").iterdir() if p.is_dir()) == sorted(ran)
     assert not (ROOT / "out").exists()
 
 
 NA_CELLS = {
-    "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8", "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda12.8",
-    "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda13.0", "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda13.0",
+    "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8",
+    "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.7.4-cuda12.8",
+    "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda13.0",
+    "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda13.0",
 }
 
 
@@ -55,8 +78,11 @@ def test_not_applicable_cells_start_nothing_and_are_one_line_per_reason(tmp_path
     report = tmp_path / "nox-report.json"
     done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-s", "matrix", "--report", str(report))
     assert done.returncode == 0, done.stdout + done.stderr
-    sessions = {s["signatures"][0].removeprefix("matrix(").removesuffix(")"): s
-                for s in json.loads(report.read_text(encoding="utf-8"))["sessions"] if s["name"] == "matrix"}
+    sessions = {
+        s["signatures"][0].removeprefix("matrix(").removesuffix(")"): s
+        for s in json.loads(report.read_text(encoding="utf-8"))["sessions"]
+        if s["name"] == "matrix"
+    }
     assert len(sessions) == 8
     for cid in NA_CELLS:
         assert sessions[cid]["duration"] < 0.05, (cid, sessions[cid]["duration"])
@@ -74,17 +100,29 @@ def test_the_start_lines_give_the_previous_runs_seconds_and_the_expected_end(tmp
     first = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13", run_id="r1")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "[compatlab] run r1: 2 cells (4 n/a), none timed in the previous run: no estimate\n" in first.stderr
-    assert "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/2, not timed before)\n" in first.stdout
-    took = {c["id"]: c["seconds"] for c in json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())["cells"]
-            if c["state"] != "n/a"}
+    assert (
+        "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/2, not timed before)\n"
+        in first.stdout
+    )
+    took = {
+        c["id"]: c["seconds"]
+        for c in json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())["cells"]
+        if c["state"] != "n/a"
+    }
     again = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13", run_id="r2")
     assert again.returncode == 0, again.stdout + again.stderr
     total = sum(took.values())
     line = next(ln for ln in again.stderr.splitlines() if ln.startswith("[compatlab] run r2:"))
-    assert re.fullmatch(rf"\[compatlab\] run r2: 2 cells \(4 n/a\), about {round(total)} s as in the previous run, "
-                        r"ending about \d\d:\d\d \w+", line), line
+    assert re.fullmatch(
+        rf"\[compatlab\] run r2: 2 cells \(4 n/a\), about {round(total)} s as in the previous run, "
+        r"ending about \d\d:\d\d \w+",
+        line,
+    ), line
     first_cell = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
     start = next(ln for ln in again.stdout.splitlines() if ln.startswith(f"[compatlab] start {first_cell}"))
-    assert re.fullmatch(rf"\[compatlab\] start {re.escape(first_cell)} \(1/2, about {round(took[first_cell])} s as in "
-                        r"the previous run; the run ends about \d\d:\d\d \w+\)", start), start
+    assert re.fullmatch(
+        rf"\[compatlab\] start {re.escape(first_cell)} \(1/2, about {round(took[first_cell])} s as in "
+        r"the previous run; the run ends about \d\d:\d\d \w+\)",
+        start,
+    ), start
     assert "compatlab.incell.proc" not in first.stdout + first.stderr  # the lab's INFO log stays out of nox's

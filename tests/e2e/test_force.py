@@ -36,12 +36,19 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("force")
     w = root / "wheels"
     write_simple_index(root / "torch", [build_wheel(w, "torch", v) for v in ("2.14.1", "2.15.0")])
-    write_simple_index(root / "public", [
-        build_wheel(w, "sglang", "0.5.23", requires=["torch==2.14.1", "sglang-kernel==0.4.10",
-                                                     "flashinfer_python[cu13]==0.7.2"]),
-        build_wheel(w, "sglang-kernel", "0.4.10", requires=["torch==2.14.1"]),
-        build_wheel(w, "flashinfer-python", "0.7.2", requires=["torch"]),
-    ])
+    write_simple_index(
+        root / "public",
+        [
+            build_wheel(
+                w,
+                "sglang",
+                "0.5.23",
+                requires=["torch==2.14.1", "sglang-kernel==0.4.10", "flashinfer_python[cu13]==0.7.2"],
+            ),
+            build_wheel(w, "sglang-kernel", "0.4.10", requires=["torch==2.14.1"]),
+            build_wheel(w, "flashinfer-python", "0.7.2", requires=["torch"]),
+        ],
+    )
     with serve(root) as base:
         yield base
 
@@ -52,10 +59,12 @@ def uv_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
 
 
-def matrix_of(tmp_path: Path, url: str, *, extra: str = "", sglang: bool = True, lock: bool = True,
-              install: str = "") -> Matrix:
+def matrix_of(
+    tmp_path: Path, url: str, *, extra: str = "", sglang: bool = True, lock: bool = True, install: str = ""
+) -> Matrix:
     path = tmp_path / "matrix.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [axes.torch]
         index = "{url}/torch/simple"
         values = ["2.14.1", "2.15.0"]
@@ -63,12 +72,17 @@ def matrix_of(tmp_path: Path, url: str, *, extra: str = "", sglang: bool = True,
         version = "0.4.10"
         [[axes.flashinfer]]
         version = "0.7.2"
-        """) + ('[[axes.sglang]]\nversion = "0.5.23"\n' if sglang else "") + textwrap.dedent(f"""
+        """)
+        + ('[[axes.sglang]]\nversion = "0.5.23"\n' if sglang else "")
+        + textwrap.dedent(f"""
         [[axes.cuda]]
         version = "13.0"
         [install]
         index-url = "{url}/public/simple"
-        """) + install + textwrap.dedent(extra))
+        """)
+        + install
+        + textwrap.dedent(extra)
+    )
     if lock:
         locked, notes = resolve(load_matrix(path, use_lock=False), timeout=10)
         assert notes == []
@@ -106,7 +120,8 @@ def test_unforced_the_pin_conflict_is_unsatisfiable_and_the_lock_names_it(tmp_pa
 
 
 def test_an_sglang_cell_is_forced_its_axis_pins_win_and_torch_still_comes_from_its_own_index(
-        tmp_path: Path, url: str) -> None:
+    tmp_path: Path, url: str
+) -> None:
     matrix = matrix_of(tmp_path, url)
     new = cell(matrix, "torch2.15.0")
     assert (new.id, new.force) == (NEW, True)
@@ -115,15 +130,27 @@ def test_an_sglang_cell_is_forced_its_axis_pins_win_and_torch_still_comes_from_i
     assert plan.overrides == ["torch==2.15.0", "sglang-kernel==0.4.10", "flashinfer-python==0.7.2", "sglang==0.5.23"]
     # uv drops a package's own index once an override names it: torch is installed from it first.
     assert plan.pre_argv[1:5] == ["pip", "install", "--no-deps", "--python"]
-    assert plan.to_json()["conflicts"] == ["sglang-kernel 0.4.10 pins torch==2.14.1", "sglang 0.5.23 pins torch==2.14.1"]
+    assert plan.to_json()["conflicts"] == [
+        "sglang-kernel 0.4.10 pins torch==2.14.1",
+        "sglang 0.5.23 pins torch==2.14.1",
+    ]
     assert plan.to_json()["forced"] is True
     assert {k: frozen[k] for k in ("torch", "sglang", "sglang-kernel", "flashinfer-python")} == {
-        "torch": "2.15.0", "sglang": "0.5.23", "sglang-kernel": "0.4.10", "flashinfer-python": "0.7.2"}
+        "torch": "2.15.0",
+        "sglang": "0.5.23",
+        "sglang-kernel": "0.4.10",
+        "flashinfer-python": "0.7.2",
+    }
 
 
 def test_a_force_rule_forces_only_its_cells(tmp_path: Path, url: str) -> None:
-    matrix = matrix_of(tmp_path, url, sglang=False, lock=False,
-                       extra='[[rules.force]]\ntorch = "2.15.0"\nreason = "the --no-deps move"\n')
+    matrix = matrix_of(
+        tmp_path,
+        url,
+        sglang=False,
+        lock=False,
+        extra='[[rules.force]]\ntorch = "2.15.0"\nreason = "the --no-deps move"\n',
+    )
     new, old = cell(matrix, "torch2.15.0"), cell(matrix, "torch2.14.1")
     assert (new.force, old.force, new.conflicts) == (True, False, None)
     _, ok, stderr, frozen = install(tmp_path, matrix, new)
@@ -132,23 +159,41 @@ def test_a_force_rule_forces_only_its_cells(tmp_path: Path, url: str) -> None:
 
 
 def test_a_forced_cell_lists_the_pins_its_installed_set_breaks_and_a_failing_module_names_its_own(
-        tmp_path: Path, url: str) -> None:
+    tmp_path: Path, url: str
+) -> None:
     matrix = matrix_of(tmp_path, url)
     new = cell(matrix, "torch2.15.0")
     _, ok, stderr, _ = install(tmp_path, matrix, new)
     assert ok, stderr
     venv = tmp_path / new.id
-    ctx = CellContext(matrix=matrix, cell=new, venv=venv, python=envs.venv_python(venv), work_dir=tmp_path,
-                      site_packages=envs.site_packages(venv))
+    ctx = CellContext(
+        matrix=matrix,
+        cell=new,
+        venv=venv,
+        python=envs.venv_python(venv),
+        work_dir=tmp_path,
+        site_packages=envs.site_packages(venv),
+    )
     pins = run_pins_stage(ctx)
-    broken = ["sglang 0.5.23 requires torch==2.14.1; torch 2.15.0 is installed",
-              "sglang-kernel 0.4.10 requires torch==2.14.1; torch 2.15.0 is installed"]
+    broken = [
+        "sglang 0.5.23 requires torch==2.14.1; torch 2.15.0 is installed",
+        "sglang-kernel 0.4.10 requires torch==2.14.1; torch 2.15.0 is installed",
+    ]
     assert (pins.state, pins.reason) == ("warn", broken[0] + " (and 1 more)")
     assert [b["text"] for b in pins.details["broken_requirements"]] == broken
     # The import stage's module of sglang-kernel fails: the pin it broke is named as the cause.
     why = "sgl_kernel/common_ops.abi3.so: undefined symbol c10::cuda::foo(unsigned int)"
-    failed = StageResult(name="import", state="fail", reason=why + " (and 1 more)", details={"modules": [
-        {"module": "sgl_kernel/common_ops.abi3.so", "dist": "sglang-kernel", "ok": False, "reason": why},
-        {"module": "flashinfer", "dist": "flashinfer-python", "ok": True}]})
+    failed = StageResult(
+        name="import",
+        state="fail",
+        reason=why + " (and 1 more)",
+        details={
+            "modules": [
+                {"module": "sgl_kernel/common_ops.abi3.so", "dist": "sglang-kernel", "ok": False, "reason": why},
+                {"module": "flashinfer", "dist": "flashinfer-python", "ok": True},
+            ]
+        },
+    )
     assert blame_broken_pins(failed, pins).reason == (
-        f"{why}; sglang-kernel 0.4.10 requires torch==2.14.1; torch 2.15.0 is installed (and 1 more)")
+        f"{why}; sglang-kernel 0.4.10 requires torch==2.14.1; torch 2.15.0 is installed (and 1 more)"
+    )

@@ -12,7 +12,7 @@ import pytest
 from fixtures.labutil import ROOT, nox
 
 CPU_TORCH = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-cp311-*.whl")) if sys.version_info[:2] == (3, 11) else []
-SERVER = ("import sys; sys.path.insert(0, {src!r}); from fixtures.standin_server import main; sys.exit(main())")
+SERVER = "import sys; sys.path.insert(0, {src!r}); from fixtures.standin_server import main; sys.exit(main())"
 
 MATRIX = """
 name = "gpu8"

@@ -22,8 +22,9 @@ def _dist_info(site: Path, name: str, *, metadata: bytes | None = None, record: 
     info = site / f"{name}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_bytes(metadata or f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode())
-    (info / "RECORD").write_text(record or f"{name}/__init__.py,,\n{name}/_c.abi3.so,,\n{info.name}/RECORD,,\n",
-                                 encoding="utf-8")
+    (info / "RECORD").write_text(
+        record or f"{name}/__init__.py,,\n{name}/_c.abi3.so,,\n{info.name}/RECORD,,\n", encoding="utf-8"
+    )
 
 
 def _broken_site(root: Path) -> Path:
@@ -46,13 +47,16 @@ def test_check_reads_the_environment_and_names_the_broken_distributions(tmp_path
     assert env.native == ("fine",)
     assert [(w, why.split(" (", 1)[0]) for w, why in env.problems] == [
         ("blankrecord-1.0.dist-info", "its RECORD cannot be read"),
-        ("latin-1.0.dist-info", "its METADATA cannot be read")]
-    assert env.problems[1][1].startswith("its METADATA cannot be read (UnicodeDecodeError: 'utf-8' codec can't "
-                                         "decode byte 0xe9")
+        ("latin-1.0.dist-info", "its METADATA cannot be read"),
+    ]
+    assert env.problems[1][1].startswith(
+        "its METADATA cannot be read (UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9"
+    )
 
 
-def test_the_import_stage_reads_a_broken_distribution_as_far_as_it_can(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_import_stage_reads_a_broken_distribution_as_far_as_it_can(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(_broken_site(tmp_path)))
     blank = loadcheck.Installed("blankrecord")
     assert (blank.version, blank.files, blank.targets) == ("1.0", [], [])
@@ -79,10 +83,21 @@ def test_sigterm_to_check_stops_its_pytest_and_what_it_loads(tmp_path: Path) -> 
     pidfile = tmp_path / "loading.pid"
     (site / "sleepy").mkdir()
     (site / "sleepy" / "__init__.py").write_text(
-        f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n", encoding="utf-8")
+        f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n", encoding="utf-8"
+    )
     _dist_info(site, "sleepy", record="sleepy/__init__.py,,\nsleepy-1.0.dist-info/RECORD,,\n")
-    argv = [sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--package", "sleepy",
-            "--out", str(tmp_path / "out")]
+    argv = [
+        sys.executable,
+        "-m",
+        "compatlab",
+        "check",
+        "--venv",
+        str(venv),
+        "--package",
+        "sleepy",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     env = {**os.environ, "COMPATLAB_CACHE": str(tmp_path / "cache")}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     loading = 0

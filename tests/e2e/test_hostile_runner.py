@@ -18,12 +18,15 @@ from compatlab.runs.model import StageResult
 from compatlab.stages import CellContext, Stage
 from fixtures.hostile import hard_deadline
 
-MATRIX = {"axes": {"torch": ["2.9.1"], "sgl-kernel": ["0.3.21"], "flashinfer": ["0.6.4"], "cuda": ["12.8"]},
-          "install": {"retries": 0}}
+MATRIX = {
+    "axes": {"torch": ["2.9.1"], "sgl-kernel": ["0.3.21"], "flashinfer": ["0.6.4"], "cuda": ["12.8"]},
+    "install": {"retries": 0},
+}
 
 
-def test_a_stage_past_its_deadline_is_an_error_and_the_cell_goes_on(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_past_its_deadline_is_an_error_and_the_cell_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(runner, "STAGE_SECONDS", {"spin": 0.5, "fifo": 0.5, "sleep": 0.5}, raising=False)
     fifo = tmp_path / "libfifo.so"
     os.mkfifo(fifo)
@@ -48,11 +51,17 @@ def test_a_stage_past_its_deadline_is_an_error_and_the_cell_goes_on(tmp_path: Pa
     def fine(ctx: CellContext) -> StageResult:
         return StageResult(name="after", state="pass")
 
-    stages = (Stage(name="spin", run=spin), Stage(name="fifo", run=blocked_open), Stage(name="sleep", run=hung_child),
-              Stage(name="after", run=fine))
+    stages = (
+        Stage(name="spin", run=spin),
+        Stage(name="fifo", run=blocked_open),
+        Stage(name="sleep", run=hung_child),
+        Stage(name="after", run=fine),
+    )
     start = time.monotonic()
-    with hard_deadline(20, "stages that never end"), \
-            store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as folder:
+    with (
+        hard_deadline(20, "stages that never end"),
+        store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as folder,
+    ):
         result = runner.run_cell(matrix, cell, run=folder, venv_root=tmp_path / "venvs", stages=stages)
     assert time.monotonic() - start < 10
     assert [(s.name, s.state, s.reason) for s in result.stages] == [

@@ -70,8 +70,10 @@ def _internal(module: str) -> str | None:
 
 
 def test_no_import_circles() -> None:
-    graph = {m: sorted({t for imp, _, _ in _imports(p, top_level_only=True)
-                        if (t := _internal(imp)) and t != m}) for m, p in MODULES.items()}
+    graph = {
+        m: sorted({t for imp, _, _ in _imports(p, top_level_only=True) if (t := _internal(imp)) and t != m})
+        for m, p in MODULES.items()
+    }
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -81,7 +83,7 @@ def test_no_import_circles() -> None:
         stack.append(m)
         for n in graph[m]:
             if state.get(n) == 1:
-                cycles.append([*stack[stack.index(n):], n])
+                cycles.append([*stack[stack.index(n) :], n])
             elif n not in state:
                 visit(n)
         stack.pop()
@@ -104,11 +106,26 @@ def test_no_module_imports_another_modules_underscore_names() -> None:
 
 RULES = {
     # (importing package, forbidden prefix)
-    "compatlab.config": ("compatlab.stages", "compatlab.runs", "compatlab.runner", "compatlab.render",
-                         "compatlab.cli", "compatlab.cells", "compatlab.envs", "compatlab.shard"),
+    "compatlab.config": (
+        "compatlab.stages",
+        "compatlab.runs",
+        "compatlab.runner",
+        "compatlab.render",
+        "compatlab.cli",
+        "compatlab.cells",
+        "compatlab.envs",
+        "compatlab.shard",
+    ),
     "compatlab.stages": ("compatlab.cli", "compatlab.runner", "compatlab.render"),
-    "compatlab.render": ("compatlab.stages", "compatlab.runner", "compatlab.cli", "compatlab.config",
-                         "compatlab.cells", "compatlab.envs", "compatlab.shard"),
+    "compatlab.render": (
+        "compatlab.stages",
+        "compatlab.runner",
+        "compatlab.cli",
+        "compatlab.config",
+        "compatlab.cells",
+        "compatlab.envs",
+        "compatlab.shard",
+    ),
 }
 
 
@@ -117,8 +134,11 @@ def test_who_may_import_whom() -> None:
     for m, p in MODULES.items():
         for package, forbidden in RULES.items():
             if m == package or m.startswith(package + "."):
-                bad.extend(f"{m} imports {imp} (line {line})" for imp, _, line in _imports(p, top_level_only=False)
-                           if imp.startswith(forbidden))
+                bad.extend(
+                    f"{m} imports {imp} (line {line})"
+                    for imp, _, line in _imports(p, top_level_only=False)
+                    if imp.startswith(forbidden)
+                )
     assert bad == []
 
 
@@ -142,23 +162,48 @@ def test_incell_imports_only_the_standard_library_and_itself() -> None:
 
 @pytest.mark.parametrize("module", [m for m in INCELL if not m.startswith(UNDER_PYTEST)])
 def test_each_incell_module_imports_with_the_labs_dependencies_blocked(module: str) -> None:
-    blocked = ["packaging", "elftools", "tomli_w", "pytest", "compatlab.config", "compatlab.runs",
-               "compatlab.stages", "compatlab.errors", "compatlab.proc"]
-    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
-            f"import importlib; importlib.import_module({module!r}); print('ok')")
-    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(incell_path())!r}); {code}"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    blocked = [
+        "packaging",
+        "elftools",
+        "tomli_w",
+        "pytest",
+        "compatlab.config",
+        "compatlab.runs",
+        "compatlab.stages",
+        "compatlab.errors",
+        "compatlab.proc",
+    ]
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
+        f"import importlib; importlib.import_module({module!r}); print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(incell_path())!r}); {code}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
-    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
-    return {id(n.body[0].value) for n in nodes
-            if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    nodes = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    return {
+        id(n.body[0].value)
+        for n in nodes
+        if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+    }
 
 
-KIND_NAMES = frozenset(name for axis, kind in AXIS_KINDS.items() if not kind.required and kind.package is not None
-                       for name in (axis, kind.package, *kind.imports))
+KIND_NAMES = frozenset(
+    name
+    for axis, kind in AXIS_KINDS.items()
+    if not kind.required and kind.package is not None
+    for name in (axis, kind.package, *kind.imports)
+)
 KIND_TABLE = "compatlab.config.matrix"
 # incell/ cannot read the table; serve and perf start SGLang's server, and know it by name.
 KIND_EXEMPT = ("compatlab.incell", "compatlab.stages.serve", "compatlab.stages.perf")
@@ -171,6 +216,9 @@ def test_only_the_axis_kind_table_spells_a_kinds_names() -> None:
             continue
         tree = ast.parse(p.read_text(encoding="utf-8"))
         docs = _docstrings(tree)
-        bad.extend(f"{p.relative_to(SRC)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
-                   if isinstance(node, ast.Constant) and node.value in KIND_NAMES and id(node) not in docs)
+        bad.extend(
+            f"{p.relative_to(SRC)}:{node.lineno}: {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in KIND_NAMES and id(node) not in docs
+        )
     assert bad == []

@@ -38,7 +38,8 @@ def placeholder_sdist(out: Path) -> Path:
     root = out / "cuda_tile-1.6.0rc5"
     (root / "nvidia_stub").mkdir(parents=True)
     (root / "PKG-INFO").write_text("Metadata-Version: 2.2\nName: cuda-tile\nVersion: 1.6.0rc5\n")
-    (root / "pyproject.toml").write_text(textwrap.dedent("""
+    (root / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [build-system]
         requires = []
         build-backend = "nvidia_stub.buildapi"
@@ -46,14 +47,17 @@ def placeholder_sdist(out: Path) -> Path:
         [project]
         name = "cuda-tile"
         version = "1.6.0rc5"
-        """))
+        """)
+    )
     (root / "nvidia_stub" / "__init__.py").write_text("")
-    (root / "nvidia_stub" / "buildapi.py").write_text(textwrap.dedent(f"""
+    (root / "nvidia_stub" / "buildapi.py").write_text(
+        textwrap.dedent(f"""
         def get_requires_for_build_wheel(config_settings=None):
             return []
         def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             raise RuntimeError({BANNER!r})
-        """))
+        """)
+    )
     sdist = out / "cuda_tile-1.6.0rc5.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
         tar.add(root, arcname=root.name)
@@ -64,19 +68,22 @@ def placeholder_sdist(out: Path) -> Path:
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("resolver")
     w = root / "wheels"
-    write_simple_index(root / "public", [
-        build_wheel(w, "torch", "2.10.0", requires=["cuda-bindings==12.9.4"]),
-        build_wheel(w, "torch", "2.14.1"),
-        build_wheel(w, "cuda-bindings", "12.9.4"),
-        build_wheel(w, "cuda-bindings", "13.0.3"),
-        build_wheel(w, "cuda-python", "13.0.3", requires=["cuda-bindings~=13.0.3"]),
-        build_wheel(w, "cuda-python", "13.1.0", requires=["cuda-bindings~=13.1.0"]),
-        build_wheel(w, "flashinfer-python", "0.6.1", requires=["torch", "cuda-python>=13"]),
-        build_wheel(w, "flashinfer-python", "0.7.2", requires=["torch"]),
-        build_wheel(w, "sgl-kernel", "0.3.21"),
-        build_wheel(w, "sglang", "0.5.22", requires=["cuda-tile==1.6.0rc5"]),
-        placeholder_sdist(root / "sdists"),
-    ])
+    write_simple_index(
+        root / "public",
+        [
+            build_wheel(w, "torch", "2.10.0", requires=["cuda-bindings==12.9.4"]),
+            build_wheel(w, "torch", "2.14.1"),
+            build_wheel(w, "cuda-bindings", "12.9.4"),
+            build_wheel(w, "cuda-bindings", "13.0.3"),
+            build_wheel(w, "cuda-python", "13.0.3", requires=["cuda-bindings~=13.0.3"]),
+            build_wheel(w, "cuda-python", "13.1.0", requires=["cuda-bindings~=13.1.0"]),
+            build_wheel(w, "flashinfer-python", "0.6.1", requires=["torch", "cuda-python>=13"]),
+            build_wheel(w, "flashinfer-python", "0.7.2", requires=["torch"]),
+            build_wheel(w, "sgl-kernel", "0.3.21"),
+            build_wheel(w, "sglang", "0.5.22", requires=["cuda-tile==1.6.0rc5"]),
+            placeholder_sdist(root / "sdists"),
+        ],
+    )
     with serve(root) as base:
         yield base
 
@@ -89,14 +96,17 @@ def uv_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def cell_of(tmp_path: Path, url: str, axes: str) -> tuple[Matrix, Cell]:
     path = tmp_path / "matrix.toml"
-    path.write_text(textwrap.dedent(axes) + textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(axes)
+        + textwrap.dedent(f"""
         [[axes.sgl-kernel]]
         version = "0.3.21"
         [[axes.cuda]]
         version = "12.8"
         [install]
         index-url = "{url}/public/simple"
-        """))
+        """)
+    )
     matrix = load_matrix(path, use_lock=False)
     return matrix, expand(matrix)[0]
 
@@ -112,16 +122,24 @@ def failed_install(tmp_path: Path, matrix: Matrix, cell: Cell) -> tuple[str, str
 
 
 def test_a_conflict_is_told_as_the_packages_of_uvs_derivation_never_the_labs_project(tmp_path: Path, url: str) -> None:
-    matrix, cell = cell_of(tmp_path, url, """
+    matrix, cell = cell_of(
+        tmp_path,
+        url,
+        """
         [[axes.torch]]
         version = "2.10.0"
         [[axes.flashinfer]]
         version = "0.6.1"
-        """)
-    assert failed_install(tmp_path, matrix, cell) == ("fail", (
-        "unsatisfiable: torch==2.10.0 and flashinfer-python==0.6.1 cannot be installed together: flashinfer-python "
-        "0.6.1 depends on cuda-python; torch 2.10.0 depends on cuda-bindings==12.9.4; cuda-python depends on "
-        "cuda-bindings>=13.0.3"))
+        """,
+    )
+    assert failed_install(tmp_path, matrix, cell) == (
+        "fail",
+        (
+            "unsatisfiable: torch==2.10.0 and flashinfer-python==0.6.1 cannot be installed together: flashinfer-python "
+            "0.6.1 depends on cuda-python; torch 2.10.0 depends on cuda-bindings==12.9.4; cuda-python depends on "
+            "cuda-bindings>=13.0.3"
+        ),
+    )
 
 
 # uv 0.13.9's words for the default matrix's torch 2.10.0 cell on PyPI (2026-12-03), from its install stage
@@ -153,23 +171,34 @@ are unsatisfiable.
 
 
 def test_uvs_lists_and_markers_fold_into_the_facts() -> None:
-    assert resolver.condense_conflict(REAL) == ("sglang==0.5.23 and torch==2.10.0", [
-        "torch 2.10.0 depends on cuda-bindings==12.9.4",
-        "sglang 0.5.23 depends on cuda-python>=13.0",
-        "cuda-python>=13.0.0 depends on cuda-bindings>=13.0.0,<13.4.dev0 or >=13.4.1,<13.5.dev0",
-    ])
+    assert resolver.condense_conflict(REAL) == (
+        "sglang==0.5.23 and torch==2.10.0",
+        [
+            "torch 2.10.0 depends on cuda-bindings==12.9.4",
+            "sglang 0.5.23 depends on cuda-python>=13.0",
+            "cuda-python>=13.0.0 depends on cuda-bindings>=13.0.0,<13.4.dev0 or >=13.4.1,<13.5.dev0",
+        ],
+    )
 
 
 def test_a_placeholder_sdist_is_named_with_the_index_it_wants(tmp_path: Path, url: str) -> None:
-    matrix, cell = cell_of(tmp_path, url, """
+    matrix, cell = cell_of(
+        tmp_path,
+        url,
+        """
         [[axes.torch]]
         version = "2.14.1"
         [[axes.flashinfer]]
         version = "0.7.2"
         [[axes.sglang]]
         version = "0.5.22"
-        """)
-    assert failed_install(tmp_path, matrix, cell) == ("fail", (
-        "cuda-tile 1.6.0rc5 (which sglang 0.5.22 requires) is a placeholder sdist: building it downloads the real "
-        "wheel from https://pypi.nvidia.com, which failed here; give cuda-tile that index, or pin a release of it "
-        "that has wheels"))
+        """,
+    )
+    assert failed_install(tmp_path, matrix, cell) == (
+        "fail",
+        (
+            "cuda-tile 1.6.0rc5 (which sglang 0.5.22 requires) is a placeholder sdist: building it downloads the real "
+            "wheel from https://pypi.nvidia.com, which failed here; give cuda-tile that index, or pin a release of it "
+            "that has wheels"
+        ),
+    )

@@ -32,10 +32,19 @@ def test_a_venv_held_by_a_live_run_is_kept_and_a_released_one_removed(tmp_path: 
     (old / "bin").mkdir(parents=True)
     lock = old.with_name(old.name + ".lock")
     # Another process (a concurrent run) holds run-a's venv of this cell.
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"), str(lock)],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+                "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"
+            ),
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline() == "held\n"
@@ -62,8 +71,11 @@ def test_install_is_the_first_stage_and_a_red_install_blocks_the_rest_in_one_spe
     def never(ctx: CellContext) -> StageResult:
         raise AssertionError("a blocked stage ran")
 
-    stages = (Stage(name="install", run=broken_install), Stage(name="pins", run=never, needs=("install",)),
-              Stage(name="static", run=never, needs=("install", "pins")))
+    stages = (
+        Stage(name="install", run=broken_install),
+        Stage(name="pins", run=never, needs=("install",)),
+        Stage(name="static", run=never, needs=("install", "pins")),
+    )
     with store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as run:
         result = run_cell(matrix, cell, run=run, venv_root=tmp_path / "venvs", stages=stages)
     assert [(s.name, s.state, s.reason) for s in result.stages] == [

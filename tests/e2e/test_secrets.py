@@ -36,10 +36,15 @@ def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthIndex]:
     root = tmp_path_factory.mktemp("private")
     w = root / "wheels"
     cu13 = {"torch/version.py": "cuda = '13.0'\n"}
-    torch = [build_wheel(w, "torch", v, files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"])
-             for v in ("2.9.0+cu130", "2.9.1+cu130", "2.10.0+cu130")]
-    public = [build_wheel(w, "sgl-kernel", "0.3.21"), build_wheel(w, "flashinfer-python", "0.6.4", requires=["torch"]),
-              build_wheel(w, "nvidia-cuda-runtime-cu13", "13.0.96")]
+    torch = [
+        build_wheel(w, "torch", v, files=cu13, requires=["nvidia-cuda-runtime-cu13==13.0.96"])
+        for v in ("2.9.0+cu130", "2.9.1+cu130", "2.10.0+cu130")
+    ]
+    public = [
+        build_wheel(w, "sgl-kernel", "0.3.21"),
+        build_wheel(w, "flashinfer-python", "0.6.4", requires=["torch"]),
+        build_wheel(w, "nvidia-cuda-runtime-cu13", "13.0.96"),
+    ]
     write_simple_index(root / "torch", torch)
     write_simple_index(root / "public", public)
     with serve_auth(root, username=USER, password=PASSWORD) as server:
@@ -78,8 +83,12 @@ def leaks(root: Path, *texts: str) -> list[str]:
     """
     found = []
     for word in SPELLINGS:
-        done = subprocess.run(["grep", "-rlF", "--binary-files=text", "--exclude=matrix.toml", "-e", word, str(root)],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["grep", "-rlF", "--binary-files=text", "--exclude=matrix.toml", "-e", word, str(root)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode in (0, 1), done.stderr
         found += done.stdout.splitlines()
         found += [f"output #{i}" for i, text in enumerate(texts) if word in text]
@@ -102,31 +111,67 @@ def test_credentials_reach_uv_and_nothing_else(tmp_path: Path, private: AuthInde
     # Installed from the private indexes: uv sent the credentials it was given by environment.
     assert "torch==2.9.1+cu130" in got[GOOD]["freeze"]
     token = "Basic " + SPELLINGS[2]
-    assert {p for p, auth in private.requests if auth == token} >= {"/torch/simple/torch/", "/public/simple/sgl-kernel/"}
+    assert {p for p, auth in private.requests if auth == token} >= {
+        "/torch/simple/torch/",
+        "/public/simple/sgl-kernel/",
+    }
     assert got[MISSING]["reason"] == (
         f"install: torch 2.9.3+cu130 is not on http://***@{host}/torch/simple; it has 2.9.0+cu130, 2.9.1+cu130, "
-        "2.10.0+cu130")
+        "2.10.0+cu130"
+    )
     assert got[GONE]["reason"] == (
         f"install: index failure: http://***@{host}/gone/simple does not answer as a package index: HTTP 404 for its "
-        "root and 404 for torch's page; check the URL")
+        "root and 404 for torch's page; check the URL"
+    )
     spec = tmp_path / "reports" / "runs" / "r1" / "cells" / GOOD / "spec" / "pyproject.toml"
     assert f'url = "{url}/torch/simple"' in spec.read_text()
     assert got[GOOD]["install"]["argv"][-2:] == ["--default-index", f"default={url}/public/simple"]
 
     site = tmp_path / "site"
-    published = nox(tmp_path, matrix_text(url), "-s", "publish", "--", "--site", str(site),
-                    "--runs", str(tmp_path / "reports" / "runs"), extra_env=env)
+    published = nox(
+        tmp_path,
+        matrix_text(url),
+        "-s",
+        "publish",
+        "--",
+        "--site",
+        str(site),
+        "--runs",
+        str(tmp_path / "reports" / "runs"),
+        extra_env=env,
+    )
     assert published.returncode == 0, published.stdout + published.stderr
     assert (site / "index.html").is_file()
     assert f"http://***@{host}/torch/simple; it has 2.9.0+cu130" in (site / "index.html").read_text()
 
     # The lab's own log at its most verbose, with every argv it runs, for one cell.
     debug = subprocess.run(
-        [sys.executable, "-m", "compatlab", "--debug", "cell", GOOD, "--matrix", str(tmp_path / "matrix.toml"),
-         "--run-dir", str(tmp_path / "debug-run"), "--venvs", str(tmp_path / "debug-venvs")],
-        capture_output=True, text=True, check=False, timeout=300, cwd=ROOT,
-        env={**os.environ, **env, "PATH": f"{uv_dir()}{os.pathsep}{os.environ['PATH']}",
-             "PYTHONPATH": str(ROOT / "src"), "UV_PYTHON_DOWNLOADS": "never"},
+        [
+            sys.executable,
+            "-m",
+            "compatlab",
+            "--debug",
+            "cell",
+            GOOD,
+            "--matrix",
+            str(tmp_path / "matrix.toml"),
+            "--run-dir",
+            str(tmp_path / "debug-run"),
+            "--venvs",
+            str(tmp_path / "debug-venvs"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            **env,
+            "PATH": f"{uv_dir()}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": str(ROOT / "src"),
+            "UV_PYTHON_DOWNLOADS": "never",
+        },
     )
     assert debug.returncode == 0, debug.stderr
     assert f"compatlab.incell.proc: $ {uv_dir()}/uv pip install --python" in debug.stderr

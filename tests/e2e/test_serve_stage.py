@@ -49,12 +49,17 @@ def gpu_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _context(tmp_path: Path, venv: Path, *, timeout: float = 60) -> CellContext:
     matrix = parse_matrix(tomllib.loads(MATRIX.format(timeout=timeout)), str(tmp_path / "matrix.toml"))
     site = next(venv.glob("lib/python3*/site-packages"))
-    return CellContext(matrix=matrix, cell=expand(matrix)[0], venv=venv, python=venv / "bin" / "python",
-                       site_packages=site, work_dir=tmp_path / "cell")
+    return CellContext(
+        matrix=matrix,
+        cell=expand(matrix)[0],
+        venv=venv,
+        python=venv / "bin" / "python",
+        site_packages=site,
+        work_dir=tmp_path / "cell",
+    )
 
 
-def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STANDIN_SGLANG_FAULT", raising=False)
     stage = run_serve_stage(_context(tmp_path, gpu_venv))
     assert stage.state == "pass", stage.reason
@@ -78,19 +83,44 @@ def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path,
     assert draft["architectures"] == ["LlamaForCausalLMEagle3"]
 
 
-@pytest.mark.parametrize(("fault", "expected"), [
-    ("ipython", ("fail", "both servers: ModuleNotFoundError: No module named 'IPython' (imported by sglang/utils.py:5)")),
-    ("no-kernel-image", ("fail", "both servers: no kernel image for sm_90 in sgl_kernel (in sgl_kernel/elementwise.py:5): "
-                                "RuntimeError: CUDA error: no kernel image is available for execution on the device")),
-    ("graph", ("fail", "both servers: CUDA graph capture failed: no kernel image for sm_90 in sgl_kernel (in "
-                      "sgl_kernel/elementwise.py:5): RuntimeError: CUDA error: no kernel image is available for "
-                      "execution on the device")),
-    ("oom", ("error", "baseline server: out of GPU memory (in sglang/launch_server.py:53): torch.OutOfMemoryError: "
-                     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of "
-                     "which 1.06 GiB is free.")),
-])
-def test_a_failed_start_names_its_cause(tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch,
-                                        fault: str, expected: tuple[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        (
+            "ipython",
+            ("fail", "both servers: ModuleNotFoundError: No module named 'IPython' (imported by sglang/utils.py:5)"),
+        ),
+        (
+            "no-kernel-image",
+            (
+                "fail",
+                "both servers: no kernel image for sm_90 in sgl_kernel (in sgl_kernel/elementwise.py:5): "
+                "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+            ),
+        ),
+        (
+            "graph",
+            (
+                "fail",
+                "both servers: CUDA graph capture failed: no kernel image for sm_90 in sgl_kernel (in "
+                "sgl_kernel/elementwise.py:5): RuntimeError: CUDA error: no kernel image is available for "
+                "execution on the device",
+            ),
+        ),
+        (
+            "oom",
+            (
+                "error",
+                "baseline server: out of GPU memory (in sglang/launch_server.py:53): torch.OutOfMemoryError: "
+                "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of "
+                "which 1.06 GiB is free.",
+            ),
+        ),
+    ],
+)
+def test_a_failed_start_names_its_cause(
+    tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch, fault: str, expected: tuple[str, str]
+) -> None:
     monkeypatch.setenv("STANDIN_SGLANG_FAULT", fault)
     stage = run_serve_stage(_context(tmp_path, gpu_venv))
     assert (stage.state, stage.reason) == expected
@@ -100,8 +130,9 @@ def test_a_failed_start_names_its_cause(tmp_path: Path, gpu_venv: Path, monkeypa
     assert list(stage.details["servers"]) == started
 
 
-def test_a_server_that_never_becomes_healthy_is_an_error(tmp_path: Path, gpu_venv: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_that_never_becomes_healthy_is_an_error(
+    tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("STANDIN_SGLANG_FAULT", "never-healthy")
     stage = run_serve_stage(_context(tmp_path, gpu_venv, timeout=2))
     assert stage.state == "error"
@@ -116,7 +147,10 @@ def test_without_a_gpu_it_does_not_start_sglang_and_says_so(tmp_path: Path) -> N
         pytest.skip("this machine has an nvidia-smi")
     stage = run_serve_stage(_context(tmp_path, venv))
     assert (stage.state, stage.required, stage.reason) == (
-        "skip", True, "skipped: no NVIDIA GPU on this machine (no nvidia-smi on PATH); SGLang 0.5.17 was not started")
+        "skip",
+        True,
+        "skipped: no NVIDIA GPU on this machine (no nvidia-smi on PATH); SGLang 0.5.17 was not started",
+    )
 
 
 def test_a_cell_without_sglang_has_nothing_to_serve(tmp_path: Path) -> None:
@@ -126,7 +160,11 @@ def test_a_cell_without_sglang_has_nothing_to_serve(tmp_path: Path) -> None:
             f.unlink()
         meta.rmdir()
     stage = run_serve_stage(_context(tmp_path, venv))
-    assert (stage.state, stage.required, stage.reason) == ("skip", False, "skipped: the cell has no SGLang to serve with")
+    assert (stage.state, stage.required, stage.reason) == (
+        "skip",
+        False,
+        "skipped: the cell has no SGLang to serve with",
+    )
     # A FIFO named METADATA (a hostile wheel) is never opened: reading it would block for ever.
     fifo_info = next(venv.glob("lib/python3*/site-packages")) / "sglang-0.5.17.dist-info"
     fifo_info.mkdir()
@@ -136,18 +174,40 @@ def test_a_cell_without_sglang_has_nothing_to_serve(tmp_path: Path) -> None:
 
 
 def test_compatlab_check_serves_with_relative_paths(tmp_path: Path, gpu_venv: Path) -> None:
-    (tmp_path / "serve.toml").write_text("[serve]\noutput-len = 16\nrequests = 1\nconcurrency = [1, 2]\n",
-                                         encoding="utf-8")
+    (tmp_path / "serve.toml").write_text(
+        "[serve]\noutput-len = 16\nrequests = 1\nconcurrency = [1, 2]\n", encoding="utf-8"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "STANDIN_SGLANG_FAULT")}
     env["PYTHONPATH"] = str(SRC)
-    done = subprocess.run([sys.executable, "-m", "compatlab", "check", "--venv", str(gpu_venv), "--stage", "serve",
-                           "--serve-from", "serve.toml", "--out", "reports/box"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compatlab",
+            "check",
+            "--venv",
+            str(gpu_venv),
+            "--stage",
+            "serve",
+            "--serve-from",
+            "serve.toml",
+            "--out",
+            "reports/box",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     [cell] = json.loads((tmp_path / "reports" / "box" / "results.json").read_text(encoding="utf-8"))["cells"]
     assert [s["name"] for s in cell["stages"]] == ["serve"]
     serve = cell["stages"][0]
     assert serve["state"] == "pass", serve["reason"]
-    assert serve["reason"].startswith("SGLang 0.5.17 serves LlamaForCausalLM (4 layers, tp 1, dummy weights): baseline ")
+    assert serve["reason"].startswith(
+        "SGLang 0.5.17 serves LlamaForCausalLM (4 layers, tp 1, dummy weights): baseline "
+    )
     assert " c2 (start-up " in serve["reason"]
     assert "  serve: pass (" in done.stdout

@@ -14,7 +14,10 @@ from fixtures.matrices import EXPECTED_ONLY
 
 def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
     return {
-        "id": cell["id"], "state": cell["state"], "reason": cell["reason"], "unexpected": cell["unexpected"],
+        "id": cell["id"],
+        "state": cell["state"],
+        "reason": cell["reason"],
+        "unexpected": cell["unexpected"],
         "freeze": cell["freeze"],
         "stages": [(s["name"], s["state"], s["reason"]) for s in cell["stages"]],
     }
@@ -22,9 +25,22 @@ def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
 
 def _merge(tmp_path: Path, *dirs: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "compatlab", "merge", *map(str, dirs), "--matrix", str(tmp_path / "matrix.toml"),
-         "--out", str(tmp_path / "merged")],
-        capture_output=True, text=True, cwd=ROOT, check=False, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "compatlab",
+            "merge",
+            *map(str, dirs),
+            "--matrix",
+            str(tmp_path / "matrix.toml"),
+            "--out",
+            str(tmp_path / "merged"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=120,
     )
 
 
@@ -33,8 +49,15 @@ def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(tmp_path: Path,
     single = nox(tmp_path, text, "-s", "matrix", run_id="single", reports=tmp_path / "single")
     assert single.returncode == 0, single.stdout + single.stderr
     for i in (1, 2):
-        done = nox(tmp_path, text, "-s", "matrix", run_id=f"shard{i}", reports=tmp_path / f"shard{i}",
-                   extra_env={"COMPATLAB_SHARD": f"{i}/2"})
+        done = nox(
+            tmp_path,
+            text,
+            "-s",
+            "matrix",
+            run_id=f"shard{i}",
+            reports=tmp_path / f"shard{i}",
+            extra_env={"COMPATLAB_SHARD": f"{i}/2"},
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     shard_dirs = [tmp_path / f"shard{i}" / "runs" / f"shard{i}" for i in (1, 2)]
     # A shard writes a file per live cell it ran; its n/a cells are in its results.json, from the matrix.
@@ -53,6 +76,8 @@ def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(tmp_path: Path,
     cells = {c["id"]: c for c in json.loads((tmp_path / "merged" / "results.json").read_text())["cells"]}
     missing = [c for c in cells.values() if c["reason"].startswith("missing:")]
     assert [(c["state"], c["unexpected"]) for c in missing] == [("error", True), ("error", True)]
-    assert missing[0]["reason"] == "missing: no shard produced a result for this cell (lost runner or interrupted shard)"
+    assert (
+        missing[0]["reason"] == "missing: no shard produced a result for this cell (lost runner or interrupted shard)"
+    )
     # The n/a cells of the lost shard are known from the matrix alone: they stay n/a.
     assert sum(c["state"] == "n/a" for c in cells.values()) == 4

@@ -59,7 +59,10 @@ def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) 
     assert spec["project"]["dependencies"] == ["torch==2.9.1+cu130", "sgl-kernel==0.3.21", "flashinfer-python==0.6.4"]
     assert stage(ok, "pins")["state"] == "pass"
     mix = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8"]
-    assert mix["expected"] == {"state": "fail", "reason": "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"}
+    assert mix["expected"] == {
+        "state": "fail",
+        "reason": "cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older",
+    }
     assert mix["unexpected"] is False
     assert mix["reason"] == (
         "pins: CUDA 13 package cuda-bindings 13.0.3 beside a CUDA 12.8 stack (flashinfer-python 0.7.4 requires "
@@ -135,8 +138,14 @@ def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: 
     assert down["state"] == "error"
     assert down["attempts"] == 2
     assert down["reason"].startswith("install: index or network failure: ")
-    assert stage(down, "pins") == {"name": "pins", "state": "skip", "reason": "blocked: install errored",
-                                   "details": {}, "seconds": 0.0, "required": True}
+    assert stage(down, "pins") == {
+        "name": "pins",
+        "state": "skip",
+        "reason": "blocked: install errored",
+        "details": {},
+        "seconds": 0.0,
+        "required": True,
+    }
 
 
 HANGING = "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
@@ -158,15 +167,23 @@ def _run_until_hung(tmp_path: Path, index_url: str) -> Iterator[subprocess.Popen
     env = {
         **os.environ,
         "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"), "COMPATLAB_REPORTS": str(tmp_path / "reports"),
-        "COMPATLAB_VENVS": str(tmp_path / "venvs"), "COMPATLAB_RUN_ID": "int", "UV_PYTHON_DOWNLOADS": "never",
+        "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"),
+        "COMPATLAB_REPORTS": str(tmp_path / "reports"),
+        "COMPATLAB_VENVS": str(tmp_path / "venvs"),
+        "COMPATLAB_RUN_ID": "int",
+        "UV_PYTHON_DOWNLOADS": "never",
     }
     # As from a terminal: SIGINT at its default, even where this test itself was started in the background
     # (a shell then hands SIGINT down ignored, and nox would never see the Ctrl-C).
-    proc = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
-                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
     hang_venv = tmp_path / "venvs" / "int" / HANGING
     try:
         deadline = time.monotonic() + 300
@@ -201,8 +218,9 @@ def _processes_naming(needle: str) -> list[int]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_keeps_finished_cells_and_leaves_no_install_running(tmp_path: Path, index_url: str,
-                                                                     signum: int) -> None:
+def test_a_signal_keeps_finished_cells_and_leaves_no_install_running(
+    tmp_path: Path, index_url: str, signum: int
+) -> None:
     with _run_until_hung(tmp_path, index_url) as proc:
         os.killpg(proc.pid, signum)
         # A loaded CI machine can take its time to unwind nox and the cell; a real hang is killed below.
@@ -263,7 +281,8 @@ def test_nox_lists_cells_and_rejects_a_bad_matrix(tmp_path: Path, index_url: str
 
 def test_a_lab_failure_is_an_error_cell_with_its_result_written(tmp_path: Path) -> None:
     """No uv on PATH: the lab cannot answer; the cell says so as `error`, and its JSON is still written."""
-    (tmp_path / "matrix.toml").write_text(textwrap.dedent("""
+    (tmp_path / "matrix.toml").write_text(
+        textwrap.dedent("""
         [[axes.torch]]
         version = "2.9.1"
         [[axes.sgl-kernel]]
@@ -272,12 +291,28 @@ def test_a_lab_failure_is_an_error_cell_with_its_result_written(tmp_path: Path) 
         version = "0.6.4"
         [[axes.cuda]]
         version = "12.8"
-        """))
+        """)
+    )
     cell = "torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
     done = subprocess.run(
-        [sys.executable, "-m", "compatlab", "cell", cell, "--matrix", str(tmp_path / "matrix.toml"),
-         "--run-dir", str(tmp_path / "run"), "--venvs", str(tmp_path / "venvs")],
-        capture_output=True, text=True, check=False, timeout=120, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "compatlab",
+            "cell",
+            cell,
+            "--matrix",
+            str(tmp_path / "matrix.toml"),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--venvs",
+            str(tmp_path / "venvs"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=ROOT,
         env={"PATH": "/nonexistent", "PYTHONPATH": str(ROOT / "src"), "HOME": str(tmp_path)},
     )
     assert done.returncode == 1, done.stderr
@@ -291,7 +326,9 @@ def test_a_lab_failure_is_an_error_cell_with_its_result_written(tmp_path: Path) 
 
 def test_adding_pytest_must_not_change_the_stack(tmp_path: Path, index_url: str) -> None:
     matrix = EXPECTED_ONLY.format(url=index_url).replace(
-        '[[axes.flashinfer]]\nversion = "0.6.4"', '[[axes.flashinfer]]\nversion = "0.6.4"\nrequires = ["pluggy==0.13.1"]')
+        '[[axes.flashinfer]]\nversion = "0.6.4"',
+        '[[axes.flashinfer]]\nversion = "0.6.4"\nrequires = ["pluggy==0.13.1"]',
+    )
     done = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu130 and flashinfer0 and cuda13")
     cells = cells_by_axes(tmp_path)
     old = cells["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
@@ -308,15 +345,23 @@ def test_static_and_import_disagreeing_is_said_in_the_reason() -> None:
     from compatlab.runs.model import CellResult, StageResult
 
     def cell(static: str, imported: str, why: str) -> CellResult:
-        result = CellResult(id="c", axes={}, state="n/a", stages=[
-            StageResult(name="install", state="pass"),
-            StageResult(name="static", state=static, reason=why if static == "fail" else ""),
-            StageResult(name="import", state=imported, reason=why if imported == "fail" else ""),
-        ])
+        result = CellResult(
+            id="c",
+            axes={},
+            state="n/a",
+            stages=[
+                StageResult(name="install", state="pass"),
+                StageResult(name="static", state=static, reason=why if static == "fail" else ""),
+                StageResult(name="import", state=imported, reason=why if imported == "fail" else ""),
+            ],
+        )
         _conclude(result)
         return result
 
-    assert cell("fail", "pass", "x.so needs f(int)").reason == "static: x.so needs f(int) [import disagrees: every module loaded]"
+    assert (
+        cell("fail", "pass", "x.so needs f(int)").reason
+        == "static: x.so needs f(int) [import disagrees: every module loaded]"
+    )
     assert cell("pass", "fail", "x.so: crashed with SIGSEGV while loading").reason == (
         "import: x.so: crashed with SIGSEGV while loading [static disagrees: it predicted no load failure]"
     )
@@ -328,31 +373,60 @@ def test_a_preflight_stops_after_static_and_says_what_did_not_run(tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     ok = cells_by_axes(tmp_path)["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"]
     assert [(s["name"], s["state"]) for s in ok["stages"]] == [
-        ("install", "pass"), ("pins", "pass"), ("static", "pass"), ("import", "skip"), ("cuda", "skip"),
-        ("serve", "skip")]
+        ("install", "pass"),
+        ("pins", "pass"),
+        ("static", "pass"),
+        ("import", "skip"),
+        ("cuda", "skip"),
+        ("serve", "skip"),
+    ]
     assert (ok["state"], ok["reason"]) == ("partial", "import: not run: preflight stopped after static")
     # Progress: a line per stage as the cell runs, and where the cell is in the run.
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("[compatlab]")]
-    assert "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/4, not timed before)" in lines
-    assert [ln.split(": ", 1)[1].rsplit(" ", 2)[0] for ln in lines
-            if ln.startswith("[compatlab] torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0: ")] == [
-        "install pass", "pins pass", "static pass"]
+    assert (
+        "[compatlab] start torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0 (1/4, not timed before)" in lines
+    )
+    assert [
+        ln.split(": ", 1)[1].rsplit(" ", 2)[0]
+        for ln in lines
+        if ln.startswith("[compatlab] torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0: ")
+    ] == ["install pass", "pins pass", "static pass"]
 
 
-def test_quiet_cells_print_only_their_verdict_and_bad_stage_names_are_usage_errors(tmp_path: Path,
-                                                                                  index_url: str) -> None:
+def test_quiet_cells_print_only_their_verdict_and_bad_stage_names_are_usage_errors(
+    tmp_path: Path, index_url: str
+) -> None:
     (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url=index_url))
     cell = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
-    env = {**os.environ, "PATH": f"{uv_dir()}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT / "src"),
-           "UV_PYTHON_DOWNLOADS": "never"}
-    base = [sys.executable, "-m", "compatlab", "cell", cell, "--matrix", str(tmp_path / "matrix.toml"),
-            "--run-dir", str(tmp_path / "run"), "--venvs", str(tmp_path / "venvs")]
-    bad = subprocess.run([*base, "--until", "statik"], capture_output=True, text=True, env=env, timeout=120,
-                         check=False)
+    env = {
+        **os.environ,
+        "PATH": f"{uv_dir()}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT / "src"),
+        "UV_PYTHON_DOWNLOADS": "never",
+    }
+    base = [
+        sys.executable,
+        "-m",
+        "compatlab",
+        "cell",
+        cell,
+        "--matrix",
+        str(tmp_path / "matrix.toml"),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--venvs",
+        str(tmp_path / "venvs"),
+    ]
+    bad = subprocess.run(
+        [*base, "--until", "statik"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
     assert (bad.returncode, bad.stderr) == (
-        2, "error: no stage 'statik'; the pipeline is install, pins, static, import, cuda, serve\n")
-    quiet = subprocess.run([*base, "--stages", "install,pins", "-q"], capture_output=True, text=True, env=env,
-                           timeout=300, check=False)
+        2,
+        "error: no stage 'statik'; the pipeline is install, pins, static, import, cuda, serve\n",
+    )
+    quiet = subprocess.run(
+        [*base, "--stages", "install,pins", "-q"], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr == ""
     assert quiet.stdout.startswith(f"[compatlab] end   {cell}: PARTIAL in ")

@@ -48,11 +48,22 @@ def write(tmp_path: Path, extra: str = "", *, pins: bool = True) -> Path:
     for axis in matrix.axes:
         if not axis.is_package:
             continue
-        releases = tuple(LockedRelease(version=v.version, pins=PINS.get((axis.name, v.version), {}) if pins else {},
-                                       cuda=CUDA.get(v.version) if axis.name == "torch" else None)
-                         for v in axis.values)
-        axes[axis.name] = LockedAxis(name=axis.name, package=PACKAGES[axis.name], index="https://pypi.org/simple",
-                                     resolved="2026-12-02T02:17:00+00:00", select="listed", versions=releases)
+        releases = tuple(
+            LockedRelease(
+                version=v.version,
+                pins=PINS.get((axis.name, v.version), {}) if pins else {},
+                cuda=CUDA.get(v.version) if axis.name == "torch" else None,
+            )
+            for v in axis.values
+        )
+        axes[axis.name] = LockedAxis(
+            name=axis.name,
+            package=PACKAGES[axis.name],
+            index="https://pypi.org/simple",
+            resolved="2026-12-02T02:17:00+00:00",
+            select="listed",
+            versions=releases,
+        )
     lock = Lock(path=str(tmp_path / "matrix.lock"), matrix_digest=matrix.digest, axes=axes)
     (tmp_path / "matrix.lock").write_text(dump_lock(lock, matrix_name="matrix.toml"))
     return path
@@ -77,25 +88,29 @@ def test_the_neighbour_rule_keeps_cells_one_component_away_from_a_shipped_stack(
     cells = expand(matrix)
     live = sorted(c.id for c in cells if c.na is None)
     assert len(cells) == 48
-    assert live == sorted([
-        "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-sglang0.5.23-cuda13.0",  # 0.5.23's own stack
-        "torch2.15.0-sglangkernel0.4.10-flashinfer0.7.2-sglang0.5.23-cuda13.2",  # torch moved
-        "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.2-sglang0.5.23-cuda13.0",   # sglang-kernel moved
-        "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.1-sglang0.5.23-cuda13.0",  # flashinfer moved
-        "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.4-sglang0.5.23-cuda13.0",
-        "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-sglang0.5.22-cuda13.0",  # sglang moved
-        "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.1-sglang0.5.22-cuda13.0",   # 0.5.22's own stack
-        "torch2.15.0-sglangkernel0.4.9-flashinfer0.7.1-sglang0.5.22-cuda13.2",
-        "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.1-sglang0.5.22-cuda13.0",
-        "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.2-sglang0.5.22-cuda13.0",
-        "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.4-sglang0.5.22-cuda13.0",
-        "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.1-sglang0.5.23-cuda13.0",
-    ])
+    assert live == sorted(
+        [
+            "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-sglang0.5.23-cuda13.0",  # 0.5.23's own stack
+            "torch2.15.0-sglangkernel0.4.10-flashinfer0.7.2-sglang0.5.23-cuda13.2",  # torch moved
+            "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.2-sglang0.5.23-cuda13.0",  # sglang-kernel moved
+            "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.1-sglang0.5.23-cuda13.0",  # flashinfer moved
+            "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.4-sglang0.5.23-cuda13.0",
+            "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.2-sglang0.5.22-cuda13.0",  # sglang moved
+            "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.1-sglang0.5.22-cuda13.0",  # 0.5.22's own stack
+            "torch2.15.0-sglangkernel0.4.9-flashinfer0.7.1-sglang0.5.22-cuda13.2",
+            "torch2.14.1-sglangkernel0.4.10-flashinfer0.7.1-sglang0.5.22-cuda13.0",
+            "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.2-sglang0.5.22-cuda13.0",
+            "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.4-sglang0.5.22-cuda13.0",
+            "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.1-sglang0.5.23-cuda13.0",
+        ]
+    )
     far = next(c for c in cells if c.id == "torch2.14.1-sglangkernel0.4.9-flashinfer0.7.4-sglang0.5.23-cuda13.0")
-    assert far.na == ("more than one axis away from every shipped stack (sglang 0.5.22: torch 2.14.1 · sglang-kernel "
-                      "0.4.9 · flashinfer 0.7.1 · sglang 0.5.22; sglang 0.5.23: torch 2.14.1 · sglang-kernel 0.4.10 · "
-                      "flashinfer 0.7.2 · sglang 0.5.23)")
-    assert len(expand(load_matrix(write(tmp_path, NEAR + "distance = 0\nreason = \"only what was shipped\"\n")))) == 48
+    assert far.na == (
+        "more than one axis away from every shipped stack (sglang 0.5.22: torch 2.14.1 · sglang-kernel "
+        "0.4.9 · flashinfer 0.7.1 · sglang 0.5.22; sglang 0.5.23: torch 2.14.1 · sglang-kernel 0.4.10 · "
+        "flashinfer 0.7.2 · sglang 0.5.23)"
+    )
+    assert len(expand(load_matrix(write(tmp_path, NEAR + 'distance = 0\nreason = "only what was shipped"\n')))) == 48
     only = [c for c in expand(load_matrix(tmp_path / "matrix.toml")) if c.na is None]
     assert len(only) == 2
 
@@ -107,7 +122,8 @@ def test_a_neighbour_rule_without_a_shipped_stack_is_refused(tmp_path: Path) -> 
     assert str(info.value) == (
         f"{tmp_path}/matrix.toml: rules.neighbours: {tmp_path}/matrix.lock names no shipped stack of this matrix (a "
         "release whose exact pins give every package axis a version the matrix has, as sglang's do); add an sglang "
-        "axis, or the versions its releases pin, or remove the rule")
+        "axis, or the versions its releases pin, or remove the rule"
+    )
 
 
 def test_neighbour_rule_problems(tmp_path: Path) -> None:

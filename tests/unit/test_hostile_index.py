@@ -32,9 +32,11 @@ def test_a_dripping_index_is_cut_off_at_the_deadline_not_per_read(bad: BadIndex)
 
 
 def test_a_page_short_of_its_content_length_is_no_answer(bad: BadIndex) -> None:
-    with pytest.raises(index.IndexUnavailable,
-                       match=r"/cut/simple is unreachable: the answer was cut short: (\d+) of the \d+0 bytes its "
-                             r"Content-Length announced$"):
+    with pytest.raises(
+        index.IndexUnavailable,
+        match=r"/cut/simple is unreachable: the answer was cut short: (\d+) of the \d+0 bytes its "
+        r"Content-Length announced$",
+    ):
         index.releases(f"{bad.url}/cut/simple", "hostpkg", timeout=5)
 
 
@@ -53,7 +55,8 @@ def test_a_page_of_another_project_is_no_answer(bad: BadIndex) -> None:
 def test_file_links_on_a_remote_page_are_not_followed(bad: BadIndex) -> None:
     found = index.releases(f"{bad.url}/filelink/simple", "hostpkg", timeout=5)
     assert [(r.version, [f.url for f in r.files]) for r in found] == [
-        ("1.0", [f"{bad.url}/files/hostpkg-1.0-py3-none-any.whl"])]
+        ("1.0", [f"{bad.url}/files/hostpkg-1.0-py3-none-any.whl"])
+    ]
 
 
 def test_after_a_redirect_links_resolve_there_and_get_no_credentials(bad: BadIndex) -> None:
@@ -70,8 +73,10 @@ def test_metadata_of_another_project_or_version_is_refused(bad: BadIndex) -> Non
     (release,) = index.releases(f"{bad.url}/liar/simple", "hostpkg", timeout=5)
     with pytest.raises(index.IndexUnavailable) as info:
         index.core_metadata(f"{bad.url}/liar/simple", release, timeout=5)
-    assert str(info.value) == (f"{bad.url}/liar/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
-                               "its metadata is of someone-else 99.0, not of hostpkg 1.0")
+    assert str(info.value) == (
+        f"{bad.url}/liar/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
+        "its metadata is of someone-else 99.0, not of hostpkg 1.0"
+    )
 
 
 def _rewrite(wheel: Path, *, flag_bits: int = 0, method: int | None = None) -> None:
@@ -81,19 +86,23 @@ def _rewrite(wheel: Path, *, flag_bits: int = 0, method: int | None = None) -> N
         local = info.header_offset
     data = bytearray(wheel.read_bytes())
     central = data.index(b"PK\x01\x02")  # the central directory's entries, one of them the METADATA's
-    while not data[central + 46:].startswith(info.filename.encode()):
+    while not data[central + 46 :].startswith(info.filename.encode()):
         central = data.index(b"PK\x01\x02", central + 4)
     for at, flag_off, method_off in ((local, 6, 8), (central, 8, 10)):
         data[at + flag_off] |= flag_bits
         if method is not None:
-            data[at + method_off:at + method_off + 2] = method.to_bytes(2, "little")
+            data[at + method_off : at + method_off + 2] = method.to_bytes(2, "little")
     wheel.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize(("edit", "why"), [
-    ({"flag_bits": 1}, "its METADATA is encrypted"),
-    ({"method": 99}, "its METADATA is compressed with method 99; a wheel uses stored or deflate"),
-], ids=["encrypted", "method-99"])
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        ({"flag_bits": 1}, "its METADATA is encrypted"),
+        ({"method": 99}, "its METADATA is compressed with method 99; a wheel uses stored or deflate"),
+    ],
+    ids=["encrypted", "method-99"],
+)
 def test_an_unreadable_metadata_member_is_one_error_line(tmp_path: Path, edit: dict[str, int], why: str) -> None:
     wheel = build_wheel(tmp_path, "hostpkg", "1.0")
     _rewrite(wheel, **edit)
@@ -101,8 +110,10 @@ def test_an_unreadable_metadata_member_is_one_error_line(tmp_path: Path, edit: d
         (release,) = index.releases(f"{bad.url}/good/simple", "hostpkg", timeout=5)
         with pytest.raises(index.IndexUnavailable) as info:
             index.core_metadata(f"{bad.url}/good/simple", release, timeout=5)
-    assert str(info.value) == (f"{bad.url}/good/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
-                               f"not a readable wheel ({why})")
+    assert str(info.value) == (
+        f"{bad.url}/good/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
+        f"not a readable wheel ({why})"
+    )
 
 
 def test_a_yanked_release_asked_for_can_be_read(tmp_path: Path) -> None:
@@ -119,5 +130,7 @@ def test_a_zip_directory_claiming_900_gib_is_one_error_line(bad: BadIndex) -> No
     (release,) = index.releases(f"{bad.url}/huge/simple", "hostpkg", timeout=5)
     with pytest.raises(index.IndexUnavailable) as info:
         index.core_metadata(f"{bad.url}/huge/simple", release, timeout=5)
-    assert str(info.value) == (f"{bad.url}/huge/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
-                               f"reading its metadata would read {HUGE - 98} bytes of it")
+    assert str(info.value) == (
+        f"{bad.url}/huge/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
+        f"reading its metadata would read {HUGE - 98} bytes of it"
+    )

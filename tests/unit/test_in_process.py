@@ -15,7 +15,8 @@ def test_a_unit_test_that_runs_a_program_fails_saying_where_it_belongs() -> None
         subprocess.run([sys.executable, "-c", "pass"], check=False, timeout=10)
     assert str(refused.value) == (
         f"tests/unit runs in-process only, and this test started {os.path.basename(sys.executable)!r}: "
-        "move it to tests/e2e (same path below tests/)")
+        "move it to tests/e2e (same path below tests/)"
+    )
 
 
 def test_forks_and_multiprocessing_are_refused_too() -> None:

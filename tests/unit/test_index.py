@@ -18,11 +18,20 @@ from fixtures.wheels import build_wheel
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[LiveIndex]:
     w = tmp_path / "w"
-    wheels = [build_wheel(w, "torch", v, requires=["filelock", 'cuda-toolkit[cudart]==13.0.3; platform_system == "Linux"'])
-              for v in ("2.13.0", "2.14.0", "2.14.1", "2.15.0rc1")]
+    wheels = [
+        build_wheel(w, "torch", v, requires=["filelock", 'cuda-toolkit[cudart]==13.0.3; platform_system == "Linux"'])
+        for v in ("2.13.0", "2.14.0", "2.14.1", "2.15.0rc1")
+    ]
     # A big file in the wheel, so that reading its METADATA by ranges is worth it.
-    wheels.append(build_wheel(w, "sglang", "0.5.23", requires=["torch==2.14.1", "flashinfer_python[cu13]==0.7.2"],
-                              files={"sglang/blob.bin": random.Random(0).randbytes(2 << 20)}))  # noqa: S311 - incompressible, not secret
+    wheels.append(
+        build_wheel(
+            w,
+            "sglang",
+            "0.5.23",
+            requires=["torch==2.14.1", "flashinfer_python[cu13]==0.7.2"],
+            files={"sglang/blob.bin": random.Random(0).randbytes(2 << 20)},  # noqa: S311 - incompressible, not secret
+        )
+    )
     with serve_live(wheels) as server:
         server.yank("torch-2.14.0-py3-none-any.whl")
         yield server
@@ -33,7 +42,11 @@ def test_releases_flag_yanked_and_pre_releases(live: LiveIndex, json_pages: bool
     live.json_pages = json_pages
     found = index.releases(f"{live.url}/simple", "Torch")
     assert [(r.version, r.yanked, r.prerelease) for r in found] == [
-        ("2.13.0", False, False), ("2.14.0", True, False), ("2.14.1", False, False), ("2.15.0rc1", False, True)]
+        ("2.13.0", False, False),
+        ("2.14.0", True, False),
+        ("2.14.1", False, False),
+        ("2.15.0rc1", False, True),
+    ]
     assert found[0].files[0].url == f"{live.url}/files/torch-2.13.0-py3-none-any.whl"
 
 
@@ -52,7 +65,9 @@ def test_requires_dist_from_pep658_metadata(live: LiveIndex) -> None:
     assert release.files[0].metadata
     meta = index.core_metadata(f"{live.url}/simple", release)
     assert index.requires_dist(meta) == ("filelock", 'cuda-toolkit[cudart]==13.0.3; platform_system == "Linux"')
-    assert [p for p, _, _ in live.requests if p.startswith("/files/")] == ["/files/torch-2.14.1-py3-none-any.whl.metadata"]
+    assert [p for p, _, _ in live.requests if p.startswith("/files/")] == [
+        "/files/torch-2.14.1-py3-none-any.whl.metadata"
+    ]
 
 
 def test_credentials_go_to_the_index_and_never_into_a_message(tmp_path: Path) -> None:
@@ -64,14 +79,18 @@ def test_credentials_go_to_the_index_and_never_into_a_message(tmp_path: Path) ->
         assert {a for _, _, a in live.requests} == {"Basic YWxpY2U6czNjcjp0"}
         with pytest.raises(index.IndexUnavailable) as info:
             index.releases(live.url.replace("http://", "http://alice:wrong@") + "/simple", "torch")
-    assert str(info.value) == f"{live.url.replace('http://', 'http://***@')}/simple refused the credentials: HTTP 401 for torch's page"
+    assert (
+        str(info.value)
+        == f"{live.url.replace('http://', 'http://***@')}/simple refused the credentials: HTTP 401 for torch's page"
+    )
 
 
 def test_an_unreachable_index_and_a_missing_project_are_errors(live: LiveIndex) -> None:
     with pytest.raises(index.IndexUnavailable) as info:
         index.releases(f"{live.url}/simple", "flashinfer-python")
-    assert str(info.value) == (f"{live.url}/simple has no project 'flashinfer-python' (HTTP 404 for "
-                               f"{live.url}/simple/flashinfer-python/)")
+    assert str(info.value) == (
+        f"{live.url}/simple has no project 'flashinfer-python' (HTTP 404 for {live.url}/simple/flashinfer-python/)"
+    )
     port = closed_port()
     with pytest.raises(index.IndexUnavailable) as info:
         index.releases(f"http://127.0.0.1:{port}/simple", "torch", timeout=5)

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _quick_start() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text[text.index("## Quick start"):text.index("### The `compatlab` command")]
+    return text[text.index("## Quick start") : text.index("### The `compatlab` command")]
 
 
 def _commands(section: str) -> list[str]:

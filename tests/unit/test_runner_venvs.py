@@ -42,7 +42,15 @@ def test_the_old_venv_is_removed_while_the_cell_runs(tmp_path: Path, monkeypatch
 
 
 def test_the_end_line_says_what_the_cell_spent_outside_its_stages() -> None:
-    result = CellResult(id="c", axes={}, state="partial", seconds=60.04, reason="cuda: no NVIDIA driver",
-                        stages=[StageResult(name="install", state="pass", seconds=30.0),
-                                StageResult(name="import", state="pass", seconds=17.5)])
+    result = CellResult(
+        id="c",
+        axes={},
+        state="partial",
+        seconds=60.04,
+        reason="cuda: no NVIDIA driver",
+        stages=[
+            StageResult(name="install", state="pass", seconds=30.0),
+            StageResult(name="import", state="pass", seconds=17.5),
+        ],
+    )
     assert end_line(result) == "[compatlab] end   c: PARTIAL in 60.0 s (12.5 s outside stages) — cuda: no NVIDIA driver"

@@ -15,14 +15,18 @@ from fixtures.labutil import ROOT
 
 
 def big_matrix() -> Any:
-    return parse_matrix({
-        "axes": {
-            "torch": [{"version": v, "cuda": c} for v, c in (("2.8.0", "12.8"), ("2.9.1", "12.8"), ("2.11.0", "13.0"))],
-            "sgl-kernel": ["0.3.20", "0.3.21"],
-            "flashinfer": ["0.5.3", "0.6.4", "0.7.4", "0.8.0"],
-            "cuda": ["12.8", "13.0"],
+    return parse_matrix(
+        {
+            "axes": {
+                "torch": [
+                    {"version": v, "cuda": c} for v, c in (("2.8.0", "12.8"), ("2.9.1", "12.8"), ("2.11.0", "13.0"))
+                ],
+                "sgl-kernel": ["0.3.20", "0.3.21"],
+                "flashinfer": ["0.5.3", "0.6.4", "0.7.4", "0.8.0"],
+                "cuda": ["12.8", "13.0"],
+            }
         }
-    })
+    )
 
 
 @pytest.mark.parametrize("count", range(1, 8))
@@ -52,8 +56,10 @@ def test_ci_matrix_json_for_fromjson(monkeypatch: pytest.MonkeyPatch, capsys: py
     assert ci_matrix(matrix, shards=3) == {"include": [{"shard": "1/3"}, {"shard": "2/3"}, {"shard": "3/3"}]}
     per_cell = ci_matrix(matrix, shards=None)["include"]
     assert len(per_cell) == 6
-    assert per_cell[0] == {"cell": "torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8",
-                           "session": "matrix(torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8)"}
+    assert per_cell[0] == {
+        "cell": "torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8",
+        "session": "matrix(torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8)",
+    }
     monkeypatch.chdir(ROOT)
     assert main(["ci-matrix", "--shards", "2"]) == 0
     assert capsys.readouterr().out == '{"include":[{"shard":"1/2"},{"shard":"2/2"}]}\n'

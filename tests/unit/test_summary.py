@@ -14,8 +14,13 @@ def test_not_applicable_cells_are_one_line_per_reason() -> None:
         return CellResult(id=cid, axes={}, state="n/a", reason=why)
 
     cells = (
-        CellResult(id="torch2.9.1+cu130-cuda13.0", axes={}, state="partial", seconds=12.34,
-                   reason="cuda: no NVIDIA driver on this machine (no libcuda.so.1)"),
+        CellResult(
+            id="torch2.9.1+cu130-cuda13.0",
+            axes={},
+            state="partial",
+            seconds=12.34,
+            reason="cuda: no NVIDIA driver on this machine (no libcuda.so.1)",
+        ),
         na("torch2.9.1+cu130-flashinfer0.6.4-cuda12.8", BUILT_FOR_13),
         na("torch2.9.1+cu130-flashinfer0.7.4-cuda12.8", BUILT_FOR_13),
         na("torch2.9.1+cu128-flashinfer0.6.4-cuda13.0", BUILT_FOR_12),

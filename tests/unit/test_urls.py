@@ -59,7 +59,8 @@ def test_redact_text_finds_every_url_in_prose_toml_and_shell() -> None:
 
 def _matrix(tmp_path: Path, sgl: str) -> Path:
     path = tmp_path / "matrix.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [[axes.torch]]
         version = "2.9.1"
         [[axes.sgl-kernel]]
@@ -69,7 +70,8 @@ def _matrix(tmp_path: Path, sgl: str) -> Path:
         version = "0.6.4"
         [[axes.cuda]]
         version = "12.8"
-        """))
+        """)
+    )
     return path
 
 

@@ -20,27 +20,53 @@ DEFAULT_OUT = "reports/check"
 def configure_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``check`` verb to the subparsers *sub* of the ``compatlab`` parser."""
     s: argparse.ArgumentParser = sub.add_parser(
-        "check", help="pins, static, import, cuda, serve (and nccl) on an existing environment: one verdict",
+        "check",
+        help="pins, static, import, cuda, serve (and nccl) on an existing environment: one verdict",
         description="Run the lab's pipeline on an existing environment (a venv, a conda env or a system "
-                    "Python) and write a one-cell grid and a per-package table.")
+        "Python) and write a one-cell grid and a per-package table.",
+    )
     who = s.add_mutually_exclusive_group()
     who.add_argument("--python", type=Path, help="the environment's interpreter (default: $VIRTUAL_ENV's)")
     who.add_argument("--venv", type=Path, help="a virtual environment folder (its bin/python)")
-    s.add_argument("--target", action="append", default=[], metavar="ARCH",
-                   help="GPU arch its kernels must cover, e.g. sm_90 (repeatable)")
+    s.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="ARCH",
+        help="GPU arch its kernels must cover, e.g. sm_90 (repeatable)",
+    )
     s.add_argument("--min-driver", help="the oldest NVIDIA driver it must run on, e.g. 580.65")
-    s.add_argument("--pin", action="append", default=[], metavar="REQ",
-                   help="NAME==VERSION the environment should have (repeatable)")
+    s.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="REQ",
+        help="NAME==VERSION the environment should have (repeatable)",
+    )
     s.add_argument("--constraints", type=Path, metavar="FILE", help="a file of NAME==VERSION pins")
-    s.add_argument("--package", action="append", default=[], metavar="NAME",
-                   help="check only this distribution (repeatable); default: every one with native code")
+    s.add_argument(
+        "--package",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="check only this distribution (repeatable); default: every one with native code",
+    )
     s.add_argument("--nccl", action="store_true", help="also run the NCCL suite on the GPUs present")
-    s.add_argument("--stage", action="append", default=[], metavar="NAME",
-                   choices=("pins", "static", "import", "cuda", "serve", "nccl"),
-                   help="run only this stage (repeatable): pins, static, import, cuda, serve, nccl")
-    s.add_argument("--serve-from", type=Path, metavar="FILE",
-                   help="serve the model of this TOML file's [serve] table (a matrix.toml will do); default: "
-                        "the built-in Llama and its EAGLE-3 draft")
+    s.add_argument(
+        "--stage",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=("pins", "static", "import", "cuda", "serve", "nccl"),
+        help="run only this stage (repeatable): pins, static, import, cuda, serve, nccl",
+    )
+    s.add_argument(
+        "--serve-from",
+        type=Path,
+        metavar="FILE",
+        help="serve the model of this TOML file's [serve] table (a matrix.toml will do); default: "
+        "the built-in Llama and its EAGLE-3 draft",
+    )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines while a stage runs")
     s.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"report folder (default: {DEFAULT_OUT})")
     s.set_defaults(func=execute)
@@ -55,8 +81,10 @@ def _python(args: argparse.Namespace) -> Path:
     if args.venv is not None:
         venv = Path(args.venv)
         if not (venv / "bin" / "python").exists():
-            raise UsageError(f"--venv {venv}: no bin/python there; pass the folder of a virtual environment, "
-                             "or --python PATH for any other interpreter")
+            raise UsageError(
+                f"--venv {venv}: no bin/python there; pass the folder of a virtual environment, "
+                "or --python PATH for any other interpreter"
+            )
         return venv / "bin" / "python"
     active = os.environ.get("VIRTUAL_ENV")
     if active:
@@ -98,17 +126,31 @@ def _execute(args: argparse.Namespace) -> int:
     env = inspect_environment(_python(args))
     gpus = count_gpus()
     kind = "venv" if env.is_venv else "not a venv"
-    print(f"check {env.python} ({kind}, Python {env.version}, {env.site}): {len(env.native)} distributions with "
-          f"native code; {gpus} GPU(s)", flush=True)
+    print(
+        f"check {env.python} ({kind}, Python {env.version}, {env.site}): {len(env.native)} distributions with "
+        f"native code; {gpus} GPU(s)",
+        flush=True,
+    )
 
     def told(stage: StageResult) -> None:
         why = f" — {stage.reason}" if stage.reason else ""
         print(f"  {stage.name}: {stage.state} ({stage.seconds:.1f} s){why}", flush=True)
 
     out = Path(args.out).absolute()  # resolved once, where the user ran the command
-    done = check_environment(env, out=out, packages=args.package, pins=pins, archs=args.target,
-                             min_driver=args.min_driver, nccl=args.nccl, gpus=gpus, on_stage=told,
-                             only=args.stage, serve=serve, say=None if args.quiet else _say)
+    done = check_environment(
+        env,
+        out=out,
+        packages=args.package,
+        pins=pins,
+        archs=args.target,
+        min_driver=args.min_driver,
+        nccl=args.nccl,
+        gpus=gpus,
+        on_stage=told,
+        only=args.stage,
+        serve=serve,
+        say=None if args.quiet else _say,
+    )
     shown = [r for r in done.packages if r.state != "pass"]
     if shown:
         print(f"packages ({len(done.packages)} checked, {len(shown)} not clean):")
@@ -121,5 +163,3 @@ def _execute(args: argparse.Namespace) -> int:
     print(f"verdict {result.id}: {result.state} in {result.seconds:.1f} s{why}")
     print(f"reports: {out / 'index.html'}, {out / 'packages.md'}")
     return 1 if result.state in ("fail", "error") else 0
-
-

@@ -46,8 +46,12 @@ def configure_parser(sub: Any) -> None:
     """Add ``lock`` to the verbs of ``compatlab``."""
     s = sub.add_parser("lock", help="resolve the axes' selectors against their indexes; write matrix.lock")
     s.add_argument("--matrix", help="matrix file (default: $COMPATLAB_MATRIX or ./matrix.toml)")
-    s.add_argument("--news", type=Path, metavar="FILE",
-                   help="also write the releases new since the previous lock here, as Markdown")
+    s.add_argument(
+        "--news",
+        type=Path,
+        metavar="FILE",
+        help="also write the releases new since the previous lock here, as Markdown",
+    )
     s.add_argument("--timeout", type=float, default=index.TIMEOUT, help="seconds for each index request")
     s.set_defaults(func=execute)
 
@@ -102,8 +106,10 @@ def resolve(matrix: Matrix, *, timeout: float = index.TIMEOUT, now: str | None =
         chosen += [v for v in listed if all(Version(v) != Version(c) for c in chosen)]
         chosen.sort(key=Version)
         if axis.select is not None and not chosen:
-            problems.append(f"axes.{axis.name}: {axis.select.describe()} chooses no release of {package} on "
-                            f"{redact(url)} (it has {len(found)}, pre-releases and yanked ones left out)")
+            problems.append(
+                f"axes.{axis.name}: {axis.select.describe()} chooses no release of {package} on "
+                f"{redact(url)} (it has {len(found)}, pre-releases and yanked ones left out)"
+            )
             continue
         others = {name: a for name, a in packages.items() if a != axis.name}
         releases = []
@@ -118,14 +124,26 @@ def resolve(matrix: Matrix, *, timeout: float = index.TIMEOUT, now: str | None =
             except LabError as exc:
                 problems.append(f"axes.{axis.name}: {exc}")
                 continue
-            releases.append(LockedRelease(version=version, pins=pins_on(requires, others, python=python),
-                                          cuda=cuda_of(requires), yanked=release.yanked))
+            releases.append(
+                LockedRelease(
+                    version=version,
+                    pins=pins_on(requires, others, python=python),
+                    cuda=cuda_of(requires),
+                    yanked=release.yanked,
+                )
+            )
         floor = min(Version(v) for v in chosen) if chosen else None
         window = (axis.select or Selector()).candidates([(r.version, r.yanked) for r in found])
         seen = [v for v in window if floor is None or Version(v) >= floor]
-        locked[axis.name] = LockedAxis(name=axis.name, package=package, index=redact(url), resolved=when,
-                                       select=axis.select.describe() if axis.select else "listed",
-                                       versions=tuple(releases), seen=tuple(seen))
+        locked[axis.name] = LockedAxis(
+            name=axis.name,
+            package=package,
+            index=redact(url),
+            resolved=when,
+            select=axis.select.describe() if axis.select else "listed",
+            versions=tuple(releases),
+            seen=tuple(seen),
+        )
     if problems:
         raise LabError(f"cannot resolve the axes of {matrix.path}:\n" + "\n".join(f"  {p}" for p in problems))
     return Lock(path=str(lock_path(matrix.path)), matrix_digest=matrix.digest, axes=locked), notes
@@ -150,7 +168,7 @@ def news_markdown(lines: list[str], previous: Lock | None) -> str:
     if previous is None:
         return "### Upstream releases\n\nNo previous lock to compare with: this is the first.\n"
     if not lines:
-        return (f"### Upstream releases\n\nNo release is new since the previous lock ({previous.resolved}).\n")
+        return f"### Upstream releases\n\nNo release is new since the previous lock ({previous.resolved}).\n"
     items = "\n".join(f"- {line}" for line in lines)
     return f"### Upstream releases new since the previous lock ({len(lines)})\n\n{items}\n"
 

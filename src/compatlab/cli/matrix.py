@@ -81,8 +81,11 @@ def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | N
 
     def say(stage: StageResult) -> None:
         why = f" — {stage.reason}" if stage.reason and stage.state != "pass" else ""
-        print(f"[compatlab] {cell_id}: {stage.name} {stage.state} {stage.seconds:.1f} s{why[:160]}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[compatlab] {cell_id}: {stage.name} {stage.state} {stage.seconds:.1f} s{why[:160]}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return say
 
@@ -117,8 +120,11 @@ def _cmd_cell(args: argparse.Namespace) -> int:
     # Resolved once, where the user ran the command: the suites run the venv's python in their work folder.
     venvs: Path = args.venvs.absolute()
     # Under nox the session owns the run and hands down --owner; by hand, this process owns it.
-    run = (store.join_run(run_dir, owner=args.owner) if args.owner
-           else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix))
+    run = (
+        store.join_run(run_dir, owner=args.owner)
+        if args.owner
+        else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix)
+    )
     where = args.estimate or (None if args.quiet else _position(matrix, cell.id, latest))
     with run:
         if not run.results_path.exists():
@@ -137,11 +143,11 @@ def _cmd_cell(args: argparse.Namespace) -> int:
             if args.gpu8:
                 from compatlab.runner import GPU8, run_more_stages
 
-                result = run_more_stages(matrix, cell, run=run, venv_root=venvs, stages=GPU8,
-                                         progress=told, say=say)
+                result = run_more_stages(matrix, cell, run=run, venv_root=venvs, stages=GPU8, progress=told, say=say)
             else:
-                result = run_cell(matrix, cell, run=run, venv_root=venvs, stages=stages,
-                                  left_out=left_out, progress=told, say=say)
+                result = run_cell(
+                    matrix, cell, run=run, venv_root=venvs, stages=stages, left_out=left_out, progress=told, say=say
+                )
         run.aggregate(matrix, latest=latest)
     print(end_line(result), flush=True)
     return 1 if result.unexpected else 0
@@ -178,15 +184,24 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--matrix")
     s.add_argument("--run-dir", type=Path, required=True)
     s.add_argument("--run-id")
-    s.add_argument("--latest", type=Path,
-                   help="folder whose results.json mirrors the run (unless it shows a newer run)")
+    s.add_argument(
+        "--latest", type=Path, help="folder whose results.json mirrors the run (unless it shows a newer run)"
+    )
     s.add_argument("--owner", help="the run's owner, as the process that claimed the run hands it down")
     s.add_argument("--venvs", type=Path, default=Path(".compatlab/venvs"), help="where cell venvs live")
     s.add_argument("--gpu8", action="store_true", help="add the 8-GPU stages (nccl, perf) to this run's result")
     s.add_argument("--until", metavar="STAGE", help="a preflight: stop after this stage (the cell is partial)")
-    s.add_argument("--stages", type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
-                   metavar="A,B", help="run only these stages of the pipeline (install is needed by the rest)")
+    s.add_argument(
+        "--stages",
+        type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
+        metavar="A,B",
+        help="run only these stages of the pipeline (install is needed by the rest)",
+    )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the verdict")
-    s.add_argument("--estimate", metavar="WORDS", help="the cell's place and time as the run's owner tells it "
-                   "(default: among the matrix's live cells, with the seconds of --latest)")
+    s.add_argument(
+        "--estimate",
+        metavar="WORDS",
+        help="the cell's place and time as the run's owner tells it "
+        "(default: among the matrix's live cells, with the seconds of --latest)",
+    )
     s.set_defaults(func=_cmd_cell)

@@ -46,8 +46,12 @@ def summary_table(results: Results) -> tuple[str, int]:
         counts[c.state] = counts.get(c.state, 0) + 1
     lines.append("")
     unreadable = len(results.unreadable)
-    lines.append("totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-                 + f"; unexpected {unexpected}" + (f"; unreadable {unreadable}" if unreadable else ""))
+    lines.append(
+        "totals: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + f"; unexpected {unexpected}"
+        + (f"; unreadable {unreadable}" if unreadable else "")
+    )
     return "\n".join(lines), unexpected
 
 
@@ -72,12 +76,20 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     dirs = [Path(d) for d in args.shard_dirs]
     out = Path(args.out)
-    results = merge_runs(load_matrix(matrix_path(args)), dirs, out, run_id=args.run_id or out.name,
-                         prefer=[Path(p) for p in args.prefer], latest=Path(args.latest) if args.latest else None)
+    results = merge_runs(
+        load_matrix(matrix_path(args)),
+        dirs,
+        out,
+        run_id=args.run_id or out.name,
+        prefer=[Path(p) for p in args.prefer],
+        latest=Path(args.latest) if args.latest else None,
+    )
     missing = sum(1 for c in results.cells if c.reason.startswith("missing:"))
     unreadable = results.unreadable
-    print(f"merged {len(dirs)} shard(s) into {out / 'results.json'}: {len(results.cells)} cells, {missing} missing"
-          + (f", {len(unreadable)} unreadable" if unreadable else ""))
+    print(
+        f"merged {len(dirs)} shard(s) into {out / 'results.json'}: {len(results.cells)} cells, {missing} missing"
+        + (f", {len(unreadable)} unreadable" if unreadable else "")
+    )
     for c in unreadable:
         print(f"error: {c.reason}", file=sys.stderr)
     return 1 if missing or unreadable else 0
@@ -117,8 +129,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(path)
     unreadable = load(results).results.unreadable
     if unreadable:
-        raise LabError(f"{results}: {len(unreadable)} cell result(s) could not be read, shown as errors: "
-                       + "; ".join(c.reason for c in unreadable))
+        raise LabError(
+            f"{results}: {len(unreadable)} cell result(s) could not be read, shown as errors: "
+            + "; ".join(c.reason for c in unreadable)
+        )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if args.github_summary and summary:
         text = next((p for p in written if p.name == "changes.md"), written[1]).read_text(encoding="utf-8")
@@ -151,8 +165,13 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--out", required=True, help="the merged run folder")
     s.add_argument("--run-id")
     s.add_argument("--latest", help="also show the merged run here, unless it shows a newer run")
-    s.add_argument("--prefer", action="append", default=[], metavar="DIR",
-                   help="when shards disagree on a cell, this shard's result wins (repeat: first wins)")
+    s.add_argument(
+        "--prefer",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="when shards disagree on a cell, this shard's result wins (repeat: first wins)",
+    )
     s.set_defaults(func=_cmd_merge)
 
     s = sub.add_parser("prune", help="keep only the newest N runs")
@@ -160,22 +179,41 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--keep", type=int, required=True)
     s.set_defaults(func=_cmd_prune)
 
-    s = sub.add_parser("report", help="render a results.json as HTML, Markdown and JSON",
-                       description="Render a run's results.json as HTML, Markdown and JSON.")
-    s.add_argument("results", nargs="?", type=Path, default=DEFAULT_RESULTS,
-                   help=f"the run's results.json (default: {DEFAULT_RESULTS})")
+    s = sub.add_parser(
+        "report",
+        help="render a results.json as HTML, Markdown and JSON",
+        description="Render a run's results.json as HTML, Markdown and JSON.",
+    )
+    s.add_argument(
+        "results",
+        nargs="?",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help=f"the run's results.json (default: {DEFAULT_RESULTS})",
+    )
     s.add_argument("--out", type=Path, help="output folder (default: the folder of the results file)")
-    s.add_argument("--history", type=Path,
-                   help="folder of earlier runs, <run-id>/results.json (default: ../runs if present)")
+    s.add_argument(
+        "--history", type=Path, help="folder of earlier runs, <run-id>/results.json (default: ../runs if present)"
+    )
     s.add_argument("--no-history", action="store_true", help="do not compare with earlier runs")
-    s.add_argument("--news", type=Path, metavar="FILE",
-                   help="Markdown that leads changes.md: the news of `compatlab lock --news FILE`")
-    s.add_argument("--github-summary", action="store_true",
-                   help="also append the change summary (or, for a first run, the table) to $GITHUB_STEP_SUMMARY")
+    s.add_argument(
+        "--news",
+        type=Path,
+        metavar="FILE",
+        help="Markdown that leads changes.md: the news of `compatlab lock --news FILE`",
+    )
+    s.add_argument(
+        "--github-summary",
+        action="store_true",
+        help="also append the change summary (or, for a first run, the table) to $GITHUB_STEP_SUMMARY",
+    )
     s.set_defaults(func=_cmd_report)
 
-    s = sub.add_parser("publish", help="write the grid and a run index for static hosting",
-                       description="Write every run and the latest grid into a static-hosting folder.")
+    s = sub.add_parser(
+        "publish",
+        help="write the grid and a run index for static hosting",
+        description="Write every run and the latest grid into a static-hosting folder.",
+    )
     s.add_argument("--site", type=Path, required=True, help="site folder, e.g. a gh-pages checkout")
     s.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help=f"runs folder (default: {DEFAULT_RUNS})")
     s.set_defaults(func=_cmd_publish)

@@ -21,8 +21,14 @@ def _cmd_static(args: argparse.Namespace) -> int:
     from compatlab.stages.static.elf import ElfCache
     from compatlab.stages.static.stage import check_site_packages, format_report
 
-    report = check_site_packages(args.site_packages, archs=args.target, not_needed=args.not_needed,
-                                 packages=args.package, cache=ElfCache(args.cache_dir), min_driver=args.min_driver)
+    report = check_site_packages(
+        args.site_packages,
+        archs=args.target,
+        not_needed=args.not_needed,
+        packages=args.package,
+        cache=ElfCache(args.cache_dir),
+        min_driver=args.min_driver,
+    )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -40,9 +46,16 @@ def _cmd_runtime(args: argparse.Namespace) -> int:
     stages = {s.name: s for s in PIPELINE}
     thresholds = suite_thresholds(parse_thresholds(args.threshold), source="--threshold")
     packages = args.package or installed_defaults(args.venv, args.python)
-    ctx = context_for_venv(args.venv.absolute(), packages=packages, work_dir=args.out.absolute() / "work",
-                           cuda=args.cuda, target_archs=args.arch, min_driver=args.min_driver,
-                           python=args.python, thresholds=thresholds)
+    ctx = context_for_venv(
+        args.venv.absolute(),
+        packages=packages,
+        work_dir=args.out.absolute() / "work",
+        cuda=args.cuda,
+        target_archs=args.arch,
+        min_driver=args.min_driver,
+        python=args.python,
+        thresholds=thresholds,
+    )
     started = time.monotonic()
     for name in args.stage or ["import", "cuda"]:
         result = stages[name].run(ctx)
@@ -50,9 +63,14 @@ def _cmd_runtime(args: argparse.Namespace) -> int:
         why = f" — {result.reason}" if result.reason else ""
         print(f"{name}: {result.state} ({result.seconds:.1f} s){why}", flush=True)
         # Written after every stage, so a run cut short still leaves what it found.
-        cell = CellResult(id=ctx.cell.id, axes=ctx.cell.axes, state=cell_state(ctx.previous),
-                          stages=list(ctx.previous), seconds=time.monotonic() - started,
-                          reason=next((s.reason for s in ctx.previous if s.state in ("fail", "error")), ""))
+        cell = CellResult(
+            id=ctx.cell.id,
+            axes=ctx.cell.axes,
+            state=cell_state(ctx.previous),
+            stages=list(ctx.previous),
+            seconds=time.monotonic() - started,
+            reason=next((s.reason for s in ctx.previous if s.state in ("fail", "error")), ""),
+        )
         write_json_atomic(args.out / "results.json", cell.to_json())
     print(f"cell {cell.id}: {cell.state}")
     return 0
@@ -74,19 +92,27 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
     work = args.work_dir if args.work_dir is not None else Path(tempfile.mkdtemp(prefix="compatlab-nccl-"))
     try:
         report = run_nccl(
-            args.python, world_size=world, backend=backend, env=env,
-            timeouts=NcclTimeouts(init=args.timeout_init, correctness=args.timeout_correctness,
-                                  bandwidth=args.timeout_bandwidth),
+            args.python,
+            world_size=world,
+            backend=backend,
+            env=env,
+            timeouts=NcclTimeouts(
+                init=args.timeout_init, correctness=args.timeout_correctness, bandwidth=args.timeout_bandwidth
+            ),
             sizes=() if args.no_bandwidth else default_sizes(args.min_size, args.max_size, args.step),
             thresholds=NcclThresholds(min_busbw_gbps=args.min_busbw_gbps, source="--min-busbw-gbps"),
-            work_dir=work, sweeps=args.sweeps, iters=args.iters, warmup=args.warmup,
+            work_dir=work,
+            sweeps=args.sweeps,
+            iters=args.iters,
+            warmup=args.warmup,
             check_counts=args.check_counts,
         )
     except (RuntimeError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if args.json is not None:
-        write_json_atomic(args.json, {"state": report.state, "reason": report.reason,
-                                      "seconds": report.seconds, **report.details()})
+        write_json_atomic(
+            args.json, {"state": report.state, "reason": report.reason, "seconds": report.seconds, **report.details()}
+        )
     for line in report_lines(report):
         print(line)
     return 0 if report.state == "pass" else 1
@@ -109,9 +135,12 @@ def _cmd_perf(args: argparse.Namespace) -> int:
         f = report.figures
         if v:
             accept = f.get(f"accept_length_c{c}")
-            print(f"c{c}: baseline {f[f'baseline_tok_s_c{c}']:.1f} tok/s, "
-                  f"eagle3 {f[f'eagle3_tok_s_c{c}']:.1f} tok/s, speedup {f[f'speedup_c{c}']:.2f}"
-                  + (f", accept length {accept:.2f}" if accept else "") + f": {v['verdict']}")
+            print(
+                f"c{c}: baseline {f[f'baseline_tok_s_c{c}']:.1f} tok/s, "
+                f"eagle3 {f[f'eagle3_tok_s_c{c}']:.1f} tok/s, speedup {f[f'speedup_c{c}']:.2f}"
+                + (f", accept length {accept:.2f}" if accept else "")
+                + f": {v['verdict']}"
+            )
     print(f"perf: {report.verdict}: {report.reason}")
     if report.log_tail:
         print("--- server log (tail) ---\n" + report.log_tail)
@@ -123,17 +152,35 @@ def configure_parser(sub: Any) -> None:
     from compatlab.incell.nccl_worker import GIB, MIB
     from compatlab.stages.nccl.stage import CHECK_COUNTS, parse_size
 
-    s = sub.add_parser("static", help="static checks of any site-packages: libraries, C++ symbols, GPU code",
-                       description="exit 1 when a module will not load, 0 when clean, 2 on bad usage")
+    s = sub.add_parser(
+        "static",
+        help="static checks of any site-packages: libraries, C++ symbols, GPU code",
+        description="exit 1 when a module will not load, 0 when clean, 2 on bad usage",
+    )
     s.add_argument("--site-packages", required=True, type=Path, metavar="DIR")
-    s.add_argument("--target", action="append", default=[], metavar="ARCH",
-                   help="device arch to cover, e.g. sm_90 (repeatable)")
-    s.add_argument("--package", action="append", default=None, metavar="NAME",
-                   help="check only this top-level package (repeatable); default: all with .so files")
-    s.add_argument("--not-needed", action="append", default=[], metavar="GLOB",
-                   help="modules that need not run on the targets, e.g. 'sgl_kernel/sm100/*'")
-    s.add_argument("--min-driver", default=None, metavar="VERSION",
-                   help="the oldest NVIDIA driver the modules must load on, e.g. 550.54")
+    s.add_argument(
+        "--target", action="append", default=[], metavar="ARCH", help="device arch to cover, e.g. sm_90 (repeatable)"
+    )
+    s.add_argument(
+        "--package",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="check only this top-level package (repeatable); default: all with .so files",
+    )
+    s.add_argument(
+        "--not-needed",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="modules that need not run on the targets, e.g. 'sgl_kernel/sm100/*'",
+    )
+    s.add_argument(
+        "--min-driver",
+        default=None,
+        metavar="VERSION",
+        help="the oldest NVIDIA driver the modules must load on, e.g. 550.54",
+    )
     s.add_argument("--cache-dir", type=Path, default=None, help="default: $COMPATLAB_CACHE or ~/.cache/compatlab")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("-v", "--verbose", action="store_true", help="list notes and every finding")
@@ -143,14 +190,22 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--venv", type=Path, required=True, help="the cell's virtual environment")
     s.add_argument("--python", type=Path, default=None, help="its interpreter (default VENV/bin/python)")
     s.add_argument("--stage", action="append", choices=("cuda", "import"), help="repeatable; default both")
-    s.add_argument("--package", action="append", default=None,
-                   help="a distribution of the stack (repeatable); default torch, sgl-kernel, "
-                        "flashinfer-python, those installed")
+    s.add_argument(
+        "--package",
+        action="append",
+        default=None,
+        help="a distribution of the stack (repeatable); default torch, sgl-kernel, flashinfer-python, those installed",
+    )
     s.add_argument("--cuda", default=None, help="the cell's CUDA version (default: from torch's +cuXY)")
     s.add_argument("--arch", action="append", default=[], help="target SM arch, e.g. sm_90 (repeatable)")
     s.add_argument("--min-driver", default=None, help="the target's minimum driver, e.g. 580.65")
-    s.add_argument("--threshold", action="append", default=[], metavar="KEY=SECONDS",
-                   help="e.g. import-timeout=120, cuda-op-timeout=180, jit-timeout=900 (repeatable)")
+    s.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="KEY=SECONDS",
+        help="e.g. import-timeout=120, cuda-op-timeout=180, jit-timeout=900 (repeatable)",
+    )
     s.add_argument("--out", type=Path, required=True, help="folder for results.json and the logs")
     s.set_defaults(func=_cmd_runtime)
 
@@ -162,8 +217,12 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--max-size", type=parse_size, default=GIB)
     s.add_argument("--step", type=int, choices=(2, 4), default=2)
     s.add_argument("--no-bandwidth", action="store_true")
-    s.add_argument("--check-counts", type=lambda t: tuple(int(x) for x in t.split(",")), default=CHECK_COUNTS,
-                   help="elements per rank for the correctness checks, comma-separated")
+    s.add_argument(
+        "--check-counts",
+        type=lambda t: tuple(int(x) for x in t.split(",")),
+        default=CHECK_COUNTS,
+        help="elements per rank for the correctness checks, comma-separated",
+    )
     s.add_argument("--sweeps", type=int, default=3)
     s.add_argument("--iters", type=int, default=20)
     s.add_argument("--warmup", type=int, default=5)
@@ -175,11 +234,15 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--json", type=Path, default=None, help="write the report here")
     s.set_defaults(func=_cmd_nccl)
 
-    s = sub.add_parser("perf", help="EAGLE-3 against its baseline, outside a cell",
-                       description="exit 0 pass, 1 fail, 2 bad input (matrix, missing ${VAR}), 3 error (a server "
-                                   "hung or a program is missing), 4 inconclusive (rerun on a quieter box)")
+    s = sub.add_parser(
+        "perf",
+        help="EAGLE-3 against its baseline, outside a cell",
+        description="exit 0 pass, 1 fail, 2 bad input (matrix, missing ${VAR}), 3 error (a server "
+        "hung or a program is missing), 4 inconclusive (rerun on a quieter box)",
+    )
     s.add_argument("--matrix", default=os.environ.get("COMPATLAB_MATRIX", "matrix.toml"))
-    s.add_argument("--out", required=True, type=Path,
-                   help="directory for perf.json, benchmark.json and the server logs")
+    s.add_argument(
+        "--out", required=True, type=Path, help="directory for perf.json, benchmark.json and the server logs"
+    )
     s.add_argument("--venv", type=Path, default=None, help="serve from this virtual environment (first on PATH)")
     s.set_defaults(func=_cmd_perf)

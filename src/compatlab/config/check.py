@@ -143,8 +143,11 @@ class Checker:
         """*value* unless it holds a control character (then reported)."""
         ch = control_character(value)
         if ch is not None:
-            self.error(where, f"{show(value)} contains the control character U+{ord(ch):04X}; remove it "
-                              "(values are one line, without control characters)")
+            self.error(
+                where,
+                f"{show(value)} contains the control character U+{ord(ch):04X}; remove it "
+                "(values are one line, without control characters)",
+            )
             return None
         return value
 
@@ -163,19 +166,37 @@ class Checker:
             return None
         return self.text(value, where)
 
-    def number(self, table: Mapping[str, Any], key: str, name: str, *, integer: bool = False,
-               minimum: float = 0, strict: bool = True, expected: str | None = None) -> Any:
+    def number(
+        self,
+        table: Mapping[str, Any],
+        key: str,
+        name: str,
+        *,
+        integer: bool = False,
+        minimum: float = 0,
+        strict: bool = True,
+        expected: str | None = None,
+    ) -> Any:
         """A TOML number (never a bool), finite, above (at or above unless *strict*) *minimum*.
 
         None when absent or bad (then reported). *expected* replaces the generated "a positive integer".
         """
         if name not in table:
             return None
-        return self.number_value(table[name], join(key, name), integer=integer, minimum=minimum, strict=strict,
-                                 expected=expected)
+        return self.number_value(
+            table[name], join(key, name), integer=integer, minimum=minimum, strict=strict, expected=expected
+        )
 
-    def number_value(self, value: object, where: str, *, integer: bool = False, minimum: float = 0,
-                     strict: bool = True, expected: str | None = None) -> Any:
+    def number_value(
+        self,
+        value: object,
+        where: str,
+        *,
+        integer: bool = False,
+        minimum: float = 0,
+        strict: bool = True,
+        expected: str | None = None,
+    ) -> Any:
         if expected is None:
             if integer:
                 expected = "a positive integer" if strict and minimum == 0 else f"an integer >= {minimum:g}"
@@ -273,8 +294,9 @@ class Checker:
                     ch = control_character(name)
                     if ch is not None:
                         if not self.reported(sub):
-                            self.error(sub, f"the key {name!r} contains the control character U+{ord(ch):04X}; "
-                                            "rename it")
+                            self.error(
+                                sub, f"the key {name!r} contains the control character U+{ord(ch):04X}; rename it"
+                            )
                         continue
                     stack.append((sub, item))
             elif isinstance(value, list):

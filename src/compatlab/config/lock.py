@@ -113,7 +113,7 @@ class Selector:
             )
             groups[key] = version  # candidates are oldest first: the newest of a group wins
         chosen = sorted(groups.values(), key=Version)
-        return chosen[-self.latest:] if self.latest is not None else chosen
+        return chosen[-self.latest :] if self.latest is not None else chosen
 
 
 def parse_selector(ck: Checker, raw: object, where: str) -> Selector | None:
@@ -142,7 +142,7 @@ def parse_selector(ck: Checker, raw: object, where: str) -> Selector | None:
             else:
                 fields[key] = raw[key]
     if "latest" not in raw and "since" not in raw and not ck.reported(where):
-        ck.error(where, "selects every release of the index; give latest = N or since = \"X.Y\"")
+        ck.error(where, 'selects every release of the index; give latest = N or since = "X.Y"')
     return Selector(**fields)
 
 
@@ -275,8 +275,9 @@ def news(previous: Lock | None, new: Lock) -> list[str]:
             if v in known or v < floor:
                 continue
             how = "chosen" if v in chosen else f"not chosen: {axis.select}"
-            lines.append(f"{axis.package} {version} is out on {axis.index} ({how}; new since the lock of "
-                         f"{old.resolved})")
+            lines.append(
+                f"{axis.package} {version} is out on {axis.index} ({how}; new since the lock of {old.resolved})"
+            )
         for release in axis.versions:
             was = old.release(release.version)
             if release.yanked and was is not None and not was.yanked:
@@ -300,11 +301,19 @@ def dump_lock(lock: Lock, *, matrix_name: str) -> str:
             if r.pins:
                 item["pins"] = dict(r.pins)
             versions.append(item)
-        axes[name] = {"package": axis.package, "index": axis.index, "resolved": axis.resolved,
-                      "select": axis.select, "seen": list(axis.seen), "versions": versions}
+        axes[name] = {
+            "package": axis.package,
+            "index": axis.index,
+            "resolved": axis.resolved,
+            "select": axis.select,
+            "seen": list(axis.seen),
+            "versions": versions,
+        }
     body = tomli_w.dumps({"schema": LOCK_SCHEMA, "matrix-sha256": lock.matrix_digest, "axes": axes})
-    return (f"# {Path(lock.path).name}: what the axes of {matrix_name} resolved to on their indexes.\n"
-            "# Written by `compatlab lock` (or `nox -s lock`); commit it. Do not edit by hand.\n" + body)
+    return (
+        f"# {Path(lock.path).name}: what the axes of {matrix_name} resolved to on their indexes.\n"
+        "# Written by `compatlab lock` (or `nox -s lock`); commit it. Do not edit by hand.\n" + body
+    )
 
 
 def _release(ck: Checker, raw: object, where: str) -> LockedRelease | None:
@@ -347,8 +356,9 @@ def parse_lock(data: Mapping[str, Any], path: str) -> Lock:
             ck.error(where, f"expected a table, got {show(raw)}")
             continue
         ck.keys(raw, where, {"package", "index", "resolved", "select", "seen", "versions"})
-        texts = {key: ck.string(raw, where, key, required=True) or "" for key in ("package", "index", "resolved",
-                                                                                  "select")}
+        texts = {
+            key: ck.string(raw, where, key, required=True) or "" for key in ("package", "index", "resolved", "select")
+        }
         seen = ck.str_list(raw, where, "seen") or []
         versions = []
         items = raw.get("versions", [])
@@ -382,6 +392,7 @@ def load_lock(path: str | Path) -> Lock | None:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"invalid TOML: {exc}; write it anew with `compatlab lock`"]) from None
     except RecursionError:
-        raise ConfigError(str(path), ["invalid TOML: arrays or tables nested too deeply to read; write it anew "
-                                      "with `compatlab lock`"]) from None
+        raise ConfigError(
+            str(path), ["invalid TOML: arrays or tables nested too deeply to read; write it anew with `compatlab lock`"]
+        ) from None
     return parse_lock(data, str(path))

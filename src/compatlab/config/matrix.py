@@ -117,8 +117,14 @@ FORCING_AXES = frozenset(name for name, kind in AXIS_KINDS.items() if kind.force
 def axis_of_package(distribution: str) -> str:
     """The axis a distribution is the kind of (``flashinfer-python`` -> ``flashinfer``), else its own name."""
     wanted = canonicalize_name(distribution)
-    return next((name for name, kind in AXIS_KINDS.items()
-                 if kind.package is not None and canonicalize_name(kind.package) == wanted), distribution)
+    return next(
+        (
+            name
+            for name, kind in AXIS_KINDS.items()
+            if kind.package is not None and canonicalize_name(kind.package) == wanted
+        ),
+        distribution,
+    )
 
 
 RULE_META_KEYS = frozenset({"reason", "expect"})
@@ -351,9 +357,12 @@ def _parse_value(ck: Checker, axis: str, raw: object, where: str, package: str |
         for sub, link in subs:
             url = ck.url(link, sub)
             if url and has_credentials(url):
-                ck.error(sub, f"credentials in a find-links URL are not supported (got {redact(url)!r}): uv can "
-                         "be given credentials only for a named index, and the lab writes no secret to disk; "
-                         "serve these files as a simple index and give it as 'index'")
+                ck.error(
+                    sub,
+                    f"credentials in a find-links URL are not supported (got {redact(url)!r}): uv can "
+                    "be given credentials only for a named index, and the lab writes no secret to disk; "
+                    "serve these files as a simple index and give it as 'index'",
+                )
             elif url:
                 urls.append(url)
         fields["find_links"] = tuple(urls)
@@ -364,20 +373,21 @@ def _parse_value(ck: Checker, axis: str, raw: object, where: str, package: str |
             fields["cuda"] = ck.version(raw["cuda"], f"{where}.cuda")
     requires = ck.str_list(raw, where, "requires")
     if requires is not None:
-        fields["requires"] = tuple(r for i, r in enumerate(requires)
-                                   if ck.requirement(r, f"{where}.requires[{i}]"))
+        fields["requires"] = tuple(r for i, r in enumerate(requires) if ck.requirement(r, f"{where}.requires[{i}]"))
     if version is None:
         return None
-    return AxisValue(axis=axis, version=version, package=None if axis in NON_PACKAGE_AXES else package,
-                     **fields)
+    return AxisValue(axis=axis, version=version, package=None if axis in NON_PACKAGE_AXES else package, **fields)
 
 
 def _unknown_axis(ck: Checker, name: str, where: str) -> None:
     known = ", ".join(sorted(AXIS_KINDS))
     close = difflib.get_close_matches(name, sorted(AXIS_KINDS), n=1, cutoff=0.6)
     hint = f"; perhaps you meant {close[0]!r}?" if close else "."
-    ck.error(where, f"{name!r} is not a known axis ({known}){hint} An extra axis installs a package: name it "
-                    f'with package = "..." on each value, or write [axes.{name}] with package and values')
+    ck.error(
+        where,
+        f"{name!r} is not a known axis ({known}){hint} An extra axis installs a package: name it "
+        f'with package = "..." on each value, or write [axes.{name}] with package and values',
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -423,8 +433,17 @@ def _cuda_for(rules: tuple[tuple[str, str], ...], version: str) -> str | None:
     return None
 
 
-def _selected_values(ck: Checker, name: str, where: str, select: Selector, listed: list[AxisValue], *,
-                     package: str | None, index: str | None, locking: _Locking) -> list[AxisValue] | None:
+def _selected_values(
+    ck: Checker,
+    name: str,
+    where: str,
+    select: Selector,
+    listed: list[AxisValue],
+    *,
+    package: str | None,
+    index: str | None,
+    locking: _Locking,
+) -> list[AxisValue] | None:
     """The values of a selecting axis: the lock's versions (a listed value of the same version lends its
     keys), then listed values the lock did not choose. None: the lock cannot say (reported)."""
     if not locking.use:
@@ -432,15 +451,21 @@ def _selected_values(ck: Checker, name: str, where: str, select: Selector, liste
     if package is None:
         return None
     if locking.lock is None:
-        ck.error(where, f"selects its versions ({select.describe()}) from its index, and there is no "
-                        f"{locking.path}; run `compatlab lock` (or `nox -s lock`) to resolve them")
+        ck.error(
+            where,
+            f"selects its versions ({select.describe()}) from its index, and there is no "
+            f"{locking.path}; run `compatlab lock` (or `nox -s lock`) to resolve them",
+        )
         return None
     locked = locking.lock.axes.get(name)
     shown = redact(index or "")
     if locked is None or locked.package != package or (index and locked.index != shown):
         source = shown or "the default index"
-        ck.error(where, f"{locking.path} has no versions for this axis ({package} from {source}); "
-                        "run `compatlab lock` (or `nox -s lock`) to resolve them")
+        ck.error(
+            where,
+            f"{locking.path} has no versions for this axis ({package} from {source}); "
+            "run `compatlab lock` (or `nox -s lock`) to resolve them",
+        )
         return None
     by_version = {Version(v.version): v for v in listed}
     values = []
@@ -453,8 +478,9 @@ def _selected_values(ck: Checker, name: str, where: str, select: Selector, liste
         if mine is not None:
             values.append(mine if mine.cuda else dataclasses.replace(mine, cuda=release.cuda))
         else:
-            values.append(AxisValue(axis=name, version=release.version, package=package, index=index,
-                                    cuda=release.cuda))
+            values.append(
+                AxisValue(axis=name, version=release.version, package=package, index=index, cuda=release.cuda)
+            )
     values.extend(by_version.values())
     return values
 
@@ -508,8 +534,9 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tupl
             ck.error(where, f"expected an array of values, got {show(items)}")
             continue
         if not items and select is None and name not in broken:
-            ck.error(item_where or where, "has no values; give at least one, or select them with "
-                                          "select = { latest = N }")
+            ck.error(
+                item_where or where, "has no values; give at least one, or select them with select = { latest = N }"
+            )
             continue
         values: list[AxisValue] = []
         seen: set[Version] = set()
@@ -536,15 +563,20 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tupl
             _unknown_axis(ck, name, where)
         else:
             for sub in unnamed:
-                ck.error(f"{sub}.package", f"missing; {name!r} is not a known axis, so each value names "
-                                           "the distribution it installs")
+                ck.error(
+                    f"{sub}.package",
+                    f"missing; {name!r} is not a known axis, so each value names the distribution it installs",
+                )
         if select is not None and package is None and kind is None:
-            ck.error(f"{where}.package", f"missing; {name!r} is not a known axis, so the axis names the "
-                                         "distribution it selects")
+            ck.error(
+                f"{where}.package",
+                f"missing; {name!r} is not a known axis, so the axis names the distribution it selects",
+            )
             broken.add(name)
         if select is not None:
-            chosen = _selected_values(ck, name, where, select, values, package=package, index=axis_index,
-                                      locking=locking)
+            chosen = _selected_values(
+                ck, name, where, select, values, package=package, index=axis_index, locking=locking
+            )
             if chosen is None:
                 broken.add(name)
                 chosen = values
@@ -552,13 +584,20 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tupl
         elif locking.use and locking.lock is not None and name in locking.lock.axes:
             # A listed axis: the lock knows the CUDA each release's own dependencies pin.
             locked = locking.lock.axes[name]
-            values = [v if v.cuda or (r := locked.release(v.version)) is None else dataclasses.replace(v, cuda=r.cuda)
-                      for v in values]
+            values = [
+                v if v.cuda or (r := locked.release(v.version)) is None else dataclasses.replace(v, cuda=r.cuda)
+                for v in values
+            ]
         if cuda_rules:
             values = [v if v.cuda else dataclasses.replace(v, cuda=_cuda_for(cuda_rules, v.version)) for v in values]
-        explicit = {Version(str(item["version"])) for item in items
-                    if isinstance(item, dict) and "cuda" in item and isinstance(item.get("version"), str)
-                    and _is_version(item["version"])}
+        explicit = {
+            Version(str(item["version"]))
+            for item in items
+            if isinstance(item, dict)
+            and "cuda" in item
+            and isinstance(item.get("version"), str)
+            and _is_version(item["version"])
+        }
         locking.derived.update((name, v.version) for v in values if v.cuda and Version(v.version) not in explicit)
         axes.append(Axis(name=name, values=tuple(values), package=axis_package, index=axis_index, select=select))
     present = {a.name for a in axes} | set(raw_axes)
@@ -584,18 +623,22 @@ def _parse_neighbours(ck: Checker, entries: object) -> list[Rule]:
             continue
         ck.keys(entry, where, _NEIGHBOURS_KEYS)
         if entry.get("of") != "shipped":
-            ck.error(f"{where}.of", f'expected "shipped" (the stacks the lock\'s releases pin), got '
-                                    f"{show(entry.get('of')) if 'of' in entry else 'nothing'}")
-        distance = ck.number(entry, where, "distance", integer=True, strict=False,
-                             expected="a non-negative integer")
+            ck.error(
+                f"{where}.of",
+                f'expected "shipped" (the stacks the lock\'s releases pin), got '
+                f"{show(entry.get('of')) if 'of' in entry else 'nothing'}",
+            )
+        distance = ck.number(entry, where, "distance", integer=True, strict=False, expected="a non-negative integer")
         reason = ck.string(entry, where, "reason") or ""
-        rules.append(Rule(kind="neighbours", match={}, reason=reason,
-                          distance=1 if distance is None else int(distance)))
+        rules.append(
+            Rule(kind="neighbours", match={}, reason=reason, distance=1 if distance is None else int(distance))
+        )
     return rules
 
 
-def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken: set[str],
-                 notes: list[str]) -> list[Rule]:
+def _parse_rules(
+    ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken: set[str], notes: list[str]
+) -> list[Rule]:
     raw_rules = ck.table(data, "", "rules")
     ck.keys(raw_rules, "rules", {"exclude", "include", "expect", "force", "neighbours"})
     by_name = {a.name: a for a in axes}
@@ -624,8 +667,11 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken:
                     ck.error(sub, "an empty list names no version; give at least one, or remove the key")
                     continue
                 if kind == "include" and isinstance(raw, list) and len(raw) > 1:
-                    ck.error(sub, f"an included cell has one version per axis, got {len(raw)}; "
-                                  "write one [[rules.include]] per cell")
+                    ck.error(
+                        sub,
+                        f"an included cell has one version per axis, got {len(raw)}; "
+                        "write one [[rules.include]] per cell",
+                    )
                     continue
                 versions = raw if isinstance(raw, list) else [raw]
                 ok = []
@@ -638,9 +684,11 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken:
                     elif by_name[key].find(version) is None and by_name[key].select is not None:
                         # A selecting axis follows its index: a rule may name a version not chosen now.
                         if ck.version(version, at) is not None:
-                            notes.append(f"{at}: {key} {version} is not among the versions selected now "
-                                         f"({', '.join(v.version for v in by_name[key].values) or 'none'}); "
-                                         "this rule matches no cell")
+                            notes.append(
+                                f"{at}: {key} {version} is not among the versions selected now "
+                                f"({', '.join(v.version for v in by_name[key].values) or 'none'}); "
+                                "this rule matches no cell"
+                            )
                             ok.append(version)
                     elif by_name[key].find(version) is None:
                         known = ", ".join(v.version for v in by_name[key].values)
@@ -657,7 +705,7 @@ def _parse_rules(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken:
                 elif kind == "exclude":
                     ck.error(f"{where}.expect", "an excluded cell does not run; move this rule to [[rules.expect]]")
                 elif entry["expect"] != "fail":
-                    ck.error(f"{where}.expect", f"the only expectation is \"fail\", got {show(entry['expect'])}")
+                    ck.error(f"{where}.expect", f'the only expectation is "fail", got {show(entry["expect"])}')
                 else:
                     expect = "fail"
                     if not reason and kind == "include":
@@ -686,15 +734,13 @@ def _parse_install(ck: Checker, data: Mapping[str, Any]) -> Install:
         fields["python"] = ck.version(raw["python"], "install.python")
     overrides = ck.str_list(raw, "install", "overrides")
     if overrides is not None:
-        fields["overrides"] = tuple(o for i, o in enumerate(overrides)
-                                    if ck.requirement(o, f"install.overrides[{i}]"))
+        fields["overrides"] = tuple(o for i, o in enumerate(overrides) if ck.requirement(o, f"install.overrides[{i}]"))
     if "index-url" in raw:
         fields["default_index"] = ck.url(raw["index-url"], "install.index-url")
     timeout = ck.number(raw, "install", "timeout", expected="a positive number of seconds")
     if timeout is not None:
         fields["timeout"] = float(timeout)
-    retries = ck.number(raw, "install", "retries", integer=True, strict=False,
-                        expected="a non-negative integer")
+    retries = ck.number(raw, "install", "retries", integer=True, strict=False, expected="a non-negative integer")
     if retries is not None:
         fields["retries"] = retries
     if "force" in raw:
@@ -764,8 +810,9 @@ def _parse_report(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> Rep
             values = list(field_default(Report, key))
         elif not values and isinstance(raw[key], list):
             default = ", ".join(field_default(Report, key)) or "every axis that rows and tables leave"
-            ck.error(f"report.{key}", f"an empty list; name at least one axis, or remove the key for the "
-                                      f"default ({default})")
+            ck.error(
+                f"report.{key}", f"an empty list; name at least one axis, or remove the key for the default ({default})"
+            )
             continue
         for i, v in enumerate(values):
             if given:
@@ -777,11 +824,15 @@ def _parse_report(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> Rep
                 where = f"report.{key} (by default)"
             if v in seen:
                 if given:
-                    ck.error(where, f"{v!r} is already in {seen[v]}; an axis goes in one place: rows, columns "
-                                    "or tables")
+                    ck.error(
+                        where, f"{v!r} is already in {seen[v]}; an axis goes in one place: rows, columns or tables"
+                    )
                 else:
-                    ck.error(f"report.{key}", f"the default {key} ({', '.join(values)}) name {v!r}, which "
-                                              f"{seen[v]} has too; set {key} as well")
+                    ck.error(
+                        f"report.{key}",
+                        f"the default {key} ({', '.join(values)}) name {v!r}, which "
+                        f"{seen[v]} has too; set {key} as well",
+                    )
                 continue
             seen[v] = where
         if given:
@@ -797,8 +848,10 @@ def size_problem(axes: Sequence[Axis], max_cells: int) -> str | None:
     if size <= max_cells:
         return None
     sizes = " × ".join(f"{a.name} {len(a.values)}" for a in axes)
-    return (f"{size:,} cells ({sizes}), more than max-cells = {max_cells:,}; drop values from an axis, "
-            "or raise max-cells (a top-level key) if that many are meant")
+    return (
+        f"{size:,} cells ({sizes}), more than max-cells = {max_cells:,}; drop values from an axis, "
+        "or raise max-cells (a top-level key) if that many are meant"
+    )
 
 
 def _parse_cap(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> int:
@@ -810,8 +863,9 @@ def _parse_cap(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> int:
     return cap
 
 
-def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lock | None = None,
-                 use_lock: bool = True) -> Matrix:
+def parse_matrix(
+    data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lock | None = None, use_lock: bool = True
+) -> Matrix:
     """Validate a parsed matrix.toml; raise ConfigError listing every problem.
 
     A selecting axis takes its versions from *lock*; without one it is a problem, unless *use_lock* is
@@ -824,16 +878,22 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lo
     if "schema" in data:
         schema = data["schema"]
         if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
-            ck.error("schema", f"this lab reads schema {SCHEMA_VERSION} (an integer), got {show(schema)}; "
-                               f"write schema = {SCHEMA_VERSION}")
+            ck.error(
+                "schema",
+                f"this lab reads schema {SCHEMA_VERSION} (an integer), got {show(schema)}; "
+                f"write schema = {SCHEMA_VERSION}",
+            )
     name = ck.string(data, "", "name") or Path(path).stem
     axes, broken = _parse_axes(ck, data, locking)
     max_cells = _parse_cap(ck, data, axes)
     rules = _parse_rules(ck, data, axes, broken, notes)
     install = _parse_install(ck, data)
     if install.python is not None and any(a.name == PYTHON_AXIS for a in axes):
-        ck.error("install.python", f"the matrix has a {PYTHON_AXIS!r} axis, which gives each cell its own "
-                                   "interpreter; remove install.python, or the axis")
+        ck.error(
+            "install.python",
+            f"the matrix has a {PYTHON_AXIS!r} axis, which gives each cell its own "
+            "interpreter; remove install.python, or the axis",
+        )
     targets = _parse_targets(ck, data)
     report = _parse_report(ck, data, axes)
     raw_thresholds = ck.table(data, "", "thresholds")
@@ -849,22 +909,39 @@ def parse_matrix(data: Mapping[str, Any], path: str = "matrix.toml", *, lock: Lo
                     cols = ", ".join(c.version for c in cuda_axis.values)
                     if (axis.name, value.version) in locking.derived:
                         # The index moved on to a CUDA the matrix has no column for: news, not a broken file.
-                        notes.append(f"axes.{axis.name}: {value.package or axis.name} {value.version} is a CUDA "
-                                     f"{value.cuda} build and no column of axis 'cuda' ({cols}) matches: its "
-                                     f"cells are n/a; add a cuda value {value.cuda!r} to test it")
+                        notes.append(
+                            f"axes.{axis.name}: {value.package or axis.name} {value.version} is a CUDA "
+                            f"{value.cuda} build and no column of axis 'cuda' ({cols}) matches: its "
+                            f"cells are n/a; add a cuda value {value.cuda!r} to test it"
+                        )
                     else:
-                        ck.error(f"axes.{axis.name}[{i}].cuda",
-                                 f"{value.cuda!r} matches no value of axis 'cuda' ({cols})")
+                        ck.error(
+                            f"axes.{axis.name}[{i}].cuda", f"{value.cuda!r} matches no value of axis 'cuda' ({cols})"
+                        )
     digest = axes_digest(data.get("axes", {}))
     if use_lock and lock is not None and lock.matrix_digest != digest:
-        notes.insert(0, f"{lock.path} is older than {path}: its axes changed since the lock was resolved "
-                        f"({lock.resolved}); run `compatlab lock` (or `nox -s lock`) to resolve them again")
+        notes.insert(
+            0,
+            f"{lock.path} is older than {path}: its axes changed since the lock was resolved "
+            f"({lock.resolved}); run `compatlab lock` (or `nox -s lock`) to resolve them again",
+        )
     ck.sweep(data)
     ck.raise_if_any(path)
     return Matrix(
-        path=path, name=name, axes=tuple(axes), rules=tuple(rules), install=install, targets=tuple(targets),
-        thresholds=thresholds, report=report, perf=perf, serve=serve, max_cells=max_cells,
-        lock=lock if use_lock else None, digest=digest, notes=tuple(notes),
+        path=path,
+        name=name,
+        axes=tuple(axes),
+        rules=tuple(rules),
+        install=install,
+        targets=tuple(targets),
+        thresholds=thresholds,
+        report=report,
+        perf=perf,
+        serve=serve,
+        max_cells=max_cells,
+        lock=lock if use_lock else None,
+        digest=digest,
+        notes=tuple(notes),
     )
 
 
@@ -886,8 +963,13 @@ def load_matrix(path: str | Path, *, use_lock: bool = True) -> Matrix:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(shown, [f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset "
-                                  f"{exc.start}) cannot be decoded; save the file as UTF-8"]) from None
+        raise ConfigError(
+            shown,
+            [
+                f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset "
+                f"{exc.start}) cannot be decoded; save the file as UTF-8"
+            ],
+        ) from None
     text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors write
     try:
         data = tomllib.loads(text)

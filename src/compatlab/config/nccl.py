@@ -50,19 +50,22 @@ class NcclFloors:
     def for_target(self, target: str | None) -> NcclThresholds:
         """The floor on *target* (its own, else the matrix's), naming the key it came from."""
         if target is not None and target in self.per_target:
-            return NcclThresholds(min_busbw_gbps=self.per_target[target],
-                                  source=f"{self.path}: thresholds.nccl.{target}.min-busbw-gbps")
+            return NcclThresholds(
+                min_busbw_gbps=self.per_target[target], source=f"{self.path}: thresholds.nccl.{target}.min-busbw-gbps"
+            )
         if self.min_busbw_gbps is not None:
-            return NcclThresholds(min_busbw_gbps=self.min_busbw_gbps,
-                                  source=f"{self.path}: thresholds.nccl.min-busbw-gbps")
+            return NcclThresholds(
+                min_busbw_gbps=self.min_busbw_gbps, source=f"{self.path}: thresholds.nccl.min-busbw-gbps"
+            )
         return NcclThresholds()
 
 
 _THRESHOLD_KEYS = frozenset({"min-busbw-gbps"})
 
 
-def parse_nccl_thresholds(ck: Checker, thresholds: Mapping[str, Any], *, targets: Iterable[str],
-                          path: str) -> NcclFloors:
+def parse_nccl_thresholds(
+    ck: Checker, thresholds: Mapping[str, Any], *, targets: Iterable[str], path: str
+) -> NcclFloors:
     """Validate ``[thresholds.nccl]`` into *ck*; the floors that are valid come back."""
     raw = thresholds.get("nccl")
     if raw is None:
@@ -103,7 +106,10 @@ def parse_nccl_thresholds(ck: Checker, thresholds: Mapping[str, Any], *, targets
 
 
 def nccl_thresholds(
-    thresholds: Mapping[str, Any], *, target: str | None = None, targets: Iterable[str] = (),
+    thresholds: Mapping[str, Any],
+    *,
+    target: str | None = None,
+    targets: Iterable[str] = (),
     path: str = "matrix.toml",
 ) -> NcclThresholds:
     """Read ``[thresholds.nccl]`` from a raw ``[thresholds]`` table for *target*; ConfigError on any problem.

@@ -19,17 +19,38 @@ from compatlab.config.check import Checker, field_default, show
 from compatlab.errors import ConfigError
 
 __all__ = [
-    "HEALTH_PATHS", "PROTOCOLS", "SERVERS", "PerfConfig", "PerfThresholds", "ServerSpec", "load_prompts",
-    "parse_perf", "parse_perf_section", "parse_perf_thresholds", "resolve_argv",
+    "HEALTH_PATHS",
+    "PROTOCOLS",
+    "SERVERS",
+    "PerfConfig",
+    "PerfThresholds",
+    "ServerSpec",
+    "load_prompts",
+    "parse_perf",
+    "parse_perf_section",
+    "parse_perf_thresholds",
+    "resolve_argv",
 ]
 
 SERVERS = ("baseline", "eagle3")
 PROTOCOLS = ("generate", "openai")
 HEALTH_PATHS = ("/health_generate", "/health")
-_PERF_KEYS = frozenset({"servers", "protocol", "concurrency", "trials", "output-len", "warmup", "requests",
-                        "seed", "prompts", "request-timeout", "stall-timeout"})
-_SERVER_KEYS = frozenset({"argv", "port", "env", "startup-timeout", "stop-timeout", "release-timeout",
-                          "health"})
+_PERF_KEYS = frozenset(
+    {
+        "servers",
+        "protocol",
+        "concurrency",
+        "trials",
+        "output-len",
+        "warmup",
+        "requests",
+        "seed",
+        "prompts",
+        "request-timeout",
+        "stall-timeout",
+    }
+)
+_SERVER_KEYS = frozenset({"argv", "port", "env", "startup-timeout", "stop-timeout", "release-timeout", "health"})
 _THRESHOLD_KEYS = frozenset({"min-speedup", "min-tok-s", "min-accept-length", "max-spread"})
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -95,8 +116,11 @@ class PerfConfig:
 def _strings_with_vars(ck: Checker, value: str, where: str) -> None:
     for match in _VAR.finditer(value):
         if not _VAR_NAME.fullmatch(match.group(1)):
-            ck.error(where, f"{match.group(0)!r} is not a variable reference; write ${{NAME}} with a name "
-                            "of letters, digits and '_'")
+            ck.error(
+                where,
+                f"{match.group(0)!r} is not a variable reference; write ${{NAME}} with a name "
+                "of letters, digits and '_'",
+            )
 
 
 def _parse_server(ck: Checker, name: str, raw: object) -> ServerSpec | None:
@@ -107,11 +131,12 @@ def _parse_server(ck: Checker, name: str, raw: object) -> ServerSpec | None:
     ck.keys(raw, where, _SERVER_KEYS)
     argv: list[str] = []
     if "argv" not in raw:
-        ck.error(f"{where}.argv", 'missing; give the command as a list, e.g. ["python", "-m", '
-                                  '"sglang.launch_server", "--port", "{port}"]')
+        ck.error(
+            f"{where}.argv",
+            'missing; give the command as a list, e.g. ["python", "-m", "sglang.launch_server", "--port", "{port}"]',
+        )
     elif not isinstance(raw["argv"], list):
-        ck.error(f"{where}.argv",
-                 f"expected an array of strings (never a shell string), got {show(raw['argv'])}")
+        ck.error(f"{where}.argv", f"expected an array of strings (never a shell string), got {show(raw['argv'])}")
     elif not raw["argv"]:
         ck.error(f"{where}.argv", "must not be empty")
     else:
@@ -129,8 +154,7 @@ def _parse_server(ck: Checker, name: str, raw: object) -> ServerSpec | None:
         else:
             fields["port"] = p
     if argv and "port" not in fields and not any("{port}" in a for a in argv):
-        ck.error(f"{where}.argv",
-                 "has no '{port}' and no port is set; add \"--port\", \"{port}\" or set port")
+        ck.error(f"{where}.argv", 'has no \'{port}\' and no port is set; add "--port", "{port}" or set port')
     env: dict[str, str] = {}
     for key, value in ck.table(raw, where, "env").items():
         if not _VAR_NAME.fullmatch(key):
@@ -140,8 +164,11 @@ def _parse_server(ck: Checker, name: str, raw: object) -> ServerSpec | None:
         elif ck.text(value, f"{where}.env.{key}") is not None:
             _strings_with_vars(ck, value, f"{where}.env.{key}")
             env[key] = value
-    for key, field in (("startup-timeout", "startup_timeout"), ("stop-timeout", "stop_timeout"),
-                       ("release-timeout", "release_timeout")):
+    for key, field in (
+        ("startup-timeout", "startup_timeout"),
+        ("stop-timeout", "stop_timeout"),
+        ("release-timeout", "release_timeout"),
+    ):
         got = ck.number(raw, where, key)
         if got is not None:
             fields[field] = float(got)
@@ -157,8 +184,9 @@ def _parse_server(ck: Checker, name: str, raw: object) -> ServerSpec | None:
     return ServerSpec(name=name, argv=tuple(argv), env=env, **fields)
 
 
-def _per_level(ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[int],
-               levels_known: bool = True) -> dict[int, float]:
+def _per_level(
+    ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[int], levels_known: bool = True
+) -> dict[int, float]:
     """A floor given once for every level, or per level as a table {"1" = 80.0, "16" = 600.0}.
 
     Levels are checked against *levels* only when they are known (``[perf] concurrency`` had no problem).
@@ -183,8 +211,9 @@ def _per_level(ck: Checker, raw: Mapping[str, Any], name: str, levels: Sequence[
     return {} if got is None else dict.fromkeys(levels, float(got))
 
 
-def parse_perf_thresholds(ck: Checker, thresholds: Mapping[str, Any], levels: Sequence[int],
-                          levels_known: bool = True) -> PerfThresholds:
+def parse_perf_thresholds(
+    ck: Checker, thresholds: Mapping[str, Any], levels: Sequence[int], levels_known: bool = True
+) -> PerfThresholds:
     """Validate ``[thresholds.perf]`` (inside the raw ``[thresholds]``) for the concurrency *levels*."""
     raw = ck.table(thresholds, "thresholds", "perf")
     ck.keys(raw, "thresholds.perf", _THRESHOLD_KEYS)
@@ -200,8 +229,9 @@ def parse_perf_thresholds(ck: Checker, thresholds: Mapping[str, Any], levels: Se
     return PerfThresholds(min_speedup=min_speedup, **fields)
 
 
-def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str,
-                       base_dir: Path) -> PerfConfig | None:
+def parse_perf_section(
+    ck: Checker, perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str, base_dir: Path
+) -> PerfConfig | None:
     """Validate ``[perf]`` and ``[thresholds.perf]`` into *ck*; None when there is no ``[perf]``.
 
     Environment variables are not looked at here (see resolve_argv), so that a matrix validates on a
@@ -216,8 +246,7 @@ def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping
         if name not in SERVERS:
             close = difflib.get_close_matches(name, SERVERS, n=1, cutoff=0.5)
             hint = f"; perhaps you meant {close[0]!r}?" if close else ""
-            ck.error(f"perf.servers.{name}",
-                     f"unknown server; the suite compares {' and '.join(SERVERS)}{hint}")
+            ck.error(f"perf.servers.{name}", f"unknown server; the suite compares {' and '.join(SERVERS)}{hint}")
             continue
         spec = _parse_server(ck, name, raw)
         if spec is not None:
@@ -228,15 +257,14 @@ def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping
     fields: dict[str, Any] = {}
     if "protocol" in perf:
         if perf["protocol"] not in PROTOCOLS:
-            ck.error("perf.protocol", f"expected \"generate\" or \"openai\", got {show(perf['protocol'])}")
+            ck.error("perf.protocol", f'expected "generate" or "openai", got {show(perf["protocol"])}')
         else:
             fields["protocol"] = perf["protocol"]
     levels: list[int] = []
     levels_known = True
     raw_levels = perf.get("concurrency", list(field_default(PerfConfig, "concurrency")))
     if not isinstance(raw_levels, list) or not raw_levels:
-        ck.error("perf.concurrency",
-                 f"expected a non-empty array of positive integers, got {show(raw_levels)}")
+        ck.error("perf.concurrency", f"expected a non-empty array of positive integers, got {show(raw_levels)}")
         levels_known = False
     else:
         for i, c in enumerate(raw_levels):
@@ -248,9 +276,13 @@ def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping
             else:
                 levels.append(got)
     fields["concurrency"] = tuple(levels)
-    for key, field, strict in (("trials", "trials", True), ("output-len", "output_len", True),
-                               ("warmup", "warmup", False), ("requests", "requests", True),
-                               ("seed", "seed", False)):
+    for key, field, strict in (
+        ("trials", "trials", True),
+        ("output-len", "output_len", True),
+        ("warmup", "warmup", False),
+        ("requests", "requests", True),
+        ("seed", "seed", False),
+    ):
         got = ck.number(perf, "perf", key, integer=True, strict=strict)
         if got is not None:
             fields[field] = got
@@ -264,12 +296,14 @@ def parse_perf_section(ck: Checker, perf: Mapping[str, Any], thresholds: Mapping
         if not prompts.is_file():
             ck.error("perf.prompts", f"{prompts_name!r}: no such file (relative to the matrix file)")
         fields["prompts"] = prompts
-    return PerfConfig(path=path, servers=servers,
-                      thresholds=parse_perf_thresholds(ck, thresholds, levels, levels_known), **fields)
+    return PerfConfig(
+        path=path, servers=servers, thresholds=parse_perf_thresholds(ck, thresholds, levels, levels_known), **fields
+    )
 
 
-def parse_perf(perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str = "matrix.toml",
-               base_dir: Path | None = None) -> PerfConfig | None:
+def parse_perf(
+    perf: Mapping[str, Any], thresholds: Mapping[str, Any], path: str = "matrix.toml", base_dir: Path | None = None
+) -> PerfConfig | None:
     """Validate ``[perf]`` and ``[thresholds.perf]`` on their own; None when there is no ``[perf]``.
 
     A matrix does this at load (``Matrix.perf``); this is the same for the two raw tables, raising
@@ -285,8 +319,10 @@ def _expand(text: str, env: Mapping[str, str], where: str, problems: list[str]) 
     def sub(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in env:
-            problems.append(f"{where}: environment variable {name} is not set; export {name}=... "
-                            "(e.g. the model's path) before running the perf suite")
+            problems.append(
+                f"{where}: environment variable {name} is not set; export {name}=... "
+                "(e.g. the model's path) before running the perf suite"
+            )
             return match.group(0)
         return env[name]
 
@@ -327,8 +363,11 @@ def load_prompts(path: Path | None = None) -> list[str]:
     items = data.get("prompts") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise ConfigError(shown, ["prompts: expected a non-empty array of {id, text} tables"])
-    problems = [f"prompts[{i}].text: expected a non-empty string" for i, p in enumerate(items)
-                if not isinstance(p, dict) or not isinstance(p.get("text"), str) or not p["text"].strip()]
+    problems = [
+        f"prompts[{i}].text: expected a non-empty string"
+        for i, p in enumerate(items)
+        if not isinstance(p, dict) or not isinstance(p.get("text"), str) or not p["text"].strip()
+    ]
     if problems:
         raise ConfigError(shown, problems)
     return [str(p["text"]) for p in items]

@@ -19,8 +19,24 @@ from compatlab.config.check import Checker
 
 __all__ = ["ServeConfig", "parse_serve_section"]
 
-_KEYS = frozenset({"model", "layers", "tokenizer", "draft", "draft-layers", "tp", "output-len", "concurrency",
-                   "requests", "startup-timeout", "request-timeout", "args", "eagle3-args", "eagle3"})
+_KEYS = frozenset(
+    {
+        "model",
+        "layers",
+        "tokenizer",
+        "draft",
+        "draft-layers",
+        "tp",
+        "output-len",
+        "concurrency",
+        "requests",
+        "startup-timeout",
+        "request-timeout",
+        "args",
+        "eagle3-args",
+        "eagle3",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,8 +55,14 @@ class ServeConfig:
     startup_timeout: float = 900.0
     request_timeout: float = 300.0
     args: tuple[str, ...] = ()  # extra launch_server arguments for both servers
-    eagle3_args: tuple[str, ...] = ("--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-                                    "--speculative-num-draft-tokens", "4")
+    eagle3_args: tuple[str, ...] = (
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    )
     eagle3: bool = True  # False: the baseline server only
 
 
@@ -60,8 +82,13 @@ def parse_serve_section(ck: Checker, serve: Mapping[str, Any], base_dir: Path) -
         got = _path(ck, serve, key, base_dir)
         if got is not None:
             fields[key] = got
-    for key, field in (("layers", "layers"), ("draft-layers", "draft_layers"), ("tp", "tp"),
-                       ("output-len", "output_len"), ("requests", "requests")):
+    for key, field in (
+        ("layers", "layers"),
+        ("draft-layers", "draft_layers"),
+        ("tp", "tp"),
+        ("output-len", "output_len"),
+        ("requests", "requests"),
+    ):
         got = ck.number(serve, "serve", key, integer=True)
         if got is not None:
             fields[field] = got

@@ -29,8 +29,11 @@ class Thresholds:
     cuda_op_timeout: float = 180.0
     jit_timeout: float = 900.0
     nccl: NcclFloors = dataclasses.field(default_factory=NcclFloors)
-    perf: PerfThresholds = dataclasses.field(default_factory=lambda: PerfThresholds(
-        min_speedup=dict.fromkeys(field_default(PerfConfig, "concurrency"), PerfThresholds.DEFAULT_MIN_SPEEDUP)))
+    perf: PerfThresholds = dataclasses.field(
+        default_factory=lambda: PerfThresholds(
+            min_speedup=dict.fromkeys(field_default(PerfConfig, "concurrency"), PerfThresholds.DEFAULT_MIN_SPEEDUP)
+        )
+    )
 
     def for_suites(self) -> dict[str, float]:
         """The in-cell suites' limits under their TOML keys, as the suites read them from context.json."""
@@ -55,8 +58,15 @@ def suite_thresholds(raw: Mapping[str, Any], *, source: str) -> Thresholds:
     return Thresholds(**fields)
 
 
-def parse_thresholds(ck: Checker, raw: Mapping[str, Any], *, path: str, targets: Iterable[str] = (),
-                     perf: PerfConfig | None = None, where: str = "thresholds") -> Thresholds:
+def parse_thresholds(
+    ck: Checker,
+    raw: Mapping[str, Any],
+    *,
+    path: str,
+    targets: Iterable[str] = (),
+    perf: PerfConfig | None = None,
+    where: str = "thresholds",
+) -> Thresholds:
     """Validate the raw ``[thresholds]`` table into *ck*; ``[thresholds.perf]`` is judged against *perf*'s levels.
 
     Without a ``[perf]`` the perf floors are still checked, against the default concurrency levels.

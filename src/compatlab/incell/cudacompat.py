@@ -77,17 +77,24 @@ def check_driver(driver: str, cuda: str) -> DriverCheck:
     shipped = TOOLKIT_DRIVER.get((major, minor))
     if have < parse_driver(floor):
         return DriverCheck(
-            state="fail", minimum=floor, recommended=shipped,
+            state="fail",
+            minimum=floor,
+            recommended=shipped,
             reason=f"driver {driver} is too old for CUDA {major}.{minor}: CUDA {major}.x needs {floor} or newer",
         )
     if shipped is not None and have < parse_driver(shipped):
         return DriverCheck(
-            state="warn", minimum=floor, recommended=shipped,
-            reason=(f"driver {driver} runs CUDA {major}.{minor} builds only under minor-version compatibility: "
-                    f"PTX from CUDA {major}.{minor} needs {shipped} or newer"),
+            state="warn",
+            minimum=floor,
+            recommended=shipped,
+            reason=(
+                f"driver {driver} runs CUDA {major}.{minor} builds only under minor-version compatibility: "
+                f"PTX from CUDA {major}.{minor} needs {shipped} or newer"
+            ),
         )
-    return DriverCheck(state="pass", minimum=floor, recommended=shipped,
-                       reason=f"driver {driver} supports CUDA {major}.{minor}")
+    return DriverCheck(
+        state="pass", minimum=floor, recommended=shipped, reason=f"driver {driver} supports CUDA {major}.{minor}"
+    )
 
 
 def check_driver_api(api_version: int, cuda: str) -> DriverCheck:
@@ -96,22 +103,29 @@ def check_driver_api(api_version: int, cuda: str) -> DriverCheck:
     have = (api_version // 1000, (api_version % 1000) // 10)
     shown = f"{have[0]}.{have[1]}"
     if have[0] < major:
-        return DriverCheck(state="fail",
-                           reason=f"the driver supports CUDA {shown}, older than the cell's CUDA {major}.{minor}")
+        return DriverCheck(
+            state="fail", reason=f"the driver supports CUDA {shown}, older than the cell's CUDA {major}.{minor}"
+        )
     if have < (major, minor):
-        return DriverCheck(state="warn",
-                           reason=f"the driver supports CUDA {shown}; CUDA {major}.{minor} runs under "
-                                  "minor-version compatibility only")
+        return DriverCheck(
+            state="warn",
+            reason=f"the driver supports CUDA {shown}; CUDA {major}.{minor} runs under "
+            "minor-version compatibility only",
+        )
     return DriverCheck(state="pass", reason=f"the driver supports CUDA {shown}")
 
 
 def check_min_driver(driver: str, min_driver: str, target: str) -> DriverCheck:
     """The matrix target's own floor (``min-driver``)."""
     if parse_driver(driver) < parse_driver(min_driver):
-        return DriverCheck(state="fail", minimum=min_driver,
-                           reason=f"driver {driver} is older than target {target}'s min-driver {min_driver}")
-    return DriverCheck(state="pass", minimum=min_driver,
-                       reason=f"driver {driver} meets target {target}'s min-driver {min_driver}")
+        return DriverCheck(
+            state="fail",
+            minimum=min_driver,
+            reason=f"driver {driver} is older than target {target}'s min-driver {min_driver}",
+        )
+    return DriverCheck(
+        state="pass", minimum=min_driver, reason=f"driver {driver} meets target {target}'s min-driver {min_driver}"
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -44,11 +44,29 @@ STAND_IN = "stand-in (CUDA_ERROR_NO_DEVICE)"
 _SONAME = "libcuda.so.1"
 # What a CUDA runtime or a framework asks of the driver before it can say "no device".
 _USUAL = (
-    "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute",
-    "cuDeviceGetName", "cuDeviceTotalMem", "cuDeviceTotalMem_v2", "cuDeviceGetUuid", "cuDeviceGetUuid_v2",
-    "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease", "cuCtxGetCurrent", "cuCtxSetCurrent",
-    "cuCtxGetDevice", "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetErrorString", "cuGetErrorName",
-    "cuGetExportTable", "cuModuleLoadData", "cuModuleGetFunction", "cuLaunchKernel",
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDeviceTotalMem",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceGetUuid",
+    "cuDeviceGetUuid_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxGetDevice",
+    "cuGetProcAddress",
+    "cuGetProcAddress_v2",
+    "cuGetErrorString",
+    "cuGetErrorName",
+    "cuGetExportTable",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
 )
 _DRIVER_SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
 # Functions whose output arguments matter to callers; every other symbol becomes `return 100`.
@@ -185,8 +203,7 @@ def build_stand_in(symbols: Iterable[str], cache_dir: Path, *, timeout: float = 
     src = out_dir / "libcuda.c"
     src.write_text(source, encoding="utf-8")
     tmp = out_dir / f".{_SONAME}.{os.getpid()}"
-    done = run([cc, "-shared", "-fPIC", "-O1", f"-Wl,-soname,{_SONAME}", "-o", str(tmp), str(src)],
-               timeout=timeout)
+    done = run([cc, "-shared", "-fPIC", "-O1", f"-Wl,-soname,{_SONAME}", "-o", str(tmp), str(src)], timeout=timeout)
     if not done.ok:
         tmp.unlink(missing_ok=True)
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]

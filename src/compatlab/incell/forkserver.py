@@ -65,6 +65,7 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
     value = (environ if environ is not None else os.environ).get(ENV_SWITCH, "1")
     return value.strip().lower() not in ("0", "false", "no", "off")
 
+
 def _steps(pre: list[str], path: str | None, name: str) -> dict[str, Any]:
     """What the probe does (loadcheck.PROBE), in this process; the record it reports."""
     step = ""
@@ -144,7 +145,7 @@ def _die_with_parent() -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _cuda_initialised() -> bool:
@@ -184,11 +185,13 @@ class _Job:
             record = None
         status = self.status if self.status is not None else 0
         return {
-            "id": self.request.get("id"), "pid": self.pid,
+            "id": self.request.get("id"),
+            "pid": self.pid,
             "returncode": os.waitstatus_to_exitcode(status),
             "stdout": self.data["stdout"][-_KEEP:].decode("utf-8", "replace"),
             "stderr": self.data["stderr"][-_KEEP:].decode("utf-8", "replace"),
-            "seconds": self.seconds, "timed_out": self.killed_at is not None,
+            "seconds": self.seconds,
+            "timed_out": self.killed_at is not None,
             "record": record if isinstance(record, dict) else None,
         }
 
@@ -278,8 +281,14 @@ class _Server:
             os.dup2(pipes["stdout"][1], 1)
             os.dup2(pipes["stderr"][1], 2)
             record_fd = pipes["record"][1]
-            for fd in [self.requests, self.replies, *self.by_fd, pipes["stdout"][1], pipes["stderr"][1],
-                       *(read for read, _ in pipes.values())]:
+            for fd in [
+                self.requests,
+                self.replies,
+                *self.by_fd,
+                pipes["stdout"][1],
+                pipes["stderr"][1],
+                *(read for read, _ in pipes.values()),
+            ]:
                 os.close(fd)
             # A fresh interpreter would see what was installed since the server started: forget what the
             # finders cached (directory listings, and path entries that did not exist then).
@@ -336,8 +345,12 @@ def main(preload: str) -> int:
     os.dup2(2, 1)
     record = _steps([m for m in preload.split(",") if m], None, "")
     if record["ok"] and _cuda_initialised():
-        record = {"ok": False, "step": "import " + preload, "type": "RuntimeError",
-                  "message": "CUDA was initialised while importing: forked children would share its context"}
+        record = {
+            "ok": False,
+            "step": "import " + preload,
+            "type": "RuntimeError",
+            "message": "CUDA was initialised while importing: forked children would share its context",
+        }
     # Every object alive now is shared with the children until one of them writes to its page. A collection
     # at the child's exit would touch them all (copy-on-write, most of a second with torch): keep it off them.
     gc.freeze()
@@ -374,8 +387,10 @@ class ForkServer:
         self.seconds = 0.0  # how long the prerequisites took to import
         assert proc.stdout is not None
         assert proc.stderr is not None
-        self._threads = [threading.Thread(target=self._read_replies, args=(proc.stdout,), daemon=True),
-                         threading.Thread(target=self._read_stderr, args=(proc.stderr,), daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._read_replies, args=(proc.stdout,), daemon=True),
+            threading.Thread(target=self._read_stderr, args=(proc.stderr,), daemon=True),
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -384,13 +399,18 @@ class ForkServer:
         return self._proc.pid
 
     @classmethod
-    def start(cls, python: str, *, preload: Sequence[str], env: Mapping[str, str] | None = None,
-              timeout: float = 180.0) -> ForkServer:
+    def start(
+        cls, python: str, *, preload: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 180.0
+    ) -> ForkServer:
         """Start a server that has imported *preload*; ServerGone (with the reason) if it could not."""
         started = time.monotonic()
         proc = subprocess.Popen(
-            [python, "-c", _source(), ",".join(preload)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=dict(env) if env is not None else None, start_new_session=True,
+            [python, "-c", _source(), ",".join(preload)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
         )
         server = cls(proc, python)
         try:
@@ -407,8 +427,9 @@ class ForkServer:
         server.seconds = time.monotonic() - started
         return server
 
-    def load(self, *, path: str | None, name: str, pre_import: Sequence[str] = (),
-             timeout: float = 120.0) -> tuple[LoadFailure | None, Completed]:
+    def load(
+        self, *, path: str | None, name: str, pre_import: Sequence[str] = (), timeout: float = 120.0
+    ) -> tuple[LoadFailure | None, Completed]:
         """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter."""
         # Imported here: this file also runs as a script (python -c), where there is no package to import from.
         from compatlab.incell.loadcheck import classify_record
@@ -435,10 +456,18 @@ class ForkServer:
             self.close()
             raise ServerGone(f"no answer for {path or name} within {timeout + 60:.0f} s") from None
         done = Completed(
-            argv=[self._python, f"<fork of server {self.pid}: pid {reply['pid']}>", path or "", name,
-                  ",".join(pre_import)],
-            returncode=int(reply["returncode"]), stdout=str(reply["stdout"]), stderr=_stderr(reply),
-            seconds=float(reply["seconds"]), timed_out=bool(reply["timed_out"]),
+            argv=[
+                self._python,
+                f"<fork of server {self.pid}: pid {reply['pid']}>",
+                path or "",
+                name,
+                ",".join(pre_import),
+            ],
+            returncode=int(reply["returncode"]),
+            stdout=str(reply["stdout"]),
+            stderr=_stderr(reply),
+            seconds=float(reply["seconds"]),
+            timed_out=bool(reply["timed_out"]),
         )
         return classify_record(done, reply["record"]), done
 

@@ -159,7 +159,7 @@ def _result_record(stderr: str) -> dict[str, Any] | None:
     for line in reversed(stderr.splitlines()):
         if line.startswith(_RESULT_TAG):
             try:
-                data = json.loads(line[len(_RESULT_TAG):])
+                data = json.loads(line[len(_RESULT_TAG) :])
             except json.JSONDecodeError:
                 return None
             return data if isinstance(data, dict) else None
@@ -193,8 +193,13 @@ def classify_record(completed: Completed, record: dict[str, Any] | None) -> Load
     if completed.timed_out:
         return LoadFailure(kind="timeout", message=f"killed after {completed.seconds:.0f} s", step=step, raw=raw)
     if completed.signal_name is not None:
-        return LoadFailure(kind="signal", message=f"killed by {completed.signal_name}",
-                           signal=completed.signal_name, step=step, raw=raw)
+        return LoadFailure(
+            kind="signal",
+            message=f"killed by {completed.signal_name}",
+            signal=completed.signal_name,
+            step=step,
+            raw=raw,
+        )
     if record is not None and record.get("ok") and completed.returncode == 0:
         return None
     if record is None:
@@ -217,11 +222,13 @@ def classify_record(completed: Completed, record: dict[str, Any] | None) -> Load
 def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadFailure:
     if m := _UNDEFINED.search(message):
         symbol = m.group(1)
-        return LoadFailure(kind="undefined-symbol", message=message, symbol=symbol, demangled=demangle(symbol),
-                           step=step, raw=raw)
+        return LoadFailure(
+            kind="undefined-symbol", message=message, symbol=symbol, demangled=demangle(symbol), step=step, raw=raw
+        )
     if m := _VERSION.search(message):
-        return LoadFailure(kind="symbol-version", message=message, symbol=m.group(1), library=m.group(2),
-                           step=step, raw=raw)
+        return LoadFailure(
+            kind="symbol-version", message=message, symbol=m.group(1), library=m.group(2), step=step, raw=raw
+        )
     if m := _MISSING_LIB.search(message):
         library = m.group(1)
         kind = "no-driver" if library.startswith(_DRIVER_LIBS) else "missing-library"
@@ -271,8 +278,7 @@ def _cxa_demangle() -> Any:
     except (OSError, AttributeError):
         return None
     func.restype = ctypes.c_void_p
-    func.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
-                     ctypes.POINTER(ctypes.c_int)]
+    func.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
     return func
 
 
@@ -310,6 +316,7 @@ def demangle(symbol: str) -> str | None:
 
 
 # --- the little ELF reading the import stage needs ------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class DynamicSymbols:
@@ -388,7 +395,7 @@ def _read_dynamic(fh: Any, size: int) -> DynamicSymbols | None:
 
     def cstr(strtab: bytes, at: int) -> str:
         end = strtab.find(b"\0", at)
-        return strtab[at:end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+        return strtab[at : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
 
     defined: set[str] = set()
     undefined: set[str] = set()
@@ -414,8 +421,9 @@ def _read_dynamic(fh: Any, size: int) -> DynamicSymbols | None:
                     needed.append(cstr(strtab, value))
     shstrtab = read(shstrndx) if 0 < shstrndx < len(sections) else b""
     device_code = any(cstr(shstrtab, at) in FATBIN_SECTIONS for at in names if at < len(shstrtab))
-    return DynamicSymbols(defined=frozenset(defined), undefined=frozenset(undefined), needed=tuple(needed),
-                          device_code=device_code)
+    return DynamicSymbols(
+        defined=frozenset(defined), undefined=frozenset(undefined), needed=tuple(needed), device_code=device_code
+    )
 
 
 def _module_basename(filename: str) -> str | None:
@@ -461,6 +469,7 @@ def _has_elf_magic(path: str | os.PathLike[str]) -> bool:
 
 # --- what to load -----------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class LoadTarget:
     """One thing to load: an extension module by file path, or a top-level package by name."""
@@ -474,11 +483,13 @@ class LoadTarget:
 def _regular_packages(files: Sequence[Any], top: str) -> list[str]:
     """The packages a distribution installs below the namespace package *top* (``cuda`` -> ``cuda.core``):
     the shallowest folders under it with an ``__init__.py``."""
-    inits = sorted((f.parts[:-1] for f in files
-                    if len(f.parts) > 2 and f.parts[0] == top and f.parts[-1] == "__init__.py"), key=len)
+    inits = sorted(
+        (f.parts[:-1] for f in files if len(f.parts) > 2 and f.parts[0] == top and f.parts[-1] == "__init__.py"),
+        key=len,
+    )
     found: list[tuple[str, ...]] = []
     for parts in inits:
-        if all(parts[:len(p)] != p for p in found):
+        if all(parts[: len(p)] != p for p in found):
             found.append(tuple(parts))
     return [".".join(p) for p in found]
 
@@ -491,8 +502,13 @@ def _top_level_names(dist: importlib.metadata.Distribution, files: Sequence[Any]
         # As below: the packages are what users import, loose modules beside them are build helpers.
         names = [n for n in listed if n in dirs] or listed
         # `import cuda` runs no code of cuda-core: a namespace package is imported by its regular packages.
-        names = [sub for n in names for sub in (
-            [n] if n in dirs or any(f.parts == (f"{n}.py",) for f in files) else _regular_packages(files, n) or [n])]
+        names = [
+            sub
+            for n in names
+            for sub in (
+                [n] if n in dirs or any(f.parts == (f"{n}.py",) for f in files) else _regular_packages(files, n) or [n]
+            )
+        ]
     else:
         packages: list[str] = []
         modules: list[str] = []
@@ -551,14 +567,20 @@ class Installed:
     @functools.cached_property
     def outside(self) -> list[str]:
         """RECORD's shared objects that lie outside the environment (never read, never loaded)."""
-        return [f.as_posix() for f in self.files if (f.name.endswith(".so") or ".so." in f.name)
-                and not self.inside(str(self.dist.locate_file(f)))]
+        return [
+            f.as_posix()
+            for f in self.files
+            if (f.name.endswith(".so") or ".so." in f.name) and not self.inside(str(self.dist.locate_file(f)))
+        ]
 
     @functools.cached_property
     def elf_files(self) -> list[str]:
         """Every shared object it installed in the environment (extension modules and plain libraries)."""
-        paths = (str(self.dist.locate_file(f)) for f in self.files
-                 if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == ".."))
+        paths = (
+            str(self.dist.locate_file(f))
+            for f in self.files
+            if (f.name.endswith(".so") or ".so." in f.name) and not (f.parts and f.parts[0] == "..")
+        )
         return [p for p in paths if self.inside(p)]
 
     @functools.cached_property
@@ -585,8 +607,9 @@ class Installed:
     @property
     def targets(self) -> list[LoadTarget]:
         """What to load of it: its extension modules, then its top-level packages."""
-        return self._extension_modules[0] + [LoadTarget(dist=self.name, label=n, name=n)
-                                             for n in _top_level_names(self.dist, self.files)]
+        return self._extension_modules[0] + [
+            LoadTarget(dist=self.name, label=n, name=n) for n in _top_level_names(self.dist, self.files)
+        ]
 
     @property
     def other_python(self) -> list[str]:
@@ -607,11 +630,13 @@ def importable_here(filename: str) -> bool:
     import of this interpreter takes it, by name or by a package's loader. Untagged and abi3 files are taken."""
     if not re.search(r"\.cpython-[^.]+\.so$", filename):
         return True
-    return any(filename.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES
-               if suffix.startswith(".cpython-"))
+    return any(
+        filename.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES if suffix.startswith(".cpython-")
+    )
 
 
 # --- loading one module in its own process ---------------------------------------------------------------
+
 
 def probe_argv(python: str, *, path: str | None, name: str, pre_import: Sequence[str] = ()) -> list[str]:
     """argv that loads *path* as module *name* (or imports package *name* when path is None)."""
@@ -628,8 +653,11 @@ def load_module(
     env: Mapping[str, str] | None = None,
 ) -> tuple[LoadFailure | None, Completed]:
     """Load one module in a fresh interpreter with a timeout, in its own process group; classify it."""
-    done = run(probe_argv(python, path=path, name=name, pre_import=pre_import), timeout=timeout,
-               env=env if env is not None else dict(os.environ))
+    done = run(
+        probe_argv(python, path=path, name=name, pre_import=pre_import),
+        timeout=timeout,
+        env=env if env is not None else dict(os.environ),
+    )
     return classify(done), done
 
 

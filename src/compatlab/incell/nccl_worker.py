@@ -89,7 +89,6 @@ def parse_test_hook(text: str) -> NcclHook:
     raise ValueError(usage)
 
 
-
 # ---------------------------------------------------------------------------------------------------
 # Worker: runs in the cell's venv, torch and the standard library only.
 
@@ -170,8 +169,12 @@ class _Worker:
 
         t1 = time.perf_counter()
         dist.init_process_group(
-            self.cfg["backend"], init_method=self.cfg["init_method"], rank=self.rank, world_size=self.n,
-            timeout=timedelta(seconds=float(self.cfg["pg_timeout_s"])), **kwargs,
+            self.cfg["backend"],
+            init_method=self.cfg["init_method"],
+            rank=self.rank,
+            world_size=self.n,
+            timeout=timedelta(seconds=float(self.cfg["pg_timeout_s"])),
+            **kwargs,
         )
         one = torch.ones(1, device=self.device)
         dist.all_reduce(one)
@@ -223,8 +226,12 @@ class _Worker:
             return {"ok": True}
         index = int(bad.nonzero()[0][0])
         return {
-            "ok": False, "index": index, "mismatches": int(bad.sum()), "elements": int(out.numel()),
-            "expected": _as_number(expected[index].item()), "got": _as_number(out[index].item()),
+            "ok": False,
+            "index": index,
+            "mismatches": int(bad.sum()),
+            "elements": int(out.numel()),
+            "expected": _as_number(expected[index].item()),
+            "got": _as_number(out[index].item()),
         }
 
     def correctness(self) -> None:
@@ -328,8 +335,13 @@ def worker_main(argv: Sequence[str]) -> int:
             getattr(w, phase)()
         ev.emit("done")
     except BaseException as exc:  # noqa: BLE001 - the parent must learn of every way a rank ends
-        ev.emit("error", phase=phase, type=type(exc).__name__, message=str(exc).strip()[:2000],
-                traceback=traceback.format_exc()[-4000:])
+        ev.emit(
+            "error",
+            phase=phase,
+            type=type(exc).__name__,
+            message=str(exc).strip()[:2000],
+            traceback=traceback.format_exc()[-4000:],
+        )
         return 1
     if w.dist is not None and w.dist.is_initialized():
         w.dist.destroy_process_group()

@@ -75,8 +75,9 @@ class Need:
         """May the import stage find this module not needed? Yes when the code says so, and when code that
         `import P` runs names it (it may load it by path), unless the loader may pick the build by GPU (see
         :func:`picked_by_gpu`). Not when P has no Python code: then nothing runs that could leave it out."""
-        return self.optional or (self.needed == _UNKNOWN and self.named
-                                 and not picked_by_gpu(rel, device_code=device_code))
+        return self.optional or (
+            self.needed == _UNKNOWN and self.named and not picked_by_gpu(rel, device_code=device_code)
+        )
 
 
 def picked_by_gpu(rel: str, *, device_code: bool) -> bool:
@@ -148,7 +149,8 @@ def _handler_message(handlers: list[ast.ExceptHandler]) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 class _Reader:
@@ -189,8 +191,16 @@ class _Reader:
     def visit(self, node: ast.stmt, function: str, guarded: bool, feature: str) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom):
             for target in self.targets(node):
-                self.m.refs.append(Reference(target=target, file=self.m.file, line=node.lineno, function=function,
-                                             guarded=guarded, feature=feature))
+                self.m.refs.append(
+                    Reference(
+                        target=target,
+                        file=self.m.file,
+                        line=node.lineno,
+                        function=function,
+                        guarded=guarded,
+                        feature=feature,
+                    )
+                )
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             name = f"{function}.{node.name}" if function else node.name
             doc = _first_line(ast.get_docstring(node)) or feature
@@ -225,9 +235,11 @@ def _strings(tree: ast.Module) -> set[str]:
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 docstrings.add(id(body[0].value))
-    return {n.value for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
-            and len(n.value) < 4096}
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings and len(n.value) < 4096
+    }
 
 
 class ImportGraph:
@@ -332,8 +344,11 @@ class ImportGraph:
         for name in chains:
             mod = self.module(name)
             if mod is not None and any(word.search(s) for s in mod.strings):
-                return Need(needed=_UNKNOWN, named=True,
-                            why=f"{mod.file}, which `import {self.top}` runs, names {stem!r}: it may load it by path")
+                return Need(
+                    needed=_UNKNOWN,
+                    named=True,
+                    why=f"{mod.file}, which `import {self.top}` runs, names {stem!r}: it may load it by path",
+                )
         refs = list(self.references(dotted))
         if not refs:
             if self.module(self.top) is None:  # no Python to read (a bare extension, a namespace): unknown
@@ -342,8 +357,11 @@ class ImportGraph:
             # confirms it (P imported without mapping it) before this is a warning.
             return Need(needed=_NOT_NEEDED, why=f"no Python code of {self.top} imports it or names it")
         own = [r for r in refs if not _is_test(r.file)] or refs
-        ref = (next((r for r in own if r.guarded and not r.function), None)
-               or next((r for r in own if r.feature), None) or own[0])
+        ref = (
+            next((r for r in own if r.guarded and not r.function), None)
+            or next((r for r in own if r.feature), None)
+            or own[0]
+        )
         if dotted in guarded or (ref.guarded and not ref.function):
             why = f"{ref.file}:{ref.line} imports it under try/except ImportError"
         elif not ref.function:  # at module level of a module that `import P` itself does not run

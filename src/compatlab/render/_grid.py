@@ -166,16 +166,8 @@ def layout(run: Run) -> list[Table]:
         slots = by_table.get(tkey)
         if not slots:
             continue
-        rows = [
-            k
-            for k in itertools.product(*(_values(run, a) for a in run.rows))
-            if any(r == k for r, _ in slots)
-        ]
-        cols = [
-            k
-            for k in itertools.product(*(_values(run, a) for a in col_axes))
-            if any(c == k for _, c in slots)
-        ]
+        rows = [k for k in itertools.product(*(_values(run, a) for a in run.rows)) if any(r == k for r, _ in slots)]
+        cols = [k for k in itertools.product(*(_values(run, a) for a in col_axes)) if any(c == k for _, c in slots)]
         title = " · ".join(f"{axis_title(a)} {v}" for a, v in zip(run.tables, tkey, strict=True))
         out.append(
             Table(
@@ -280,8 +272,11 @@ def install_command(cell: CellResult) -> str | None:
     with their own index are installed first)."""
     import shlex
 
-    parts = [shlex.join(str(a) for a in argv) for key in ("pre_argv", "argv")
-             if isinstance(argv := cell.install.get(key), list) and argv]
+    parts = [
+        shlex.join(str(a) for a in argv)
+        for key in ("pre_argv", "argv")
+        if isinstance(argv := cell.install.get(key), list) and argv
+    ]
     return " && ".join(parts) if parts and isinstance(cell.install.get("argv"), list) else None
 
 

@@ -65,7 +65,6 @@ def broken_pins(cell: CellResult) -> list[str]:
     return forced_marks(cell)
 
 
-
 def portable_command(cell: CellResult) -> str | None:
     """The stack as a command a box owner runs in their own venv (no paths of this machine): the pins as
     uv got them and, for a forced cell, the same pins as overrides (a file made on the spot). Packages
@@ -78,9 +77,11 @@ def portable_command(cell: CellResult) -> str | None:
     overrides = [r for r in cell.install.get("overrides") or [] if isinstance(r, str)]
     command = shlex.join(["uv", "pip", "install", *requirements])
     if overrides:
-        command = (shlex.join(["printf", r"%s\n", *overrides]) + " > overrides.txt && " + command
-                   + " --override overrides.txt")
+        command = (
+            shlex.join(["printf", r"%s\n", *overrides]) + " > overrides.txt && " + command + " --override overrides.txt"
+        )
     return command
+
 
 def shipped(cell: CellResult) -> str:
     """The release whose own pinned stack this cell is (``sglang 0.5.23``), or ''."""
@@ -142,8 +143,11 @@ def _neighbour(red: CellResult, green: list[CellResult], axes: list[str], run: R
     why = one_line(reason(red))
     at = f" at {stage.name}" if stage is not None else ""
     rest = label({a: v for a, v in red.axes.items() if a != axis and a not in run.tables})
-    sentence = (f"{axis} {red.axes.get(axis, '')} fails{at}" + (f" ({why})" if why else "")
-                + f" with {rest}; {axis} {cell.axes.get(axis, '')} {_state_word(cell)}")
+    sentence = (
+        f"{axis} {red.axes.get(axis, '')} fails{at}"
+        + (f" ({why})" if why else "")
+        + f" with {rest}; {axis} {cell.axes.get(axis, '')} {_state_word(cell)}"
+    )
     return Neighbour(red=red, green=cell, axis=axis, sentence=sentence)
 
 
@@ -154,13 +158,22 @@ def answers(run: Run) -> Answers:
     newest = max(green, key=lambda c: (not is_forced(c), _newness(c, axes), c.state == "pass"), default=None)
     reds = [c for c in run.cells if c.state == "fail"]
     breaks = tuple(broken_pins(newest)) if newest is not None and is_forced(newest) else ()
-    return Answers(newest=newest, command=portable_command(newest) if newest is not None else None,
-                   neighbours=tuple(_neighbour(r, green, axes, run) for r in reds), breaks=breaks)
+    return Answers(
+        newest=newest,
+        command=portable_command(newest) if newest is not None else None,
+        neighbours=tuple(_neighbour(r, green, axes, run) for r in reds),
+        breaks=breaks,
+    )
 
 
 def _cell_json(cell: CellResult) -> dict[str, Any]:
-    return {"id": cell.id, "axes": dict(cell.axes), "state": cell.state, "shipped": shipped(cell),
-            "forced": is_forced(cell)}
+    return {
+        "id": cell.id,
+        "axes": dict(cell.axes),
+        "state": cell.state,
+        "shipped": shipped(cell),
+        "forced": is_forced(cell),
+    }
 
 
 def answers_json(run: Run) -> dict[str, Any]:
@@ -173,6 +186,13 @@ def answers_json(run: Run) -> dict[str, Any]:
         "schema": "compatlab.answers/1",
         "run": run.id,
         "newest": newest,
-        "neighbours": [{"red": _cell_json(n.red), "green": _cell_json(n.green) if n.green else None,
-                        "axis": n.axis, "sentence": n.sentence} for n in found.neighbours],
+        "neighbours": [
+            {
+                "red": _cell_json(n.red),
+                "green": _cell_json(n.green) if n.green else None,
+                "axis": n.axis,
+                "sentence": n.sentence,
+            }
+            for n in found.neighbours
+        ],
     }

@@ -66,9 +66,7 @@ def _change(old: CellResult | None, new: CellResult | None) -> Change | None:
         )
     assert new is not None
     if old is None:
-        return Change(
-            kind="new", cell_id=new.id, label=label(new.axes), new_state=new.state, new_reason=reason(new)
-        )
+        return Change(kind="new", cell_id=new.id, label=label(new.axes), new_state=new.state, new_reason=reason(new))
     before, after = reason(old), reason(new)
     kind = None
     if old.state != new.state:
@@ -102,9 +100,7 @@ def diff_runs(old: Run, new: Run) -> list[Change]:
     return sorted(found, key=lambda c: CHANGE_KINDS.index(c.kind))
 
 
-def figure_series(
-    history: list[Run], run: Run, *, last: int = SPARK_RUNS
-) -> dict[str, dict[str, list[float]]]:
+def figure_series(history: list[Run], run: Run, *, last: int = SPARK_RUNS) -> dict[str, dict[str, list[float]]]:
     """cell id -> figure name -> values over the last *last* runs up to and including *run*.
 
     A run where a cell has no such figure contributes nothing, so a series may be shorter than *last*.

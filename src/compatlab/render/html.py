@@ -101,8 +101,7 @@ def _figs(cell: CellResult, series: Mapping[str, Sequence[float]]) -> str:
     if not figs:
         return ""
     items = "".join(
-        f'<span title="{_e(name)}">{_e(name)} <b>{_e(fmt_number(v))}</b>'
-        f"{sparkline(series.get(name, ()), name)}</span>"
+        f'<span title="{_e(name)}">{_e(name)} <b>{_e(fmt_number(v))}</b>{sparkline(series.get(name, ()), name)}</span>'
         for name, v in headline(figs).items()
     )
     more = len(figs) - len(headline(figs))
@@ -135,9 +134,7 @@ def _value(value: Any) -> str:
         return f"<code>{_e(json.dumps(value))}</code>"
     if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
         items = "".join(f"<li><code>{_e(v)}</code></li>" for v in value[:LIST_LIMIT])
-        more = (
-            f'<li class="muted">… and {len(value) - LIST_LIMIT} more</li>' if len(value) > LIST_LIMIT else ""
-        )
+        more = f'<li class="muted">… and {len(value) - LIST_LIMIT} more</li>' if len(value) > LIST_LIMIT else ""
         return f"<ul>{items}{more}</ul>" if value else '<span class="muted">(none)</span>'
     return f"<pre>{_e(json.dumps(value, indent=2, ensure_ascii=False, default=str))}</pre>"
 
@@ -268,8 +265,10 @@ def _cell(cell: CellResult | None, change: Change | None, series: Mapping[str, S
     if warned and cell.state in ("pass", "partial"):
         more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
         first = warned[0]
-        why += (f'<div class="warns" title="{_e(first.reason)}">warning · <b>{_e(first.name)}</b>: '
-                f"{_e(one_line(first.reason))}{_e(more)}</div>")
+        why += (
+            f'<div class="warns" title="{_e(first.reason)}">warning · <b>{_e(first.name)}</b>: '
+            f"{_e(one_line(first.reason))}{_e(more)}</div>"
+        )
     summary = head + why + _figs(cell, series)
     return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell, change, series)}</details></td>"
 
@@ -285,15 +284,11 @@ def _header(table: Table) -> str:
         cells = (
             []
             if level
-            else [
-                f'<th class="corner" rowspan="{depth}" colspan="{max(len(table.row_axes), 1)}">{corner}</th>'
-            ]
+            else [f'<th class="corner" rowspan="{depth}" colspan="{max(len(table.row_axes), 1)}">{corner}</th>']
         )
         if table.col_axes:
             axis = table.col_axes[level]
-            for prefix, group in itertools.groupby(
-                table.col_keys, key=operator.itemgetter(slice(0, level + 1))
-            ):
+            for prefix, group in itertools.groupby(table.col_keys, key=operator.itemgetter(slice(0, level + 1))):
                 span = len(list(group))
                 scope = "colgroup" if span > 1 else "col"
                 name = f'<span class="ax">{_e(axis)}</span>{_e(prefix[-1])}'
@@ -302,9 +297,7 @@ def _header(table: Table) -> str:
     return f"<thead>{''.join(rows)}</thead>"
 
 
-def _table(
-    table: Table, changes: Mapping[str, Change], series: Mapping[str, Mapping[str, Sequence[float]]]
-) -> str:
+def _table(table: Table, changes: Mapping[str, Change], series: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
     body = []
     cols = table.col_keys or ((),)
     for row in table.row_keys:
@@ -312,9 +305,7 @@ def _table(
         tds = []
         for col in cols:
             cell = table.slots.get((row, col))
-            tds.append(
-                _cell(cell, changes.get(cell.id) if cell else None, series.get(cell.id, {}) if cell else {})
-            )
+            tds.append(_cell(cell, changes.get(cell.id) if cell else None, series.get(cell.id, {}) if cell else {}))
         body.append(f"<tr>{heads}{''.join(tds)}</tr>")
     anchor = "t-" + "-".join(table.key) if table.key else "t-all"
     return (
@@ -328,14 +319,8 @@ def _counts(run: Run) -> str:
     chips = []
     for state in CELL_STATES:
         n = counts[state]
-        extra = (
-            f' <span class="muted">({counts["known"]} known)</span>'
-            if state == "fail" and counts["known"]
-            else ""
-        )
-        chips.append(
-            f'<li class="chip {_state_class(state)}">{SYMBOLS[state]} {_e(state)} <b>{n}</b>{extra}</li>'
-        )
+        extra = f' <span class="muted">({counts["known"]} known)</span>' if state == "fail" and counts["known"] else ""
+        chips.append(f'<li class="chip {_state_class(state)}">{SYMBOLS[state]} {_e(state)} <b>{n}</b>{extra}</li>')
     older = sum(1 for c in run.cells if c.run)
     if older:
         title = "cells the newest run did not run: each shows its result of an older run"
@@ -348,8 +333,7 @@ def _changes(changes: Sequence[Change], previous: Run | None) -> str:
         return ""
     if not changes:
         return (
-            f'<p class="muted">No cell changed since run <code>{_e(previous.id)}</code> '
-            f"({_e(previous.started)}).</p>"
+            f'<p class="muted">No cell changed since run <code>{_e(previous.id)}</code> ({_e(previous.started)}).</p>'
         )
     items = []
     for c in changes:
@@ -446,18 +430,25 @@ def _answers(run: Run) -> str:
         cell = found.newest
         marks = _badges(cell, None)
         state = "green" if cell.state == "pass" else "amber: no GPU stage ran here"
-        items.append(f'<p><b>Newest working stack</b> ({_e(state)}): <a href="#c-{_e(cell.id)}">'
-                     f"{_e(label(cell.axes))}</a> {marks}</p>")
+        items.append(
+            f'<p><b>Newest working stack</b> ({_e(state)}): <a href="#c-{_e(cell.id)}">'
+            f"{_e(label(cell.axes))}</a> {marks}</p>"
+        )
         if is_forced(cell):
-            items.append("<p>No working stack installs without force: this one breaks "
-                         + (_e("; ".join(found.breaks)) if found.breaks else "pins the lock did not know") + ".</p>")
+            items.append(
+                "<p>No working stack installs without force: this one breaks "
+                + (_e("; ".join(found.breaks)) if found.breaks else "pins the lock did not know")
+                + ".</p>"
+            )
         if found.command:
             items.append(f"<pre>{_e(found.command)}</pre>")
     if found.neighbours:
         rows = "".join(
             f'<li><a href="#c-{_e(n.red.id)}">{_e(n.sentence)}</a>'
-            + (f' → <a href="#c-{_e(n.green.id)}">{_e(n.green.id)}</a>' if n.green else "") + "</li>"
-            for n in found.neighbours)
+            + (f' → <a href="#c-{_e(n.green.id)}">{_e(n.green.id)}</a>' if n.green else "")
+            + "</li>"
+            for n in found.neighbours
+        )
         items.append(f"<p><b>Each red cell's nearest working neighbour</b> (one axis changed):</p><ul>{rows}</ul>")
     return f'<section class="answers"><h2 id="answers">Answers</h2>{"".join(items)}</section>'
 
@@ -507,9 +498,7 @@ def render_html(
         ' · <a href="compat.md">compat.md</a> · axes: '
         f"{_e(', '.join(axis_title(a) for a in run.axes))}</footer>"
     )
-    title = (
-        f"compatlab · {facts['matrix']} · run {run.id}" if facts["matrix"] else f"compatlab · run {run.id}"
-    )
+    title = f"compatlab · {facts['matrix']} · run {run.id}" if facts["matrix"] else f"compatlab · run {run.id}"
     return _page(title, "\n".join(b for b in body if b), nav, brand=facts["matrix"])
 
 

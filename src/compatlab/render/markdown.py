@@ -162,8 +162,12 @@ def answers_md(run: Run) -> list[str]:
         marks = (" *(shipped together)*" if shipped(cell) else "") + (" *(forced)*" if is_forced(cell) else "")
         lines.append(f"**Newest working stack** ({state}): {md_text(label(cell.axes))}{marks}")
         if is_forced(cell):
-            lines += ["", "No working stack installs without force: this one breaks "
-                      + (md_text("; ".join(found.breaks)) if found.breaks else "pins the lock did not know") + "."]
+            lines += [
+                "",
+                "No working stack installs without force: this one breaks "
+                + (md_text("; ".join(found.breaks)) if found.breaks else "pins the lock did not know")
+                + ".",
+            ]
         if found.command:
             lines += ["", "```sh", printable(found.command), "```"]
     if found.neighbours:
@@ -190,8 +194,7 @@ def render_markdown(run: Run) -> str:
         lines += ["", f"## {md_text(table.title)}", ""]
         head = [md_text(" · ".join(table.row_axes)) or " "]
         head += [
-            md_text(" · ".join(f"{a} {v}" for a, v in zip(table.col_axes, col, strict=True)))
-            for col in table.col_keys
+            md_text(" · ".join(f"{a} {v}" for a, v in zip(table.col_axes, col, strict=True))) for col in table.col_keys
         ]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "|".join(" --- " for _ in head) + "|")
@@ -238,15 +241,12 @@ def _perf_lines(old: Run, new: Run) -> list[str]:
                 continue
             pct = (value - base) / abs(base) * 100
             lines.append(
-                f"- {md_text(label(cell.axes))}: {md_text(name)} {fmt_number(base)} → "
-                f"{fmt_number(value)} ({pct:+.0f}%)"
+                f"- {md_text(label(cell.axes))}: {md_text(name)} {fmt_number(base)} → {fmt_number(value)} ({pct:+.0f}%)"
             )
     return lines
 
 
-def compat_md_diff(
-    old_results: Run | Mapping[str, Any] | Path, new_results: Run | Mapping[str, Any] | Path
-) -> str:
+def compat_md_diff(old_results: Run | Mapping[str, Any] | Path, new_results: Run | Mapping[str, Any] | Path) -> str:
     """A Markdown summary of what changed between two runs: newly red first, then newly green, etc.
 
     Each argument is a results.json path, its loaded JSON (checked by ``runs.model.Results.from_json``), or a

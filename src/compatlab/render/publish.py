@@ -63,9 +63,12 @@ def write_run(
         nav=nav or [],
         runs=runs or [],
     )
-    files = {"index.html": page, "compat.md": render_markdown(run),
-             # Redacted as every other file: the commands and reasons in it came from results.
-             "answers.json": redact_text(json.dumps(answers_json(run), indent=2)) + "\n"}
+    files = {
+        "index.html": page,
+        "compat.md": render_markdown(run),
+        # Redacted as every other file: the commands and reasons in it came from results.
+        "answers.json": redact_text(json.dumps(answers_json(run), indent=2)) + "\n",
+    }
     changed = [printable(news).rstrip("\n") + "\n"] if news.strip() else []
     if previous is not None:
         changed.append(compat_md_diff(previous, run))
@@ -99,9 +102,7 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
     """
     history = load_runs(runs_dir)
     if not history:
-        raise ConfigError(
-            str(runs_dir), ["no runs found (expected <run-id>/results.json); run `nox -s matrix` first"]
-        )
+        raise ConfigError(str(runs_dir), ["no runs found (expected <run-id>/results.json); run `nox -s matrix` first"])
     for run in history:
         write_run(
             run,
@@ -127,9 +128,7 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
             )
         return out
 
-    write_text_atomic(
-        site_dir / "runs" / "index.html", render_index(entries(""), nav=[("Latest", "../index.html")])
-    )
+    write_text_atomic(site_dir / "runs" / "index.html", render_index(entries(""), nav=[("Latest", "../index.html")]))
     latest = history[-1]
     write_run(
         latest,

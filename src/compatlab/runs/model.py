@@ -87,8 +87,16 @@ class ShapeError(ValueError):
 class _Shape:
     """Reads one JSON table against its known keys, collecting problems instead of stopping at the first."""
 
-    def __init__(self, data: object, where: str, problems: list[str], *, required: tuple[str, ...],
-                 optional: tuple[str, ...], what: str = "a table") -> None:
+    def __init__(
+        self,
+        data: object,
+        where: str,
+        problems: list[str],
+        *,
+        required: tuple[str, ...],
+        optional: tuple[str, ...],
+        what: str = "a table",
+    ) -> None:
         self.where, self.problems = where, problems
         self.ok = isinstance(data, dict)
         self.data: dict[str, Any] = data if isinstance(data, dict) else {}
@@ -212,12 +220,19 @@ class StageResult:
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> StageResult | None:
-        sh = _Shape(data, where, problems, required=("name", "state"),
-                    optional=("reason", "details", "seconds", "required"))
+        sh = _Shape(
+            data, where, problems, required=("name", "state"), optional=("reason", "details", "seconds", "required")
+        )
         if not sh.ok:
             return None
-        return cls(name=sh.text("name"), state=sh.choice("state", STAGE_STATES), reason=sh.text("reason"),
-                   details=sh.table("details"), seconds=sh.number("seconds"), required=sh.flag("required", True))
+        return cls(
+            name=sh.text("name"),
+            state=sh.choice("state", STAGE_STATES),
+            reason=sh.text("reason"),
+            details=sh.table("details"),
+            seconds=sh.number("seconds"),
+            required=sh.flag("required", True),
+        )
 
 
 def cell_state(stages: Iterable[StageResult]) -> CellState:
@@ -285,9 +300,25 @@ class CellResult:
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> CellResult | None:
-        sh = _Shape(data, where, problems, required=("id", "axes", "state"),
-                    optional=("expected", "unexpected", "stages", "install", "freeze", "started", "finished",
-                              "seconds", "attempts", "reason", "run"))
+        sh = _Shape(
+            data,
+            where,
+            problems,
+            required=("id", "axes", "state"),
+            optional=(
+                "expected",
+                "unexpected",
+                "stages",
+                "install",
+                "freeze",
+                "started",
+                "finished",
+                "seconds",
+                "attempts",
+                "reason",
+                "run",
+            ),
+        )
         if not sh.ok:
             return None
         cell_id = sh.text("id")
@@ -304,10 +335,19 @@ class CellResult:
         else:
             sh.say("stages", f"expected a list of stages, got {_show(raw_stages)}")
         return cls(
-            id=cell_id, axes=sh.string_table("axes"), state=sh.choice("state", CELL_STATES), expected=expected,
-            unexpected=sh.flag("unexpected", False), stages=stages, install=sh.table("install"),
-            freeze=sh.strings("freeze"), started=sh.text("started"), finished=sh.text("finished"),
-            seconds=sh.number("seconds"), attempts=sh.integer("attempts", 1, minimum=1), reason=sh.text("reason"),
+            id=cell_id,
+            axes=sh.string_table("axes"),
+            state=sh.choice("state", CELL_STATES),
+            expected=expected,
+            unexpected=sh.flag("unexpected", False),
+            stages=stages,
+            install=sh.table("install"),
+            freeze=sh.strings("freeze"),
+            started=sh.text("started"),
+            finished=sh.text("finished"),
+            seconds=sh.number("seconds"),
+            attempts=sh.integer("attempts", 1, minimum=1),
+            reason=sh.text("reason"),
             run=sh.text("run"),
         )
 
@@ -406,10 +446,18 @@ class RunInfo:
             hosts = []
         finished = sh.data.get("finished")
         return cls(
-            id=sh.text("id"), started=sh.text("started"), started_ns=sh.integer("started_ns", 0),
-            finished=sh.text("finished") if finished is not None else None, matrix=sh.text("matrix"),
-            matrix_name=sh.text("matrix_name"), host=sh.table("host"), owner=sh.text("owner"),
-            shards=tuple(sh.strings("shards")), hosts=tuple(hosts), report=report, axes=axes,
+            id=sh.text("id"),
+            started=sh.text("started"),
+            started_ns=sh.integer("started_ns", 0),
+            finished=sh.text("finished") if finished is not None else None,
+            matrix=sh.text("matrix"),
+            matrix_name=sh.text("matrix_name"),
+            host=sh.table("host"),
+            owner=sh.text("owner"),
+            shards=tuple(sh.strings("shards")),
+            hosts=tuple(hosts),
+            report=report,
+            axes=axes,
             planned=tuple(sh.strings("planned")),
         )
 

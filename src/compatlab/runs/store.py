@@ -255,8 +255,14 @@ def _read_cell_file(path: Path) -> CellResult:
 def _error_cell(cell_id: str, path: Path, why: str, planned: Mapping[str, Cell]) -> CellResult:
     cell = planned.get(cell_id)
     expected = {"state": cell.expect, "reason": cell.expect_reason} if cell and cell.expect else None
-    return CellResult(id=cell_id, axes=dict(cell.axes) if cell else {}, state=CellState.ERROR, unexpected=True,
-                      expected=expected, reason=f"{UNREADABLE}{path}: {why}")
+    return CellResult(
+        id=cell_id,
+        axes=dict(cell.axes) if cell else {},
+        state=CellState.ERROR,
+        unexpected=True,
+        expected=expected,
+        reason=f"{UNREADABLE}{path}: {why}",
+    )
 
 
 def read_cells(run_dir: Path, planned: Mapping[str, Cell] | None = None) -> list[tuple[Path, CellResult]]:
@@ -314,10 +320,13 @@ def _keep(run_id: str, result: CellResult, data: Mapping[str, Any]) -> tuple[Pat
         except LabError as exc:
             tried.append(str(exc))
             continue
-        return target, (f"the result is kept in {target}; to bring it back: compatlab merge <run folder> {folder} "
-                        "--out <new run folder>")
-    return None, ("it could not be kept anywhere else either (" + "; ".join(tried) + "); here it is: "
-                  + json.dumps(data))
+        return target, (
+            f"the result is kept in {target}; to bring it back: compatlab merge <run folder> {folder} "
+            "--out <new run folder>"
+        )
+    return None, (
+        "it could not be kept anywhere else either (" + "; ".join(tried) + "); here it is: " + json.dumps(data)
+    )
 
 
 def _probe_held(fd: int) -> bool:
@@ -371,15 +380,19 @@ class RunFolder:
         if self._owns:
             return
         if not _probe_held(self._fd):
-            raise NotOwner(f"run {self.id} has no owner any more (the process that started it, "
-                           f"{_owner_words(self.owner)}, exited or was killed): nothing is written into {self.path}")
+            raise NotOwner(
+                f"run {self.id} has no owner any more (the process that started it, "
+                f"{_owner_words(self.owner)}, exited or was killed): nothing is written into {self.path}"
+            )
         try:
             now = _read_run_json(self.path).owner
         except ConfigError as exc:
             raise NotOwner(f"run {self.id}: cannot tell who owns it: {exc}") from None
         if now != self.owner:
-            raise NotOwner(f"run {self.id} now belongs to another process ({_owner_words(now)}): "
-                           f"nothing is written into {self.path}")
+            raise NotOwner(
+                f"run {self.id} now belongs to another process ({_owner_words(now)}): "
+                f"nothing is written into {self.path}"
+            )
 
     def work_dir(self, cell_id: str) -> Path:
         """The cell's work folder ``cells/<id>/``, made; LabError naming it when it cannot be.
@@ -418,13 +431,21 @@ class RunFolder:
         found = [r for _, r in read_cells(self.path, planned)]
         # An n/a cell is a fact of the matrix, not of a run: no process is started for it, it is written here.
         have = {c.id for c in found}
-        found += [CellResult(id=c.id, axes=c.axes, state="n/a", reason=c.na) for c in cells
-                  if c.na is not None and c.id not in have]
+        found += [
+            CellResult(id=c.id, axes=c.axes, state="n/a", reason=c.na)
+            for c in cells
+            if c.na is not None and c.id not in have
+        ]
         found.sort(key=lambda c: (order.get(c.id, len(order)), c.id))
         run = dataclasses.replace(
-            info, owner="", finished=max((c.finished for c in found if c.finished), default=None),
-            report={"rows": tuple(matrix.report.rows), "columns": tuple(matrix.report.columns),
-                    "tables": tuple(matrix.report.tables)},
+            info,
+            owner="",
+            finished=max((c.finished for c in found if c.finished), default=None),
+            report={
+                "rows": tuple(matrix.report.rows),
+                "columns": tuple(matrix.report.columns),
+                "tables": tuple(matrix.report.tables),
+            },
             axes={a.name: tuple(v.version for v in a.values) for a in matrix.axes},
             planned=tuple(c.id for c in cells),
         )
@@ -447,9 +468,16 @@ def _open_dir(path: Path) -> int:
         raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def claim_run(run_dir: Path, *, run_id: str, matrix: Matrix, restart: bool = False,
-              host: Mapping[str, Any] | None = None, shards: Sequence[str] = (),
-              hosts: Sequence[Mapping[str, Any]] = ()) -> RunFolder:
+def claim_run(
+    run_dir: Path,
+    *,
+    run_id: str,
+    matrix: Matrix,
+    restart: bool = False,
+    host: Mapping[str, Any] | None = None,
+    shards: Sequence[str] = (),
+    hosts: Sequence[Mapping[str, Any]] = (),
+) -> RunFolder:
     """Own *run_dir* until the returned folder is closed; writes run.json naming this process.
 
     An existing run keeps its start and host (more stages added to it later), unless *restart* (a merge
@@ -467,8 +495,10 @@ def claim_run(run_dir: Path, *, run_id: str, matrix: Matrix, restart: bool = Fal
                     who = _owner_words(_read_run_json(run_dir).owner)
                 except ConfigError:
                     who = "another process"
-                raise LabError(f"{run_dir}: run {run_id} is in use by {who}; one run belongs to one process at a "
-                               "time: wait for it to finish, or choose another run id (COMPATLAB_RUN_ID)") from None
+                raise LabError(
+                    f"{run_dir}: run {run_id} is in use by {who}; one run belongs to one process at a "
+                    "time: wait for it to finish, or choose another run id (COMPATLAB_RUN_ID)"
+                ) from None
             time.sleep(0.05)
     try:
         owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
@@ -476,9 +506,17 @@ def claim_run(run_dir: Path, *, run_id: str, matrix: Matrix, restart: bool = Fal
         if before is not None:
             info = dataclasses.replace(before, owner=owner)
         else:
-            info = RunInfo(id=run_id, started=now_iso(), started_ns=time.time_ns(), matrix=matrix.path,
-                           matrix_name=matrix.name, host=dict(host_facts() if host is None else host), owner=owner,
-                           shards=tuple(shards), hosts=tuple(dict(h) for h in hosts))
+            info = RunInfo(
+                id=run_id,
+                started=now_iso(),
+                started_ns=time.time_ns(),
+                matrix=matrix.path,
+                matrix_name=matrix.name,
+                host=dict(host_facts() if host is None else host),
+                owner=owner,
+                shards=tuple(shards),
+                hosts=tuple(dict(h) for h in hosts),
+            )
         _write_run_json(run_dir, info)
     except BaseException:
         os.close(fd)
@@ -526,8 +564,7 @@ def whole_matrix(folder: Path, results: Results) -> Results:
     A folder showing another matrix, or a newer run, is not merged with.
     """
     shown = _shown_results(folder)
-    if (shown is None or shown.run.matrix_name != results.run.matrix_name
-            or shown.run.order > results.run.order):
+    if shown is None or shown.run.matrix_name != results.run.matrix_name or shown.run.order > results.run.order:
         return results
     have = {c.id for c in results.cells}
     older = {c.id: c for c in shown.cells if c.id not in have}
@@ -563,8 +600,10 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
         fcntl.flock(fd, fcntl.LOCK_EX)
         shown = _shown(folder)
         if shown is not None and shown.id != results.run.id and shown.order > results.run.order:
-            raise StaleRun(f"{folder} shows run {shown.id} (started {shown.started}), newer than run "
-                           f"{results.run.id} (started {results.run.started}): left as it is")
+            raise StaleRun(
+                f"{folder} shows run {shown.id} (started {shown.started}), newer than run "
+                f"{results.run.id} (started {results.run.started}): left as it is"
+            )
         results = whole_matrix(folder, results)
         written = []
         for name, text in (files or {}).items():
@@ -582,8 +621,15 @@ def _canonical(cell: CellResult) -> str:
     return json.dumps(cell.to_json(), sort_keys=True)
 
 
-def merge_runs(matrix: Matrix, shard_dirs: Sequence[Path], out_dir: Path, *, run_id: str,
-               prefer: Sequence[Path] = (), latest: Path | None = None) -> Results:
+def merge_runs(
+    matrix: Matrix,
+    shard_dirs: Sequence[Path],
+    out_dir: Path,
+    *,
+    run_id: str,
+    prefer: Sequence[Path] = (),
+    latest: Path | None = None,
+) -> Results:
     """Combine shard run folders into one run; a planned cell no shard produced is an error, never green.
 
     Two different results for one cell are refused (LabError naming both files) unless one of them comes
@@ -622,21 +668,35 @@ def merge_runs(matrix: Matrix, shard_dirs: Sequence[Path], out_dir: Path, *, run
             chosen[cid] = pick
     if conflicts:
         raise LabError("; ".join(conflicts) + "; say which shard wins with --prefer DIR")
-    with claim_run(out_dir, run_id=run_id, matrix=matrix, restart=True, host=hosts[0] if hosts else {},
-                   shards=[str(d) for d in shard_dirs], hosts=hosts) as run:
+    with claim_run(
+        out_dir,
+        run_id=run_id,
+        matrix=matrix,
+        restart=True,
+        host=hosts[0] if hosts else {},
+        shards=[str(d) for d in shard_dirs],
+        hosts=hosts,
+    ) as run:
         results = []
         for cell in cells:
             if cell.id in chosen:
                 results.append(chosen.pop(cell.id))
             elif cell.na is not None:
-                results.append(CellResult(id=cell.id, axes=cell.axes, state=CellState.NA, reason=cell.na,
-                                          finished=now_iso()))
+                results.append(
+                    CellResult(id=cell.id, axes=cell.axes, state=CellState.NA, reason=cell.na, finished=now_iso())
+                )
             else:
-                results.append(CellResult(
-                    id=cell.id, axes=cell.axes, state=CellState.ERROR, unexpected=True, finished=now_iso(),
-                    reason="missing: no shard produced a result for this cell (lost runner or interrupted shard)",
-                    expected={"state": cell.expect, "reason": cell.expect_reason} if cell.expect else None,
-                ))
+                results.append(
+                    CellResult(
+                        id=cell.id,
+                        axes=cell.axes,
+                        state=CellState.ERROR,
+                        unexpected=True,
+                        finished=now_iso(),
+                        reason="missing: no shard produced a result for this cell (lost runner or interrupted shard)",
+                        expected={"state": cell.expect, "reason": cell.expect_reason} if cell.expect else None,
+                    )
+                )
         results.extend(chosen.values())  # cells the matrix no longer plans: shown, not dropped
         keep = {r.id for r in results}
         for path, old in read_cells(out_dir):

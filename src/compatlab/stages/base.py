@@ -92,8 +92,9 @@ def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     dropped = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME")
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     # The cell must not see stray toolkits, but a container may find the driver only this way.
-    driver_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-                   if d and (Path(d) / "libcuda.so.1").exists()]
+    driver_dirs = [
+        d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d and (Path(d) / "libcuda.so.1").exists()
+    ]
     if driver_dirs:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(driver_dirs)
     env["VIRTUAL_ENV"] = str(venv)
@@ -134,8 +135,12 @@ def incell_path(cache: Path | None = None) -> Path:
         if not _FALLBACK:
             _FALLBACK.append(Path(tempfile.mkdtemp(prefix="compatlab-incell-")))
             atexit.register(shutil.rmtree, _FALLBACK[0], ignore_errors=True)
-            log.warning("cannot write the cache %s (%s): compatlab.incell is copied to %s for this process only",
-                        root, exc.strerror or exc, _FALLBACK[0])
+            log.warning(
+                "cannot write the cache %s (%s): compatlab.incell is copied to %s for this process only",
+                root,
+                exc.strerror or exc,
+                _FALLBACK[0],
+            )
         private = _FALLBACK[0] / dest.name
         if (private / "compatlab" / "incell" / "__init__.py").exists():
             return private

@@ -36,20 +36,32 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, dict[str, Any]]:
     made = envs.create_venv(ctx.venv, python=python)
     if not made.ok:
         why = envs.venv_failure(made, python=python, cell=ctx.cell)
-        return (StageResult(name="install", state="error", reason=why,
-                            details={"argv": made.argv, "stderr": made.stderr[-4000:]},
-                            seconds=time.monotonic() - start), {"argv": made.argv})
+        return (
+            StageResult(
+                name="install",
+                state="error",
+                reason=why,
+                details={"argv": made.argv, "stderr": made.stderr[-4000:]},
+                seconds=time.monotonic() - start,
+            ),
+            {"argv": made.argv},
+        )
     spec_dir = ctx.work_dir / "spec"
     plan = envs.install_plan(ctx.matrix, ctx.cell, python=ctx.python, spec_dir=spec_dir)
     envs.write_plan_files(plan, spec_dir)
     done = envs.run_install(plan, timeout=ctx.matrix.install.timeout)
     record = plan.to_json()
-    details: dict[str, Any] = {"argv": plan.argv, "stdout": done.stdout[-4000:], "stderr": done.stderr[-8000:],
-                               "uv_seconds": round(done.seconds, 3)}
+    details: dict[str, Any] = {
+        "argv": plan.argv,
+        "stdout": done.stdout[-4000:],
+        "stderr": done.stderr[-8000:],
+        "uv_seconds": round(done.seconds, 3),
+    }
     if not done.ok:
         state, why = envs.classify_uv_failure(done, plan)
-        return StageResult(name="install", state=state, reason=why, details=details,
-                           seconds=time.monotonic() - start), record
+        return StageResult(
+            name="install", state=state, reason=why, details=details, seconds=time.monotonic() - start
+        ), record
     return StageResult(name="install", state="pass", details=details, seconds=time.monotonic() - start), record
 
 

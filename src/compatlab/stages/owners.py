@@ -82,11 +82,19 @@ class Clash:
         """One line for the grid: who, how many files, where, whose bytes are on disk, and why."""
         names = " and ".join(self.owners)
         what = f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}"
-        kind = (f", {self.code} of them code" if 0 < self.code < len(self.files)
-                else ", all code" if self.code else ", data files only")
+        kind = (
+            f", {self.code} of them code"
+            if 0 < self.code < len(self.files)
+            else ", all code"
+            if self.code
+            else ", data files only"
+        )
         if self.stray:
-            kind = (", a top-level module neither is named after: only `import "
-                    + ", ".join(f[:-3] for f in self.files if f.endswith(".py")) + "` gets one of them")
+            kind = (
+                ", a top-level module neither is named after: only `import "
+                + ", ".join(f[:-3] for f in self.files if f.endswith(".py"))
+                + "` gets one of them"
+            )
         line = f"{names} both install {what} ({self.where}{kind}) with different bytes: {self._disk()}"
         if self.chain:
             line += f"; {self.older} is here because {self.chain}"
@@ -95,7 +103,7 @@ class Clash:
     def _disk(self) -> str:
         whose = {o: n for o, n in self.on_disk.items() if n}
         if len(whose) == 1:
-            (owner, count), = whose.items()
+            ((owner, count),) = whose.items()
             if owner == "neither":
                 return "the bytes on disk match neither RECORD"
             return f"the bytes on disk are {owner}'s" + ("" if count == len(self.files) else f" ({count})")
@@ -103,9 +111,16 @@ class Clash:
         return "on disk, " + ", ".join(parts)
 
     def to_json(self) -> dict[str, object]:
-        return {"owners": list(self.owners), "files": len(self.files), "where": self.where, "code": self.code,
-                "on_disk": dict(self.on_disk), "chain": self.chain, "older": self.older,
-                "examples": list(self.files[:10])}
+        return {
+            "owners": list(self.owners),
+            "files": len(self.files),
+            "where": self.where,
+            "code": self.code,
+            "on_disk": dict(self.on_disk),
+            "chain": self.chain,
+            "older": self.older,
+            "examples": list(self.files[:10]),
+        }
 
 
 def _sha256(path: str) -> str | None:
@@ -174,8 +189,16 @@ def file_clashes(site: Path, dists: Iterable[SiteDist], declared: Iterable[str] 
         older = _oldest([by_label[k] for k in key])
         chain = requirement_chain(by_name, older.canonical, declared) if older is not None else ""
         rels = tuple(sorted(rel for _, rel, _ in files))
-        out.append(Clash(owners=key, files=rels, code=sum(_is_code(r) for r in rels), on_disk=on_disk,
-                         chain=chain, older=_label(older) if older is not None and chain else ""))
+        out.append(
+            Clash(
+                owners=key,
+                files=rels,
+                code=sum(_is_code(r) for r in rels),
+                on_disk=on_disk,
+                chain=chain,
+                older=_label(older) if older is not None and chain else "",
+            )
+        )
     return out
 
 

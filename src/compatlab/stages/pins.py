@@ -57,8 +57,9 @@ def _applies(req: Requirement, env: dict[str, str]) -> bool:
         return False
 
 
-def broken_requirements(dists: dict[str, SiteDist], python: tuple[int, int] | None = None,
-                        elsewhere: dict[str, str] | None = None) -> list[dict[str, str]]:
+def broken_requirements(
+    dists: dict[str, SiteDist], python: tuple[int, int] | None = None, elsewhere: dict[str, str] | None = None
+) -> list[dict[str, str]]:
     """Every Requires-Dist of an installed distribution that the installed set violates, as ``uv pip check``
     reads them: requirements without an extra, markers evaluated for the cell's Python; a requirement on a
     distribution that is not installed, or installed at a version outside the specifier (pre-releases
@@ -84,8 +85,9 @@ def broken_requirements(dists: dict[str, SiteDist], python: tuple[int, int] | No
                 text = f"{dist.name} {dist.version} requires {spec}; {req.name} {got} is installed"
             else:
                 continue
-            out.append({"by": dist.canonical, "requires": spec, "package": target, "installed": got or "",
-                        "text": text})
+            out.append(
+                {"by": dist.canonical, "requires": spec, "package": target, "installed": got or "", "text": text}
+            )
     return out
 
 
@@ -101,10 +103,20 @@ def _same_pin(declared: str, installed: str) -> bool:
 
 # Packages whose version number is the CUDA version they belong to (cuFFT, cuRAND, cuSOLVER, cuSPARSE,
 # cuDNN, NCCL … number themselves: cuFFT 12.0 ships with CUDA 13.0).
-_TRACKS_CUDA = frozenset({
-    "cuda-bindings", "cuda-python", "cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc",
-    "nvidia-cuda-cupti", "nvidia-cuda-nvcc", "nvidia-cublas", "nvidia-nvjitlink", "nvidia-nvtx",
-})
+_TRACKS_CUDA = frozenset(
+    {
+        "cuda-bindings",
+        "cuda-python",
+        "cuda-toolkit",
+        "nvidia-cuda-runtime",
+        "nvidia-cuda-nvrtc",
+        "nvidia-cuda-cupti",
+        "nvidia-cuda-nvcc",
+        "nvidia-cublas",
+        "nvidia-nvjitlink",
+        "nvidia-nvtx",
+    }
+)
 
 
 def cuda_major_of(name: str, version: str, files: Iterable[str] = ()) -> int | None:
@@ -131,6 +143,7 @@ def cuda_major_of(name: str, version: str, files: Iterable[str] = ()) -> int | N
 
 def _record_paths(dist: SiteDist) -> list[str]:
     return dist.files if dist.canonical.startswith("nvidia-") else []
+
 
 def _family(name: str) -> str:
     return re.sub(r"-cu\d{2}$", "", name)
@@ -162,8 +175,11 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         assert value.package is not None
         cname = canonicalize_name(value.package)
         got = dists.get(cname)
-        entry: dict[str, object] = {"package": value.package, "declared": value.version,
-                                    "installed": got.version if got else None}
+        entry: dict[str, object] = {
+            "package": value.package,
+            "declared": value.version,
+            "installed": got.version if got else None,
+        }
         pins.append(entry)
         if got is None:
             fails.append(f"{value.package} {value.version} is not installed")
@@ -187,8 +203,11 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
     # What `uv pip check` would say: a forced cell breaks its releases' own pins by design, and `compatlab
     # check` meets whatever was installed by hand. Warnings here; the import stage names the pin where the
     # module of the distribution that asked for it fails (runtime.run_import_stage).
-    frozen: dict[str, str] = {canonicalize_name(line.split("==", 1)[0]): line.split("==", 1)[1].strip()
-              for line in ctx.freeze if "==" in line and not line.startswith("#")}
+    frozen: dict[str, str] = {
+        canonicalize_name(line.split("==", 1)[0]): line.split("==", 1)[1].strip()
+        for line in ctx.freeze
+        if "==" in line and not line.startswith("#")
+    }
     details["broken_requirements"] = broken_requirements(dists, python_version_of(ctx.site), frozen)
 
     declared = [v.package for v in ctx.cell.packages if v.package]
@@ -226,8 +245,9 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
             asked = _who_asked(dists, dist.canonical) or ["no installed package names it"]
             if len(asked) > 2:
                 asked = [*asked[:2], f"{len(asked) - 2} more"]
-            msg = (f"CUDA {major} package {dist.name} {dist.version} beside a CUDA {cell_cuda} stack "
-                   f"({'; '.join(asked)})")
+            msg = (
+                f"CUDA {major} package {dist.name} {dist.version} beside a CUDA {cell_cuda} stack ({'; '.join(asked)})"
+            )
             needed = MIN_DRIVER.get(major) if major > cell_major else None
             if needed:
                 msg += f": it needs a CUDA-{major} driver, {needed}+"
@@ -236,8 +256,12 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
             verdicts = [(t, _driver_ok(t.min_driver, needed)) if needed else (t, None) for t in targets]
             too_old = [t for t, ok in verdicts if ok is False]
             if too_old:
-                fails.append(msg + "; target " + ", ".join(f"{t.name} (min-driver {t.min_driver})" for t in too_old)
-                             + " is older")
+                fails.append(
+                    msg
+                    + "; target "
+                    + ", ".join(f"{t.name} (min-driver {t.min_driver})" for t in too_old)
+                    + " is older"
+                )
             else:
                 warns.append(msg)
     return _finish(fails, warns, details)

@@ -23,8 +23,14 @@ from compatlab.stages.base import CellContext
 from compatlab.stages.site import cuda_of_torch
 
 __all__ = [
-    "blame_broken_pins", "context_for_venv", "installed_defaults", "judge_loaded_by_path", "loaded_by_path",
-    "parse_thresholds", "run_cuda_stage", "run_import_stage",
+    "blame_broken_pins",
+    "context_for_venv",
+    "installed_defaults",
+    "judge_loaded_by_path",
+    "loaded_by_path",
+    "parse_thresholds",
+    "run_cuda_stage",
+    "run_import_stage",
 ]
 
 log = logging.getLogger(__name__)
@@ -49,8 +55,11 @@ def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str,
     glob). {label: the package whose import mapped it}."""
     if static is None:
         return {}
-    unloaded = {str(f.get("module")) for f in static.details.get("findings") or []
-                if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False}
+    unloaded = {
+        str(f.get("module"))
+        for f in static.details.get("findings") or []
+        if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False
+    }
     unloaded |= set(static.details.get("not_needed") or {})
     modules = [m for m in result.details.get("modules") or [] if isinstance(m, dict)]
     out: dict[str, str] = {}
@@ -126,7 +135,6 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
     return run_suite(ctx, "cuda", required=True)
 
 
-
 _INSPECT = r"""
 import importlib.metadata as md, json, sys, sysconfig
 out = {"purelib": sysconfig.get_paths()["purelib"], "packages": {}, "python": sys.executable}
@@ -176,12 +184,18 @@ def context_for_venv(
     targets: tuple[Target, ...] = ()
     if target_archs or min_driver:
         targets = (Target(name="this-box", arch=tuple(target_archs), min_driver=min_driver),)
-    matrix = Matrix(path="<command line>", name="adhoc", axes=tuple(Axis(name=v.axis, values=(v,)) for v in values),
-                    targets=targets, thresholds=thresholds or Thresholds())
+    matrix = Matrix(
+        path="<command line>",
+        name="adhoc",
+        axes=tuple(Axis(name=v.axis, values=(v,)) for v in values),
+        targets=targets,
+        thresholds=thresholds or Thresholds(),
+    )
     cell = Cell(id=cell_id(tuple(values)), values=tuple(values))
     work_dir.mkdir(parents=True, exist_ok=True)
-    return CellContext(matrix=matrix, cell=cell, venv=venv, python=py, site_packages=Path(info["purelib"]),
-                       work_dir=work_dir)
+    return CellContext(
+        matrix=matrix, cell=cell, venv=venv, python=py, site_packages=Path(info["purelib"]), work_dir=work_dir
+    )
 
 
 def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
@@ -208,4 +222,3 @@ def installed_defaults(venv: Path, python: Path | None) -> list[str]:
     if not done.ok:
         raise UsageError(f"could not inspect {py}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     return [d for d, v in json.loads(done.stdout)["packages"].items() if v is not None]
-

@@ -41,8 +41,7 @@ def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]
     base = str(sp)  # os.path, not pathlib: torch's RECORD alone has ~15k lines
     for info in sorted(sp.glob("*.dist-info")):
         try:
-            meta = HeaderParser().parsestr(
-                read_text(info / "METADATA"), headersonly=True)
+            meta = HeaderParser().parsestr(read_text(info / "METADATA"), headersonly=True)
         except OSError:
             continue
         tags: list[str] = []
@@ -69,11 +68,17 @@ def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]
                 digests[rel] = hexd
             if hexd and size.isdigit():
                 hashes[os.path.normpath(os.path.join(base, rel))] = (hexd, int(size))
-        dists.append(SiteDist(
-            name=str(meta.get("Name", info.name.split("-")[0])), version=str(meta.get("Version", "?")),
-            dist_info=info, requires=[str(r) for r in meta.get_all("Requires-Dist") or []],
-            tags=tags, files=files, digests=digests,
-        ))
+        dists.append(
+            SiteDist(
+                name=str(meta.get("Name", info.name.split("-")[0])),
+                version=str(meta.get("Version", "?")),
+                dist_info=info,
+                requires=[str(r) for r in meta.get_all("Requires-Dist") or []],
+                tags=tags,
+                files=files,
+                digests=digests,
+            )
+        )
     return dists, hashes
 
 

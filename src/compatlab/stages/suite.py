@@ -21,7 +21,6 @@ __all__ = ["context_json", "ensure_pytest", "run_suite"]
 log = logging.getLogger(__name__)
 
 
-
 def context_json(ctx: CellContext) -> dict[str, Any]:
     """What a compat test may know about its cell."""
     return {
@@ -35,8 +34,13 @@ def context_json(ctx: CellContext) -> dict[str, Any]:
         "archs": list(ctx.matrix.archs),
         "targets": [
             {
-                "name": t.name, "gpu": t.gpu, "arch": list(t.arch), "gpus": t.gpus,
-                "min_driver": t.min_driver, "nccl_env": dict(t.nccl_env), "not_needed": list(t.not_needed),
+                "name": t.name,
+                "gpu": t.gpu,
+                "arch": list(t.arch),
+                "gpus": t.gpus,
+                "min_driver": t.min_driver,
+                "nccl_env": dict(t.nccl_env),
+                "not_needed": list(t.not_needed),
             }
             for t in ctx.matrix.targets
         ],
@@ -56,21 +60,22 @@ def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | Non
         done = envs.uv_install_tools(ctx.python, ["pytest"], timeout=timeout)
         if not done.ok:
             return StageResult(
-                name="suite-setup", state="error",
+                name="suite-setup",
+                state="error",
                 reason="could not add pytest to the cell's venv: " + envs.last_line(done.stderr),
-                details={"argv": done.argv, "stderr": done.stderr[-4000:]}, seconds=done.seconds,
+                details={"argv": done.argv, "stderr": done.stderr[-4000:]},
+                seconds=done.seconds,
             )
     if not before:  # no freeze of the stack to compare with (a venv the lab did not install)
         return None
     after = envs.parse_freeze(envs.freeze(ctx.python).stdout.splitlines())
     changed = sorted(
-        f"{name} {before[name]} -> {after.get(name, 'removed')}"
-        for name in before
-        if after.get(name) != before[name]
+        f"{name} {before[name]} -> {after.get(name, 'removed')}" for name in before if after.get(name) != before[name]
     )
     if changed:
         return StageResult(
-            name="suite-setup", state="error",
+            name="suite-setup",
+            state="error",
             reason="adding pytest changed the stack under test: " + "; ".join(changed),
             details={"changed": changed},
         )
@@ -98,15 +103,15 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
     if errors:
         return StageResult(name=name, state="error", reason=why(errors[0]), details=details, seconds=seconds)
     if not tests:
-        return StageResult(name=name, state="error", reason="the suite collected no tests", details=details,
-                           seconds=seconds)
+        return StageResult(
+            name=name, state="error", reason="the suite collected no tests", details=details, seconds=seconds
+        )
     if skipped and not passed:
         return StageResult(name=name, state="skip", reason=why(skipped[0]), details=details, seconds=seconds)
     warnings = details.get("warnings") or []
     if warnings:
         more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
-        return StageResult(name=name, state="warn", reason=str(warnings[0]) + more, details=details,
-                           seconds=seconds)
+        return StageResult(name=name, state="warn", reason=str(warnings[0]) + more, details=details, seconds=seconds)
     return StageResult(name=name, state="pass", reason="", details=details, seconds=seconds)
 
 
@@ -135,8 +140,14 @@ def _progress(ctx: CellContext, name: str, env: dict[str, str]) -> Iterator[tupl
         reader.join(timeout=5)
 
 
-def run_suite(ctx: CellContext, name: str, *, timeout: float = 1800.0, required: bool = True,
-              extra_env: dict[str, str] | None = None) -> StageResult:
+def run_suite(
+    ctx: CellContext,
+    name: str,
+    *,
+    timeout: float = 1800.0,
+    required: bool = True,
+    extra_env: dict[str, str] | None = None,
+) -> StageResult:
     """Run the compat suite test_<name>.py inside the cell and fold its tests into one stage result."""
     start = time.monotonic()
     setup = ensure_pytest(ctx)
@@ -154,10 +165,25 @@ def run_suite(ctx: CellContext, name: str, *, timeout: float = 1800.0, required:
     if extra_env:
         env.update(extra_env)
     argv = [
-        str(ctx.python), "-m", "pytest", str(suites / f"test_{name}.py"),
-        "--rootdir", str(suites), "-c", str(suites / "pytest.ini"), "-p", "compatlab.incell.plugin",
-        "--confcutdir", str(suites), "-p", "no:cacheprovider", "-q",
-        "--compatlab-context", str(ctx_file), "--compatlab-result", str(out_file),
+        str(ctx.python),
+        "-m",
+        "pytest",
+        str(suites / f"test_{name}.py"),
+        "--rootdir",
+        str(suites),
+        "-c",
+        str(suites / "pytest.ini"),
+        "-p",
+        "compatlab.incell.plugin",
+        "--confcutdir",
+        str(suites),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--compatlab-context",
+        str(ctx_file),
+        "--compatlab-result",
+        str(out_file),
     ]
     from compatlab.proc import run
 
@@ -166,19 +192,32 @@ def run_suite(ctx: CellContext, name: str, *, timeout: float = 1800.0, required:
     (work / "pytest.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr, encoding="utf-8")
     seconds = time.monotonic() - start
     if done.timed_out:
-        return StageResult(name=name, state="fail", reason=f"the {name} suite hung: killed after {timeout:.0f} s",
-                           details={"argv": argv, "log": str(work / "pytest.log")}, seconds=seconds,
-                           required=required)
+        return StageResult(
+            name=name,
+            state="fail",
+            reason=f"the {name} suite hung: killed after {timeout:.0f} s",
+            details={"argv": argv, "log": str(work / "pytest.log")},
+            seconds=seconds,
+            required=required,
+        )
     try:
         data = json.loads(out_file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         sig = done.signal_name
         tail = envs.last_line(done.stderr or done.stdout)
-        reason = (f"the {name} suite's interpreter died by {sig}" if sig
-                  else f"the {name} suite wrote no result (exit {done.returncode}): {tail}")
-        return StageResult(name=name, state="error" if not sig else "fail", reason=reason,
-                           details={"argv": argv, "log": str(work / "pytest.log")}, seconds=seconds,
-                           required=required)
+        reason = (
+            f"the {name} suite's interpreter died by {sig}"
+            if sig
+            else f"the {name} suite wrote no result (exit {done.returncode}): {tail}"
+        )
+        return StageResult(
+            name=name,
+            state="error" if not sig else "fail",
+            reason=reason,
+            details={"argv": argv, "log": str(work / "pytest.log")},
+            seconds=seconds,
+            required=required,
+        )
     result = _fold(name, data, seconds)
     result.required = required
     result.details["log"] = str(work / "pytest.log")

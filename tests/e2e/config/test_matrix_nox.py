@@ -18,11 +18,17 @@ def test_nox_lists_nothing_and_returns_at_once_for_a_huge_matrix(tmp_path: Path)
     path.write_text(_big({"torch": 60, "sgl-kernel": 40, "flashinfer": 30, "cuda": 6}))
     done = subprocess.run(
         [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l"],
-        capture_output=True, text=True, check=False, timeout=60, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "COMPATLAB_MATRIX": str(path)},
     )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
-    assert done.stderr.endswith(f"error: {path}: axes: 432,000 cells (torch 60 × sgl-kernel 40 × flashinfer 30 × "
-                                "cuda 6), more than max-cells = 2,000; drop values from an axis, or raise "
-                                "max-cells (a top-level key) if that many are meant\n")
+    assert done.stderr.endswith(
+        f"error: {path}: axes: 432,000 cells (torch 60 × sgl-kernel 40 × flashinfer 30 × "
+        "cuda 6), more than max-cells = 2,000; drop values from an axis, or raise "
+        "max-cells (a top-level key) if that many are meant\n"
+    )

@@ -41,8 +41,13 @@ def test_build_is_cached_by_content(tmp_path: Path, stand_in: Path) -> None:
 def test_a_module_that_needs_cuinit_loads_and_gets_no_device(tmp_path: Path, stand_in: Path) -> None:
     if fakecuda.real_driver() is not None:
         pytest.skip("this machine has a real NVIDIA driver; the stand-in is never used there")
-    mod = ext_module(tmp_path / "mod", "needscuda", _CUINIT_MODULE, str(stand_in / "libcuda.so.1"),
-                     prelude="int cuInit(unsigned int);")
+    mod = ext_module(
+        tmp_path / "mod",
+        "needscuda",
+        _CUINIT_MODULE,
+        str(stand_in / "libcuda.so.1"),
+        prelude="int cuInit(unsigned int);",
+    )
     # Without a driver the loader stops at libcuda.so.1: nothing about the module can be judged.
     failure, _ = loadcheck.load_module(sys.executable, path=str(mod), name="needscuda")
     assert failure is not None
@@ -79,9 +84,13 @@ def test_stand_in_answers(stand_in: Path) -> None:
 
 
 def test_driver_symbols_are_collected_from_modules(tmp_path: Path) -> None:
-    mod = ext_module(tmp_path, "tma", "cuTensorMapEncodeTiled(); cudaFree(0); cublasCreate_v2(0);",
-                     "-Wl,--unresolved-symbols=ignore-all",
-                     prelude="int cuTensorMapEncodeTiled(void); int cudaFree(void*); int cublasCreate_v2(void*);")
+    mod = ext_module(
+        tmp_path,
+        "tma",
+        "cuTensorMapEncodeTiled(); cudaFree(0); cublasCreate_v2(0);",
+        "-Wl,--unresolved-symbols=ignore-all",
+        prelude="int cuTensorMapEncodeTiled(void); int cudaFree(void*); int cublasCreate_v2(void*);",
+    )
     names = fakecuda.driver_symbols([mod, tmp_path / "not-there.so"])
     assert "cuTensorMapEncodeTiled" in names
     assert "cuInit" in names
@@ -99,6 +108,7 @@ def test_source_exports_only_c_identifiers() -> None:
 
 # --- never where a real driver exists ---------------------------------------------------------------------
 
+
 def _no(_: str) -> None:
     return None
 
@@ -108,8 +118,10 @@ def _fail_dlopen(_: str) -> object:
 
 
 def test_no_driver_anywhere(tmp_path: Path) -> None:
-    assert fakecuda.real_driver(proc_version=tmp_path / "absent", ldconfig=str, find_library=_no,
-                                dlopen=_fail_dlopen) is None
+    assert (
+        fakecuda.real_driver(proc_version=tmp_path / "absent", ldconfig=str, find_library=_no, dlopen=_fail_dlopen)
+        is None
+    )
 
 
 def test_the_kernel_module_counts(tmp_path: Path) -> None:
@@ -122,8 +134,12 @@ def test_the_kernel_module_counts(tmp_path: Path) -> None:
 
 def test_the_linker_cache_counts(tmp_path: Path) -> None:
     cache = "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
-    assert fakecuda.real_driver(proc_version=tmp_path / "absent", ldconfig=lambda: cache, find_library=_no,
-                                dlopen=_fail_dlopen) == "ldconfig -p lists /usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    assert (
+        fakecuda.real_driver(
+            proc_version=tmp_path / "absent", ldconfig=lambda: cache, find_library=_no, dlopen=_fail_dlopen
+        )
+        == "ldconfig -p lists /usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    )
 
 
 def test_find_library_counts_but_not_toolkit_stubs(tmp_path: Path) -> None:
@@ -153,9 +169,12 @@ def test_our_own_stand_in_on_the_path_is_not_a_driver(tmp_path: Path) -> None:
         return h
 
     absent = tmp_path / "absent"
-    assert fakecuda.real_driver(proc_version=absent, ldconfig=str, find_library=_no, dlopen=ours,
-                                stand_in_dirs=[tmp_path / "fakecuda-0123"]) is None
-    assert fakecuda.real_driver(proc_version=absent, ldconfig=str, find_library=_no, dlopen=theirs,
-                                stand_in_dirs=[tmp_path / "fakecuda-0123"]) == (
-        "dlopen(libcuda.so.1) loaded /opt/driver/libcuda.so.1"
+    assert (
+        fakecuda.real_driver(
+            proc_version=absent, ldconfig=str, find_library=_no, dlopen=ours, stand_in_dirs=[tmp_path / "fakecuda-0123"]
+        )
+        is None
     )
+    assert fakecuda.real_driver(
+        proc_version=absent, ldconfig=str, find_library=_no, dlopen=theirs, stand_in_dirs=[tmp_path / "fakecuda-0123"]
+    ) == ("dlopen(libcuda.so.1) loaded /opt/driver/libcuda.so.1")

@@ -30,7 +30,7 @@ _HANG_PID = (
 )
 # Forks a grandchild into its process group, writes both pids to $COMPATLAB_TEST_PIDS, then hangs.
 _HANG_WITH_CHILD = (
-    'pid_t g = fork(); if (g == 0) { for (;;) pause(); }\n'
+    "pid_t g = fork(); if (g == 0) { for (;;) pause(); }\n"
     'FILE *f = fopen(getenv("COMPATLAB_TEST_PIDS"), "w"); fprintf(f, "%d %d", (int)getpid(), (int)g); fclose(f);\n'
     "for (;;) sleep(1);",
     "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>",
@@ -62,9 +62,12 @@ def _cases(tmp: Path) -> list[Case]:
         "raiser": ext_module(tmp, "raiser", 'PyErr_SetString(PyExc_ImportError, "needs triton"); return NULL;'),
         "quitter": ext_module(tmp, "quitter", "exit(5);", prelude="#include <stdlib.h>"),
         # Loads, then crashes in exit(): a fresh interpreter shows it, and so must a forked child.
-        "crash_at_exit": ext_module(tmp, "crash_at_exit", "atexit(boom);",
-                                    prelude="#include <signal.h>\n#include <stdlib.h>\n"
-                                            "static void boom(void) { raise(SIGSEGV); }"),
+        "crash_at_exit": ext_module(
+            tmp,
+            "crash_at_exit",
+            "atexit(boom);",
+            prelude="#include <signal.h>\n#include <stdlib.h>\nstatic void boom(void) { raise(SIGSEGV); }",
+        ),
     }
     return [
         *(Case(label, str(path), label, timeout=2 if label == "hang" else 60) for label, path in modules.items()),
@@ -88,12 +91,19 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
     "hang": ("timeout", "hang: hung while loading, killed after 2 s"),
     "raiser": ("import-error", "raiser: ImportError: needs triton"),
     "quitter": ("exit", "quitter: exited with status 5"),
-    "prerequisite fails": ("import-error", "prerequisite fails (import compatlab_no_such_module failed): "
-                                           "ModuleNotFoundError: No module named 'compatlab_no_such_module'"),
-    "compatlab_absent_pkg": ("import-error",
-                             "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'"),
-    "deep_gemm": ("missing-dependency",
-                  "deep_gemm imports setuptools_that_is_not_there, which is not installed: an undeclared dependency"),
+    "prerequisite fails": (
+        "import-error",
+        "prerequisite fails (import compatlab_no_such_module failed): "
+        "ModuleNotFoundError: No module named 'compatlab_no_such_module'",
+    ),
+    "compatlab_absent_pkg": (
+        "import-error",
+        "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'",
+    ),
+    "deep_gemm": (
+        "missing-dependency",
+        "deep_gemm imports setuptools_that_is_not_there, which is not installed: an undeclared dependency",
+    ),
 }
 
 
@@ -117,8 +127,9 @@ def server(env: dict[str, str]) -> Iterator[ForkServer]:
         yield srv
 
 
-def test_each_module_is_classified_as_in_its_own_process(tmp_path: Path, env: dict[str, str],
-                                                         server: ForkServer) -> None:
+def test_each_module_is_classified_as_in_its_own_process(
+    tmp_path: Path, env: dict[str, str], server: ForkServer
+) -> None:
     """All at once through one server: a crash, a hang and an exit among them take only themselves down."""
     cases = _cases(tmp_path)
 
@@ -127,8 +138,9 @@ def test_each_module_is_classified_as_in_its_own_process(tmp_path: Path, env: di
         return failure
 
     def per_process(case: Case) -> loadcheck.LoadFailure | None:
-        failure, _ = loadcheck.load_module(sys.executable, path=case.path, name=case.name, pre_import=case.pre,
-                                           timeout=case.timeout, env=env)
+        failure, _ = loadcheck.load_module(
+            sys.executable, path=case.path, name=case.name, pre_import=case.pre, timeout=case.timeout, env=env
+        )
         return failure
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(cases)) as pool:
@@ -179,8 +191,9 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def test_a_prerequisite_that_fails_to_import_keeps_the_server_from_starting(tmp_path: Path,
-                                                                            env: dict[str, str]) -> None:
+def test_a_prerequisite_that_fails_to_import_keeps_the_server_from_starting(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     with pytest.raises(ServerGone) as info:
         ForkServer.start(sys.executable, preload=["compatlab_no_such_module"], env=env)
     assert str(info.value) == (
@@ -234,19 +247,33 @@ def _torch_python() -> str:
 
 def test_real_torch_once_then_its_modules_as_per_process() -> None:
     python = _torch_python()
-    found = subprocess.run([python, "-c", "import torch; print(torch._C.__file__)"],
-                           capture_output=True, text=True, timeout=300, check=False)
+    found = subprocess.run(
+        [python, "-c", "import torch; print(torch._C.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert found.returncode == 0, found.stderr
-    cases = [Case("torch/_C", found.stdout.strip(), "torch._C", pre=("torch",)),
-             Case("torch", None, "torch"), Case("torchgen", None, "torchgen", pre=("torch",)),
-             Case("compatlab_absent_pkg", None, "compatlab_absent_pkg", pre=("torch",))]
+    cases = [
+        Case("torch/_C", found.stdout.strip(), "torch._C", pre=("torch",)),
+        Case("torch", None, "torch"),
+        Case("torchgen", None, "torchgen", pre=("torch",)),
+        Case("compatlab_absent_pkg", None, "compatlab_absent_pkg", pre=("torch",)),
+    ]
     with ForkServer.start(python, preload=["torch"], timeout=300) as server:
         forked = {c.label: server.load(path=c.path, name=c.name, pre_import=c.pre, timeout=300)[0] for c in cases}
-    alone = {c.label: loadcheck.load_module(python, path=c.path, name=c.name, pre_import=c.pre, timeout=300)[0]
-             for c in cases}
+    alone = {
+        c.label: loadcheck.load_module(python, path=c.path, name=c.name, pre_import=c.pre, timeout=300)[0]
+        for c in cases
+    }
     assert {k: _verdict(k, v) for k, v in alone.items()} == {
-        "torch/_C": None, "torch": None, "torchgen": None,
-        "compatlab_absent_pkg": ("import-error",
-                                 "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'"),
+        "torch/_C": None,
+        "torch": None,
+        "torchgen": None,
+        "compatlab_absent_pkg": (
+            "import-error",
+            "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'",
+        ),
     }
     assert {k: _fields(v) for k, v in forked.items()} == {k: _fields(v) for k, v in alone.items()}

@@ -33,8 +33,7 @@ def test_a_section_claiming_900_gib_reads_as_broken_not_as_a_traceback(tmp_path:
     assert loadcheck.dynamic_symbols(so) is None
 
 
-def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sp = tmp_path / "site"
     good = ext_module(sp / "hostpkg", "good")
     absolute = ext_module(tmp_path / "elsewhere", "evil")
@@ -42,10 +41,12 @@ def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path,
     info = sp / "hostpkg-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hostpkg\nVersion: 1.0\n", encoding="utf-8")
-    rows = [f"hostpkg/{good.name},{record_hash(good)},{good.stat().st_size}",
-            f"{absolute},{record_hash(absolute)},{absolute.stat().st_size}",
-            f"hostpkg/../../above/{climbing.name},{record_hash(climbing)},{climbing.stat().st_size}",
-            "hostpkg-1.0.dist-info/RECORD,,"]
+    rows = [
+        f"hostpkg/{good.name},{record_hash(good)},{good.stat().st_size}",
+        f"{absolute},{record_hash(absolute)},{absolute.stat().st_size}",
+        f"hostpkg/../../above/{climbing.name},{record_hash(climbing)},{climbing.stat().st_size}",
+        "hostpkg-1.0.dist-info/RECORD,,",
+    ]
     (info / "RECORD").write_text("\n".join(rows) + "\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(sp))
     installed = loadcheck.Installed("hostpkg")

@@ -101,20 +101,34 @@ def test_import_by_name(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("message", "kind", "expected"),
     [
-        ("libcuda.so.1: cannot open shared object file: No such file or directory", "no-driver",
-         "m.so: no NVIDIA driver (libcuda.so.1)"),
-        ("Found no NVIDIA driver on your system.", "no-driver",
-         "m.so: no NVIDIA driver (Found no NVIDIA driver on your system.)"),
-        ("/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/m.so)", "symbol-version",
-         "m.so: symbol version GLIBCXX_3.4.32 not found (required by m.so)"),
+        (
+            "libcuda.so.1: cannot open shared object file: No such file or directory",
+            "no-driver",
+            "m.so: no NVIDIA driver (libcuda.so.1)",
+        ),
+        (
+            "Found no NVIDIA driver on your system.",
+            "no-driver",
+            "m.so: no NVIDIA driver (Found no NVIDIA driver on your system.)",
+        ),
+        (
+            "/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/m.so)",
+            "symbol-version",
+            "m.so: symbol version GLIBCXX_3.4.32 not found (required by m.so)",
+        ),
     ],
 )
 def test_classify_messages(message: str, kind: str, expected: str) -> None:
     tag = '{"ok": false, "step": "load m.so", "type": "ImportError", "message": %s}'
     import json
 
-    done = Completed(argv=["py"], returncode=3, stdout="", seconds=0.1,
-                     stderr="Traceback...\nCOMPATLAB-LOAD-RESULT " + tag % json.dumps(message) + "\n")
+    done = Completed(
+        argv=["py"],
+        returncode=3,
+        stdout="",
+        seconds=0.1,
+        stderr="Traceback...\nCOMPATLAB-LOAD-RESULT " + tag % json.dumps(message) + "\n",
+    )
     failure = loadcheck.classify(done)
     assert failure is not None
     assert failure.kind == kind
@@ -137,8 +151,13 @@ def test_demangle() -> None:
 
 
 def test_dynamic_symbols(tmp_path: Path) -> None:
-    mod = ext_module(tmp_path, "syms", "cuTensorMapEncodeTiled();", "-Wl,--unresolved-symbols=ignore-all",
-                     prelude="int cuTensorMapEncodeTiled(void);")
+    mod = ext_module(
+        tmp_path,
+        "syms",
+        "cuTensorMapEncodeTiled();",
+        "-Wl,--unresolved-symbols=ignore-all",
+        prelude="int cuTensorMapEncodeTiled(void);",
+    )
     syms = loadcheck.dynamic_symbols(mod)
     assert syms is not None
     assert "PyInit_syms" in syms.defined
@@ -152,8 +171,9 @@ def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None
     pkg = tmp_path / "deep_gemm"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("import setuptools_that_is_not_there\n")
-    failure, _ = loadcheck.load_module(sys.executable, path=None, name="deep_gemm", timeout=60,
-                                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    failure, _ = loadcheck.load_module(
+        sys.executable, path=None, name="deep_gemm", timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)}
+    )
     assert failure is not None
     assert failure.kind == "missing-dependency"
     assert loadcheck.describe("deep_gemm", failure) == (
@@ -161,8 +181,9 @@ def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None
     )
     # A module missing from the package itself stays a broken import.
     (pkg / "__init__.py").write_text("from deep_gemm import _gone\n")
-    failure, _ = loadcheck.load_module(sys.executable, path=None, name="deep_gemm", timeout=60,
-                                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    failure, _ = loadcheck.load_module(
+        sys.executable, path=None, name="deep_gemm", timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)}
+    )
     assert failure is not None
     assert failure.kind == "import-error"
 
@@ -177,9 +198,14 @@ def test_builds_of_one_module_and_namespace_packages_are_found(tmp_path: Path) -
     ext_module(sp / "cuda" / "core" / "cu12", "_device")
     for init in ("mpi4py/__init__.py", "cuda/core/__init__.py", "cuda/core/cu12/__init__.py"):
         (sp / init).write_text("", encoding="utf-8")
-    for dist, top, files in (("mpi4py", "mpi4py", ["mpi4py/__init__.py", f"mpi4py/MPI.mpich{EXT_SUFFIX}"]),
-                             ("cuda_core", "cuda", ["cuda/core/__init__.py", "cuda/core/cu12/__init__.py",
-                                                    f"cuda/core/cu12/_device{EXT_SUFFIX}"])):
+    for dist, top, files in (
+        ("mpi4py", "mpi4py", ["mpi4py/__init__.py", f"mpi4py/MPI.mpich{EXT_SUFFIX}"]),
+        (
+            "cuda_core",
+            "cuda",
+            ["cuda/core/__init__.py", "cuda/core/cu12/__init__.py", f"cuda/core/cu12/_device{EXT_SUFFIX}"],
+        ),
+    ):
         info = sp / f"{dist}-1.0.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n", encoding="utf-8")
@@ -193,7 +219,9 @@ def test_builds_of_one_module_and_namespace_packages_are_found(tmp_path: Path) -
         sys.path.remove(str(sp))
     assert [(t.label, t.name) for t in mpi] == [(f"mpi4py/MPI.mpich{EXT_SUFFIX}", "mpi4py.MPI"), ("mpi4py", "mpi4py")]
     assert [(t.label, t.name) for t in core] == [
-        (f"cuda/core/cu12/_device{EXT_SUFFIX}", "cuda.core.cu12._device"), ("cuda.core", "cuda.core")]
+        (f"cuda/core/cu12/_device{EXT_SUFFIX}", "cuda.core.cu12._device"),
+        ("cuda.core", "cuda.core"),
+    ]
 
 
 def test_a_module_built_for_another_python_is_not_loaded(tmp_path: Path) -> None:
@@ -223,6 +251,11 @@ def test_a_module_built_for_another_python_is_not_loaded(tmp_path: Path) -> None
 
 def test_device_code_is_a_fat_binary_section(tmp_path: Path) -> None:
     host = ext_module(tmp_path, "host")
-    device = ext_module(tmp_path, "device", prelude=(
-        '__attribute__((section(".nv_fatbin"), used)) static const unsigned char fb[16] = {0x50, 0xed, 0x55, 0xba};'))
+    device = ext_module(
+        tmp_path,
+        "device",
+        prelude=(
+            '__attribute__((section(".nv_fatbin"), used)) static const unsigned char fb[16] = {0x50, 0xed, 0x55, 0xba};'
+        ),
+    )
     assert [loadcheck.dynamic_symbols(p).device_code for p in (host, device)] == [False, True]  # type: ignore[union-attr]

@@ -19,7 +19,7 @@ from fixtures.wheels import build_wheel, venv_with
 
 SYMBOL = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"
 # The package re-raises once more, implicitly (during handling): two wrappers around the cause.
-INIT = '''
+INIT = """
 import ctypes, os
 
 def load_library(path):
@@ -32,15 +32,16 @@ try:
     load_library(os.path.join(os.path.dirname(__file__), "lib", "libops.so"))
 except OSError:
     raise ImportError("wrapped: its operators did not load")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("chained")
     lib = compile_so(tmp / "libops.so", f"void {SYMBOL}(void);\nvoid ops(void) {{ {SYMBOL}(); }}\n")
-    wheel = build_wheel(tmp / "wheels", "wrapped", "1.0",
-                        files={"wrapped/__init__.py": INIT, "wrapped/lib/libops.so": lib.read_bytes()})
+    wheel = build_wheel(
+        tmp / "wheels", "wrapped", "1.0", files={"wrapped/__init__.py": INIT, "wrapped/lib/libops.so": lib.read_bytes()}
+    )
     return venv_with(tmp / "venv", [wheel])
 
 
@@ -48,7 +49,8 @@ def _expect(failure: loadcheck.LoadFailure | None, python: Path) -> None:
     assert failure is not None
     assert (failure.kind, failure.symbol) == ("undefined-symbol", SYMBOL)
     assert loadcheck.describe("wrapped", failure) == (
-        "wrapped: undefined symbol c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)")
+        "wrapped: undefined symbol c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)"
+    )
     assert failure.outer[0] == "ImportError: wrapped: its operators did not load"
     assert failure.outer[1].startswith("OSError: Could not load this library: ")
     assert failure.outer[1].endswith("/site-packages/wrapped/lib/libops.so")

@@ -43,8 +43,9 @@ def install(ctx: CellContext) -> StageResult:
     axes = ctx.cell.axes
     if TORCHVISION[axes["torchvision"]] != axes["torch"]:
         pin = f"torch=={TORCHVISION[axes['torchvision']]}"
-        return StageResult(name="install", state="fail",
-                           reason=f"unsatisfiable: torchvision {axes['torchvision']} pins {pin}")
+        return StageResult(
+            name="install", state="fail", reason=f"unsatisfiable: torchvision {axes['torchvision']} pins {pin}"
+        )
     return StageResult(name="install", state="pass")
 
 
@@ -58,8 +59,11 @@ def no_gpu(ctx: CellContext) -> StageResult:
     return StageResult(name="cuda", state="skip", reason="no GPU on this machine", required=True)
 
 
-STAGES = (Stage(name="install", run=install), Stage(name="import", run=imports, needs=("install",)),
-          Stage(name="cuda", run=no_gpu, needs=("install",)))
+STAGES = (
+    Stage(name="install", run=install),
+    Stage(name="import", run=imports, needs=("install",)),
+    Stage(name="cuda", run=no_gpu, needs=("install",)),
+)
 
 
 def matrix_of(tmp_path: Path, text: str) -> Matrix:
@@ -81,10 +85,14 @@ def test_a_torch_torchvision_xformers_matrix_renders_a_grid_and_the_answers(tmp_
     assert matrix.report == Report(rows=("torch",), columns=("torchvision", "xformers"), tables=("cuda",))
     cells = expand(matrix)
     assert [c.id for c in cells if not c.force] == [
-        "torch2.8.0-torchvision0.23.0-xformers0.0.32-cuda12.8", "torch2.8.0-torchvision0.23.0-xformers0.0.33-cuda12.8",
-        "torch2.8.0-torchvision0.24.1-xformers0.0.32-cuda12.8", "torch2.8.0-torchvision0.24.1-xformers0.0.33-cuda12.8",
-        "torch2.9.1-torchvision0.23.0-xformers0.0.32-cuda12.8", "torch2.9.1-torchvision0.23.0-xformers0.0.33-cuda12.8",
-        "torch2.9.1-torchvision0.24.1-xformers0.0.32-cuda12.8", "torch2.9.1-torchvision0.24.1-xformers0.0.33-cuda12.8",
+        "torch2.8.0-torchvision0.23.0-xformers0.0.32-cuda12.8",
+        "torch2.8.0-torchvision0.23.0-xformers0.0.33-cuda12.8",
+        "torch2.8.0-torchvision0.24.1-xformers0.0.32-cuda12.8",
+        "torch2.8.0-torchvision0.24.1-xformers0.0.33-cuda12.8",
+        "torch2.9.1-torchvision0.23.0-xformers0.0.32-cuda12.8",
+        "torch2.9.1-torchvision0.23.0-xformers0.0.33-cuda12.8",
+        "torch2.9.1-torchvision0.24.1-xformers0.0.32-cuda12.8",
+        "torch2.9.1-torchvision0.24.1-xformers0.0.33-cuda12.8",
     ]
     results = run_matrix(tmp_path, matrix)
     found = answers(load(results))
@@ -106,8 +114,10 @@ def test_a_torch_torchvision_xformers_matrix_renders_a_grid_and_the_answers(tmp_
     render_run(results, tmp_path / "out", history_dir=None)
     md = (tmp_path / "out" / "compat.md").read_text(encoding="utf-8")
     grid = md.split("## CUDA 12.8\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert grid[0] == ("| torch | torchvision 0.23.0 · xformers 0.0.32 | torchvision 0.23.0 · xformers 0.0.33 | "
-                       "torchvision 0.24.1 · xformers 0.0.32 | torchvision 0.24.1 · xformers 0.0.33 |")
+    assert grid[0] == (
+        "| torch | torchvision 0.23.0 · xformers 0.0.32 | torchvision 0.23.0 · xformers 0.0.33 | "
+        "torchvision 0.24.1 · xformers 0.0.32 | torchvision 0.24.1 · xformers 0.0.33 |"
+    )
     assert [row.split(" | ")[0] for row in grid[2:]] == ["| **2.8.0**", "| **2.9.1**"]
     data = json.loads((tmp_path / "out" / "answers.json").read_text(encoding="utf-8"))
     assert data["newest"]["axes"] == {"torch": "2.9.1", "torchvision": "0.24.1", "xformers": "0.0.33", "cuda": "12.8"}
@@ -116,8 +126,10 @@ def test_a_torch_torchvision_xformers_matrix_renders_a_grid_and_the_answers(tmp_
 def test_torch_and_torchvision_alone_are_a_matrix(tmp_path: Path) -> None:
     matrix = matrix_of(tmp_path, MATRIX.replace('xformers = ["0.0.32", "0.0.33"]\n', ""))
     assert [c.id for c in expand(matrix)] == [
-        "torch2.8.0-torchvision0.23.0-cuda12.8", "torch2.8.0-torchvision0.24.1-cuda12.8",
-        "torch2.9.1-torchvision0.23.0-cuda12.8", "torch2.9.1-torchvision0.24.1-cuda12.8",
+        "torch2.8.0-torchvision0.23.0-cuda12.8",
+        "torch2.8.0-torchvision0.24.1-cuda12.8",
+        "torch2.9.1-torchvision0.23.0-cuda12.8",
+        "torch2.9.1-torchvision0.24.1-cuda12.8",
     ]
     results = run_matrix(tmp_path, matrix)
     found = answers(load(results))
@@ -130,9 +142,14 @@ def test_torch_and_torchvision_alone_are_a_matrix(tmp_path: Path) -> None:
 
 
 def test_the_example_of_a_non_sglang_stack_validates() -> None:
-    done = subprocess.run([sys.executable, "-m", "compatlab", "validate", "--matrix",
-                           str(ROOT / "examples" / "torchvision.toml")],
-                          capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "validate", "--matrix", str(ROOT / "examples" / "torchvision.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     matrix = load_matrix(ROOT / "examples" / "torchvision.toml")
     assert [a.name for a in matrix.axes] == ["torch", "torchvision", "cuda"]

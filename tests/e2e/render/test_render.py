@@ -31,9 +31,7 @@ TITLE_XSS = "<script>document.title='pwned'</script><img src=x onerror=\"documen
 # --- fixtures: results built in Python ---------------------------------------------------------------
 
 
-def stage(
-    name: str, state: str = "pass", reason: str = "", required: bool = True, **details: Any
-) -> StageResult:
+def stage(name: str, state: str = "pass", reason: str = "", required: bool = True, **details: Any) -> StageResult:
     return StageResult(name=name, state=state, reason=reason, details=details, seconds=0.5, required=required)
 
 
@@ -310,10 +308,7 @@ def test_render_200_cells(tmp_path: Path) -> None:
 
 def test_many_perf_figures_show_a_headline_and_all_in_the_panel(tmp_path: Path) -> None:
     figs = {
-        f"{who}_{what}_c{c}": 1.5 * c
-        for who in ("baseline", "eagle3")
-        for what in ("tok_s", "ttft_ms")
-        for c in (1, 8)
+        f"{who}_{what}_c{c}": 1.5 * c for who in ("baseline", "eagle3") for what in ("tok_s", "ttft_ms") for c in (1, 8)
     }
     figs |= {
         "speedup_c1": 1.07,
@@ -337,10 +332,7 @@ def test_many_perf_figures_show_a_headline_and_all_in_the_panel(tmp_path: Path) 
     assert "verdict</td>" not in page
     assert "<pre>line 1\nline 2</pre>" in page
     md = (tmp_path / "compat.md").read_text(encoding="utf-8")
-    assert (
-        "✓ pass (busbw\\_gbps 181, speedup\\_c1 1.07, speedup\\_c8 1.2, baseline\\_tok\\_s\\_c1 1.5, +8 more)"
-        in md
-    )
+    assert "✓ pass (busbw\\_gbps 181, speedup\\_c1 1.07, speedup\\_c8 1.2, baseline\\_tok\\_s\\_c1 1.5, +8 more)" in md
 
 
 def test_run_in_progress_without_cells(tmp_path: Path) -> None:
@@ -376,9 +368,7 @@ def two_runs() -> tuple[dict[str, Any], dict[str, Any]]:
     # newly green: the symbol fail now passes; newly red: the partial now fails; reason changed: the error.
     new[2] = cell("2.10.0", "0.6.4", "12.8", "pass", ok_stages())
     nvrtc = "libnvrtc.so.13: cannot open shared object file"
-    new[1] = cell(
-        "2.9.1", "0.7.4", "12.8", "fail", [stage("install"), stage("import", "fail", nvrtc)], reason=nvrtc
-    )
+    new[1] = cell("2.9.1", "0.7.4", "12.8", "fail", [stage("install"), stage("import", "fail", nvrtc)], reason=nvrtc)
     new[4] = cell(
         "2.9.1",
         "0.6.4",
@@ -460,9 +450,7 @@ def test_report_marks_changes_against_the_previous_run_by_start_time(tmp_path: P
     # Perf over the three runs: a sparkline per figure, 80 → 96 → 96 tok/s.
     assert 'aria-label="eagle3_tok_s over the last 3 runs: 80, 96, 96"' in page
     changes = (latest.parent / "changes.md").read_text(encoding="utf-8")
-    assert changes.startswith(
-        "## compatlab: run `20261202T101500Z-ab12` compared with `20261201T101500Z-aa00`"
-    )
+    assert changes.startswith("## compatlab: run `20261202T101500Z-ab12` compared with `20261201T101500Z-aa00`")
     assert "### Perf figures that moved" not in changes
 
 
@@ -521,8 +509,7 @@ def test_publish_keeps_run_ids_inside_the_site(tmp_path: Path) -> None:
 def test_publish_without_runs_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["publish", "--site", str(tmp_path / "site"), "--runs", str(tmp_path / "none")]) == 2
     assert capsys.readouterr().err == (
-        f"error: {tmp_path / 'none'}: no runs found (expected <run-id>/results.json); "
-        "run `nox -s matrix` first\n"
+        f"error: {tmp_path / 'none'}: no runs found (expected <run-id>/results.json); run `nox -s matrix` first\n"
     )
 
 
@@ -591,9 +578,7 @@ def test_python_m_compatlab_publish(tmp_path: Path) -> None:
             "schema: expected 'compatlab.results/1', got 'compatlab.results/0'",
         ),
         (
-            json.dumps(
-                {"schema": SCHEMA, "run": {"id": "x"}, "cells": [{"id": "c", "axes": {}, "state": "green"}]}
-            ),
+            json.dumps({"schema": SCHEMA, "run": {"id": "x"}, "cells": [{"id": "c", "axes": {}, "state": "green"}]}),
             "cells[0] (c): state: expected one of pass, fail, partial, error, n/a, got 'green'",
         ),
         (
@@ -690,11 +675,28 @@ def test_chromium_screenshot(tmp_path: Path) -> None:
 
 def test_green_and_amber_cells_show_their_warnings(tmp_path: Path) -> None:
     mix = "CUDA 13 package cuda-bindings 13.5.0 beside a CUDA 12.8 stack (flashinfer-python 0.6.4 requires 'cuda-bindings')"
-    stages = [stage("install"), stage("pins", "warn", mix), stage("static", "warn", "no Requires-Dist on torch"),
-              stage("import"), stage("cuda", "skip", "no NVIDIA driver on this machine (no libcuda.so.1)")]
-    data = results([cell("2.9.1", "0.6.4", "12.8", "partial", stages,
-                         reason="cuda: no NVIDIA driver on this machine (no libcuda.so.1)")])
+    stages = [
+        stage("install"),
+        stage("pins", "warn", mix),
+        stage("static", "warn", "no Requires-Dist on torch"),
+        stage("import"),
+        stage("cuda", "skip", "no NVIDIA driver on this machine (no libcuda.so.1)"),
+    ]
+    data = results(
+        [
+            cell(
+                "2.9.1",
+                "0.6.4",
+                "12.8",
+                "partial",
+                stages,
+                reason="cuda: no NVIDIA driver on this machine (no libcuda.so.1)",
+            )
+        ]
+    )
     render_run(write(tmp_path / "results.json", data), tmp_path / "out", history_dir=None)
     page = (tmp_path / "out" / "index.html").read_text()
-    assert ('warning · <b>pins</b>: CUDA 13 package cuda-bindings 13.5.0 beside a CUDA 12.8 stack '
-            "(flashinfer-python 0.6.4 requires &#x27;cuda-bindings&#x27;) (+1 more)</div>") in page
+    assert (
+        "warning · <b>pins</b>: CUDA 13 package cuda-bindings 13.5.0 beside a CUDA 12.8 stack "
+        "(flashinfer-python 0.6.4 requires &#x27;cuda-bindings&#x27;) (+1 more)</div>"
+    ) in page

@@ -57,22 +57,42 @@ def matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Matrix:
 
 
 def lab(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "COMPATLAB_MATRIX": "matrix.toml"}
-    return subprocess.run([sys.executable, "-m", "compatlab", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "COMPATLAB_MATRIX": "matrix.toml",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "compatlab", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def live(state: str = "pass", reason: str = "") -> CellResult:
     stage = StageResult(name="static", state="fail" if state == "fail" else "pass", reason=reason)
-    return CellResult(id=LIVE, axes={"torch": "2.9.1", "sgl-kernel": "0.3.21", "flashinfer": "0.6.4", "cuda": "12.8"},
-                      state=state, stages=[stage], reason=f"static: {reason}" if reason else "",
-                      finished="2026-12-02T10:00:00+00:00")
+    return CellResult(
+        id=LIVE,
+        axes={"torch": "2.9.1", "sgl-kernel": "0.3.21", "flashinfer": "0.6.4", "cuda": "12.8"},
+        state=state,
+        stages=[stage],
+        reason=f"static: {reason}" if reason else "",
+        finished="2026-12-02T10:00:00+00:00",
+    )
 
 
 def na() -> CellResult:
-    return CellResult(id=NA, axes={"torch": "2.9.1", "sgl-kernel": "0.3.21", "flashinfer": "0.6.4", "cuda": "13.0"},
-                      state="n/a", reason=NA_REASON)
+    return CellResult(
+        id=NA,
+        axes={"torch": "2.9.1", "sgl-kernel": "0.3.21", "flashinfer": "0.6.4", "cuda": "13.0"},
+        state="n/a",
+        reason=NA_REASON,
+    )
 
 
 def shard(matrix: Matrix, name: str, *results: CellResult) -> Path:
@@ -92,8 +112,10 @@ def json_error(text: str) -> str:
 
 def kept_words(tmp_path: Path, run_id: str, cell_id: str) -> str:
     folder = tmp_path / "state" / "compatlab" / "unsaved" / run_id
-    return (f"the result is kept in {folder / 'cells' / f'{cell_id}.json'}; to bring it back: "
-            f"compatlab merge <run folder> {folder} --out <new run folder>")
+    return (
+        f"the result is kept in {folder / 'cells' / f'{cell_id}.json'}; to bring it back: "
+        f"compatlab merge <run folder> {folder} --out <new run folder>"
+    )
 
 
 def test_a_truncated_cell_file_is_an_error_cell_and_merge_summary_report_fail(tmp_path: Path, matrix: Matrix) -> None:
@@ -104,7 +126,10 @@ def test_a_truncated_cell_file_is_an_error_cell_and_merge_summary_report_fail(tm
     why = f"unreadable result: s1/cells/{LIVE}.json: not valid JSON: {json_error(text)}"
     done = lab(tmp_path, "merge", "s1", "--out", "merged")
     assert (done.returncode, done.stdout, done.stderr) == (
-        1, "merged 1 shard(s) into merged/results.json: 2 cells, 0 missing, 1 unreadable\n", f"error: {why}\n")
+        1,
+        "merged 1 shard(s) into merged/results.json: 2 cells, 0 missing, 1 unreadable\n",
+        f"error: {why}\n",
+    )
     cells = {c.id: c for c in store.load_results(Path("merged/results.json")).cells}
     assert (cells[LIVE].state, cells[LIVE].unexpected, cells[LIVE].reason) == ("error", True, why)
     assert cells[LIVE].axes == live().axes
@@ -113,7 +138,9 @@ def test_a_truncated_cell_file_is_an_error_cell_and_merge_summary_report_fail(tm
     assert summary.stdout.endswith("totals: error 1, n/a 1; unexpected 1; unreadable 1\n")
     report = lab(tmp_path, "report", "merged/results.json", "--no-history")
     assert (report.returncode, report.stderr) == (
-        1, f"error: merged/results.json: 1 cell result(s) could not be read, shown as errors: {why}\n")
+        1,
+        f"error: merged/results.json: 1 cell result(s) could not be read, shown as errors: {why}\n",
+    )
     assert (tmp_path / "merged" / "index.html").is_file()  # the grid still shows it, as an error
 
 
@@ -128,11 +155,17 @@ def test_a_list_or_a_cell_without_id_does_not_stop_the_other_cells(tmp_path: Pat
     results = store.load_results(Path("reports/latest/results.json"))
     assert [(c.id, c.state, c.reason) for c in results.cells] == [
         (NA, "n/a", NA_REASON),
-        ("aaa-list", "error",
-         "unreadable result: reports/runs/r1/cells/aaa-list.json: expected a cell result (a JSON object), got a list"),
+        (
+            "aaa-list",
+            "error",
+            "unreadable result: reports/runs/r1/cells/aaa-list.json: expected a cell result (a JSON object), got a list",
+        ),
         ("bbb-noid", "error", "unreadable result: reports/runs/r1/cells/bbb-noid.json: missing key 'id'"),
-        ("ccc-old", "error",
-         "unreadable result: reports/runs/r1/cells/ccc-old.json: schema: expected 'compatlab.runs.cell/1', got None"),
+        (
+            "ccc-old",
+            "error",
+            "unreadable result: reports/runs/r1/cells/ccc-old.json: schema: expected 'compatlab.runs.cell/1', got None",
+        ),
     ]
     summary = lab(tmp_path, "summary", "reports/latest/results.json")
     assert summary.returncode == 1
@@ -145,26 +178,31 @@ def test_links_and_folders_in_cells_are_refused_not_followed(tmp_path: Path, mat
     (s1 / "cells" / f"{LIVE}.json").symlink_to((other / "cells" / f"{LIVE}.json").resolve())
     (s1 / "cells" / "zzz.json").mkdir()
     done = lab(tmp_path, "merge", "s1", "--out", "merged")
-    assert (done.returncode, done.stderr) == (1, (
-        f"error: unreadable result: s1/cells/{LIVE}.json: a symbolic link, not followed "
-        "(a cell result must be a regular file)\n"
-        "error: unreadable result: s1/cells/zzz.json: a folder, not a cell result (a cell result must be a regular file)\n"
-    ))
+    assert (done.returncode, done.stderr) == (
+        1,
+        (
+            f"error: unreadable result: s1/cells/{LIVE}.json: a symbolic link, not followed "
+            "(a cell result must be a regular file)\n"
+            "error: unreadable result: s1/cells/zzz.json: a folder, not a cell result (a cell result must be a regular file)\n"
+        ),
+    )
     cells = {c.id: c for c in store.load_results(Path("merged/results.json")).cells}
     assert cells[LIVE].state == "error"
     assert not (tmp_path / "merged" / "cells" / f"{LIVE}.json").is_symlink()
 
 
-def test_two_shards_that_disagree_on_a_cell_are_refused_unless_one_is_preferred(
-    tmp_path: Path, matrix: Matrix
-) -> None:
+def test_two_shards_that_disagree_on_a_cell_are_refused_unless_one_is_preferred(tmp_path: Path, matrix: Matrix) -> None:
     shard(matrix, "a", live("fail", "needs a symbol torch does not export"), na())
     shard(matrix, "b", live("pass"))
     done = lab(tmp_path, "merge", "a", "b", "--out", "merged")
-    assert (done.returncode, done.stdout, done.stderr) == (1, "", (
-        f"error: cell {LIVE}: different results in a/cells/{LIVE}.json (fail) and b/cells/{LIVE}.json (pass); "
-        "say which shard wins with --prefer DIR\n"
-    ))
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "",
+        (
+            f"error: cell {LIVE}: different results in a/cells/{LIVE}.json (fail) and b/cells/{LIVE}.json (pass); "
+            "say which shard wins with --prefer DIR\n"
+        ),
+    )
     assert not (tmp_path / "merged").exists()
     chosen = lab(tmp_path, "merge", "a", "b", "--out", "merged", "--prefer", "b")
     assert (chosen.returncode, chosen.stdout) == (0, "merged 2 shard(s) into merged/results.json: 2 cells, 0 missing\n")
@@ -180,11 +218,15 @@ def test_two_shards_that_disagree_on_a_cell_are_refused_unless_one_is_preferred(
 
 def test_an_older_run_never_replaces_a_newer_latest(tmp_path: Path, matrix: Matrix) -> None:
     assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/old").returncode == 0
-    assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/new", "--latest", "reports/latest").returncode == 0
+    assert (
+        lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/new", "--latest", "reports/latest").returncode == 0
+    )
     old = store.load_results(Path("reports/runs/old/results.json")).run
     new = store.load_results(Path("reports/latest/results.json")).run
-    stale = (f"reports/latest shows run new (started {new.started}), newer than run old (started {old.started}): "
-             "left as it is")
+    stale = (
+        f"reports/latest shows run new (started {new.started}), newer than run old (started {old.started}): "
+        "left as it is"
+    )
     # A cell of the older run ends after the newer run has shown itself.
     late = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/old", "--latest", "reports/latest")
     assert (late.returncode, late.stderr) == (0, f"WARNING compatlab.runs.store: {stale}\n")
@@ -208,10 +250,13 @@ def test_report_into_a_run_in_progress_leaves_its_results_to_the_owner(tmp_path:
 def test_a_second_process_cannot_write_a_run_in_use(tmp_path: Path, matrix: Matrix) -> None:
     with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
         done = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1")
-        assert (done.returncode, done.stderr) == (1, (
-            f"error: reports/runs/r1: run r1 is in use by pid {os.getpid()} on {HOST}; one run belongs to one "
-            "process at a time: wait for it to finish, or choose another run id (COMPATLAB_RUN_ID)\n"
-        ))
+        assert (done.returncode, done.stderr) == (
+            1,
+            (
+                f"error: reports/runs/r1: run r1 is in use by pid {os.getpid()} on {HOST}; one run belongs to one "
+                "process at a time: wait for it to finish, or choose another run id (COMPATLAB_RUN_ID)\n"
+            ),
+        )
     assert not (tmp_path / "reports" / "runs" / "r1" / "cells").exists()
 
 
@@ -220,16 +265,22 @@ def test_a_cell_whose_owner_is_gone_or_replaced_writes_nothing(tmp_path: Path, m
     token = first.owner
     first.close()
     gone = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--owner", token)
-    assert (gone.returncode, gone.stderr) == (1, (
-        f"error: run r1 has no owner any more (the process that started it, pid {os.getpid()} on {HOST}, exited or "
-        "was killed): nothing is written into reports/runs/r1\n"
-    ))
+    assert (gone.returncode, gone.stderr) == (
+        1,
+        (
+            f"error: run r1 has no owner any more (the process that started it, pid {os.getpid()} on {HOST}, exited or "
+            "was killed): nothing is written into reports/runs/r1\n"
+        ),
+    )
     with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
         replaced = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--owner", token)
-    assert (replaced.returncode, replaced.stderr) == (1, (
-        f"error: run r1 now belongs to another process (pid {os.getpid()} on {HOST}): nothing is written into "
-        "reports/runs/r1\n"
-    ))
+    assert (replaced.returncode, replaced.stderr) == (
+        1,
+        (
+            f"error: run r1 now belongs to another process (pid {os.getpid()} on {HOST}): nothing is written into "
+            "reports/runs/r1\n"
+        ),
+    )
     assert not (tmp_path / "reports" / "runs" / "r1" / "cells").exists()
 
 
@@ -296,19 +347,23 @@ def _run_with_cells_broken(tmp_path: Path, break_cells: str, mounted: list[Path]
     return lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
 
 
-@pytest.mark.parametrize(("break_cells", "why"), [
-    ("ro", "Read-only file system"),
-    ("full", "No space left on device"),
-    ("file", "reports/runs/r1/cells is not a folder"),
-])
+@pytest.mark.parametrize(
+    ("break_cells", "why"),
+    [
+        ("ro", "Read-only file system"),
+        ("full", "No space left on device"),
+        ("file", "reports/runs/r1/cells is not a folder"),
+    ],
+)
 def test_a_finished_cell_whose_result_cannot_be_written_keeps_it(
     tmp_path: Path, matrix: Matrix, break_cells: str, why: str, request: pytest.FixtureRequest
 ) -> None:
     mounted: list[Path] = request.getfixturevalue("mounts") if break_cells != "file" else []
     done = _run_with_cells_broken(tmp_path, break_cells, mounted)
-    assert (done.returncode, done.stderr) == (1, (
-        f"error: cannot write reports/runs/r1/cells/{NA}.json: {why}; {kept_words(tmp_path, 'r1', NA)}\n"
-    ))
+    assert (done.returncode, done.stderr) == (
+        1,
+        (f"error: cannot write reports/runs/r1/cells/{NA}.json: {why}; {kept_words(tmp_path, 'r1', NA)}\n"),
+    )
     kept = json.loads((tmp_path / "state" / "compatlab" / "unsaved" / "r1" / "cells" / f"{NA}.json").read_text())
     assert kept["schema"] == CELL_SCHEMA
     assert CellResult.from_json({k: v for k, v in kept.items() if k != "schema"}).reason == NA_REASON
@@ -320,11 +375,18 @@ def test_a_finished_cell_whose_result_cannot_be_written_keeps_it(
     if cells.is_file():
         cells.unlink()
     cells.mkdir(exist_ok=True)
-    back = lab(tmp_path, "merge", "reports/runs/r1", str(tmp_path / "state" / "compatlab" / "unsaved" / "r1"),
-               "--out", "reports/runs/r1-saved")
+    back = lab(
+        tmp_path,
+        "merge",
+        "reports/runs/r1",
+        str(tmp_path / "state" / "compatlab" / "unsaved" / "r1"),
+        "--out",
+        "reports/runs/r1-saved",
+    )
     assert back.returncode == 1  # the live cell of this matrix never ran: missing
     assert store.read_cell(Path("reports/runs/r1-saved"), NA) == CellResult.from_json(
-        {k: v for k, v in kept.items() if k != "schema"})
+        {k: v for k, v in kept.items() if k != "schema"}
+    )
 
 
 def test_a_read_only_reports_folder_is_one_clear_error(tmp_path: Path, matrix: Matrix, mounts: list[Path]) -> None:
@@ -332,7 +394,10 @@ def test_a_read_only_reports_folder_is_one_clear_error(tmp_path: Path, matrix: M
     _read_only(tmp_path / "reports", mounts)
     done = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--latest", "reports/latest")
     assert (done.returncode, done.stdout, done.stderr) == (
-        1, "", "error: cannot write reports/runs/r1: Read-only file system\n")
+        1,
+        "",
+        "error: cannot write reports/runs/r1: Read-only file system\n",
+    )
 
 
 def test_a_result_that_cannot_be_kept_anywhere_is_in_the_error(
@@ -436,18 +501,30 @@ def test_an_orphaned_cell_of_a_killed_nox_never_rewrites_latest(tmp_path: Path, 
     reports = tmp_path / "reports"
     a = tmp_path / "a"
     a.mkdir()
-    (a / "matrix.toml").write_text(textwrap.dedent(ONE_CELL.format(torch=f"http://127.0.0.1:{gate.server_port}",
-                                                                   url=index_url)))
+    (a / "matrix.toml").write_text(
+        textwrap.dedent(ONE_CELL.format(torch=f"http://127.0.0.1:{gate.server_port}", url=index_url))
+    )
     env = {
         **os.environ,
         "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "COMPATLAB_MATRIX": str(a / "matrix.toml"), "COMPATLAB_REPORTS": str(reports),
-        "COMPATLAB_VENVS": str(a / "venvs"), "COMPATLAB_RUN_ID": "a", "UV_PYTHON_DOWNLOADS": "never",
-        "UV_HTTP_TIMEOUT": "300", "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1",
+        "COMPATLAB_MATRIX": str(a / "matrix.toml"),
+        "COMPATLAB_REPORTS": str(reports),
+        "COMPATLAB_VENVS": str(a / "venvs"),
+        "COMPATLAB_RUN_ID": "a",
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_HTTP_TIMEOUT": "300",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "NO_COLOR": "1",
     }
     with open(tmp_path / "a.log", "w") as log:
-        first = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
-                                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     orphans: list[int] = []
     try:
         assert gate.hit.wait(300), "run a's cell never asked the index for torch"
@@ -455,8 +532,15 @@ def test_an_orphaned_cell_of_a_killed_nox_never_rewrites_latest(tmp_path: Path, 
         assert orphans, "no cell process under nox"
         first.kill()  # kill -9 of nox alone: its cell process lives on, blocked on the index
         first.wait(30)
-        second = nox(tmp_path / "b", ONE_CELL.format(torch=index_url, url=index_url), "-s", "matrix", run_id="b",
-                     reports=reports, extra_env={"XDG_STATE_HOME": str(tmp_path / "state")})
+        second = nox(
+            tmp_path / "b",
+            ONE_CELL.format(torch=index_url, url=index_url),
+            "-s",
+            "matrix",
+            run_id="b",
+            reports=reports,
+            extra_env={"XDG_STATE_HOME": str(tmp_path / "state")},
+        )
         assert store.load_results(reports / "latest" / "results.json").run.id == "b", second.stdout + second.stderr
         gate.opened.set()
         deadline = time.monotonic() + 300

@@ -33,12 +33,14 @@ def test_the_incell_copy_falls_back_to_a_private_folder(unwritable: Path, caplog
     assert not first.is_relative_to(unwritable.parent)
     assert [r.getMessage() for r in caplog.records] == [
         f"cannot write the cache {unwritable} (Not a directory): compatlab.incell is copied to {first.parent} for "
-        "this process only"]
+        "this process only"
+    ]
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
-def test_the_elf_cache_reads_without_storing(unwritable: Path, tmp_path: Path,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_the_elf_cache_reads_without_storing(
+    unwritable: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     so = versioned_so(tmp_path / "lib" / "libhost.so")
     other = versioned_so(tmp_path / "lib" / "libother.so")
     cache = ElfCache()
@@ -48,7 +50,8 @@ def test_the_elf_cache_reads_without_storing(unwritable: Path, tmp_path: Path,
     assert cache.read_only
     assert [r.getMessage() for r in caplog.records] == [
         f"cannot write the ELF cache {unwritable}/elf-v2 (Not a directory): this run reads ELF files without "
-        "storing them"]
+        "storing them"
+    ]
 
 
 def test_the_stand_in_driver_is_built_in_the_cells_folder(unwritable: Path, tmp_path: Path) -> None:

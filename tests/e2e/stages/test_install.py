@@ -32,8 +32,13 @@ INSTALL = PIPELINE[:1]
 def _minor(python: str) -> str | None:
     """``3.12`` for a working interpreter of 3.10 or newer, else None."""
     try:
-        done = subprocess.run([python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            [python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except OSError:
         return None
     version = done.stdout.strip()
@@ -44,8 +49,11 @@ def _minor(python: str) -> str | None:
 
 def interpreters() -> dict[str, str]:
     """Minor version -> one interpreter of it, of those this machine has."""
-    candidates = [*sorted(map(str, Path("/usr/bin").glob("python3.*"))),
-                  *sorted(map(str, (Path.home() / ".pyenv" / "versions").glob("*/bin/python3.*"))), sys.executable]
+    candidates = [
+        *sorted(map(str, Path("/usr/bin").glob("python3.*"))),
+        *sorted(map(str, (Path.home() / ".pyenv" / "versions").glob("*/bin/python3.*"))),
+        sys.executable,
+    ]
     found: dict[str, str] = {}
     for candidate in candidates:
         if candidate != sys.executable and not re.fullmatch(r"python3\.\d+", Path(candidate).name):
@@ -81,7 +89,8 @@ def pythons_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def matrix_of(tmp_path: Path, url: str, pythons: list[str]) -> Matrix:
     path = tmp_path / "matrix.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [axes]
         torch = "2.9.1"
         cuda = "12.8"
@@ -89,7 +98,9 @@ def matrix_of(tmp_path: Path, url: str, pythons: list[str]) -> Matrix:
         [install]
         index-url = "{url}/simple"
         retries = 0
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     return load_matrix(path)
 
 
@@ -101,8 +112,10 @@ def install(tmp_path: Path, matrix: Matrix) -> list[tuple[Cell, CellResult]]:
     return out
 
 
-@pytest.mark.skipif(len(TWO) < 2, reason=f"this machine has one Python of 3.10 or newer ({', '.join(PYTHONS)}); "
-                                          "two cells of a python axis need two")
+@pytest.mark.skipif(
+    len(TWO) < 2,
+    reason=f"this machine has one Python of 3.10 or newer ({', '.join(PYTHONS)}); two cells of a python axis need two",
+)
 def test_each_cell_of_a_python_axis_gets_its_own_interpreter(tmp_path: Path, url: str) -> None:
     matrix = matrix_of(tmp_path, url, TWO)
     done = install(tmp_path, matrix)
@@ -123,5 +136,6 @@ def test_a_cell_whose_interpreter_cannot_be_found_is_an_error_naming_it(tmp_path
     assert result.reason == (
         "install: no Python 3.99 interpreter on this machine (the cell's python axis; uv looks on PATH and in "
         "its own installs, and downloads none here): install Python 3.99 where uv finds it, or remove 3.99 "
-        "from axes.python")
+        "from axes.python"
+    )
     assert found.state != "error", found.reason

@@ -45,17 +45,32 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = tmp / "build"
     c10 = compile_so(build / "libc10.so", "void c10_alloc(void) {}\n", soname="libc10.so")
     compile_so(build / "libcuda.so.1", "int cuLibraryLoadData(void) { return 0; }\n", soname="libcuda.so.1")
-    bnb = compile_so(build / "libbnb_cuda130.so", """
+    bnb = compile_so(
+        build / "libbnb_cuda130.so",
+        """
         void c10_alloc(void);
         int cuLibraryLoadData(void);
         int bnb_op(void) { c10_alloc(); return cuLibraryLoadData(); }
-        """, f"-L{build}", "-l:libcuda.so.1", soname="libbnb_cuda130.so")
+        """,
+        f"-L{build}",
+        "-l:libcuda.so.1",
+        soname="libbnb_cuda130.so",
+    )
     ops = compile_so(build / "ops" / "libbnb_ops.so", "void c10_alloc(void);\nvoid op(void) { c10_alloc(); }\n")
     wheels = [
-        build_wheel(tmp / "wheels", "torch", "2.14.1",
-                    files={"torch/__init__.py": TORCH_INIT, "torch/lib/libc10.so": c10.read_bytes()}),
-        build_wheel(tmp / "wheels", "bnb", "0.49.0", requires=["torch"],
-                    files={"bnb/__init__.py": BNB_INIT, LIB: bnb.read_bytes(), OPS: ops.read_bytes()}),
+        build_wheel(
+            tmp / "wheels",
+            "torch",
+            "2.14.1",
+            files={"torch/__init__.py": TORCH_INIT, "torch/lib/libc10.so": c10.read_bytes()},
+        ),
+        build_wheel(
+            tmp / "wheels",
+            "bnb",
+            "0.49.0",
+            requires=["torch"],
+            files={"bnb/__init__.py": BNB_INIT, LIB: bnb.read_bytes(), OPS: ops.read_bytes()},
+        ),
     ]
     python = venv_with(tmp / "venv", wheels)
     # The suites run with pytest: the venv sees the lab's own (nothing is installed from an index).
@@ -66,7 +81,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_a_library_an_import_loads_by_a_computed_path_is_judged_like_an_extension_module(
-        venv: Path, tmp_path: Path) -> None:
+    venv: Path, tmp_path: Path
+) -> None:
     if fakecuda.real_driver() is not None:
         pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
     env = inspect_environment(venv / "bin" / "python")
@@ -80,10 +96,15 @@ def test_a_library_an_import_loads_by_a_computed_path_is_judged_like_an_extensio
     assert {f["severity"] for f in mine} == {"note"}
     assert not any("does not need" in f["message"] for f in mine)
     imported = stages["import"]
-    assert (imported.state, imported.reason) == ("fail", (
-        f"{LIB} imports cuLibraryLoadData from libcuda, an entry point of CUDA 12.0 (driver 525.60.13 or newer): "
-        "target this-box's min-driver 520.61 is older (`import bnb` loads it by path)"))
+    assert (imported.state, imported.reason) == (
+        "fail",
+        (
+            f"{LIB} imports cuLibraryLoadData from libcuda, an entry point of CUDA 12.0 (driver 525.60.13 or newer): "
+            "target this-box's min-driver 520.61 is older (`import bnb` loads it by path)"
+        ),
+    )
     assert imported.details["loaded_by_path"] == {LIB: "bnb", OPS: "bnb"}
     # Resolved after `import torch`: torch's libc10.so provides c10_alloc, to both.
-    assert [(f["module"], f["kind"]) for f in imported.details["loaded_by_path_findings"]
-            if f["severity"] != "note"] == [(LIB, "driver-api")]
+    assert [
+        (f["module"], f["kind"]) for f in imported.details["loaded_by_path_findings"] if f["severity"] != "note"
+    ] == [(LIB, "driver-api")]

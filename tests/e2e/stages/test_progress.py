@@ -45,6 +45,8 @@ def test_the_import_stage_prints_its_progress_unless_quiet(tmp_path: Path, monke
     result = runtime.run_import_stage(dataclasses.replace(ctx, say=heard.append))
     assert result.details["total"] == 2, result.reason
     assert heard, "no progress line in 1.5 s"
-    assert all(re.fullmatch(r"import: [0-2]/2 modules loaded(, slowest so far \S+ \d+\.\d s)?", h) for h in heard), heard
+    assert all(re.fullmatch(r"import: [0-2]/2 modules loaded(, slowest so far \S+ \d+\.\d s)?", h) for h in heard), (
+        heard
+    )
     # The extension module is done long before the package's import is.
     assert any(h.startswith("import: 1/2 modules loaded, slowest so far slowpkg/fast") for h in heard), heard

@@ -33,16 +33,24 @@ def _make_cell(tmp: Path) -> tuple[Path, Path]:
     ext_module(pkg, "ok")
     abi_broken_module(pkg / "sm90", "ops")
     linkdir = fakecuda.build_stand_in(set(), tmp / "link-only")  # something to link -lcuda against
-    ext_module(pkg, "drv", 'if (cuInit(0) == 100) { PyErr_SetString(PyExc_RuntimeError, '
-               '"CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected"); return NULL; }',
-               str(linkdir / "libcuda.so.1"), prelude="int cuInit(unsigned int);")
+    ext_module(
+        pkg,
+        "drv",
+        "if (cuInit(0) == 100) { PyErr_SetString(PyExc_RuntimeError, "
+        '"CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected"); return NULL; }',
+        str(linkdir / "libcuda.so.1"),
+        prelude="int cuInit(unsigned int);",
+    )
     info = site / "fakestack-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakestack\nVersion: 1.0\n", encoding="utf-8")
     (info / "top_level.txt").write_text("fakestack\n", encoding="utf-8")
     files = sorted(p.relative_to(site).as_posix() for p in pkg.rglob("*") if p.is_file())
-    files += ["fakestack-1.0.dist-info/METADATA", "fakestack-1.0.dist-info/top_level.txt",
-              "fakestack-1.0.dist-info/RECORD"]
+    files += [
+        "fakestack-1.0.dist-info/METADATA",
+        "fakestack-1.0.dist-info/top_level.txt",
+        "fakestack-1.0.dist-info/RECORD",
+    ]
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
     # A torch that says which CUDA it is for, the way real torch does (torch/version.py).
     (site / "torch").mkdir()
@@ -77,8 +85,7 @@ def test_import_stage_names_the_abi_break(cell: tuple[Path, Path], tmp_path: Pat
     assert result.details["driver"] == "stand-in (CUDA_ERROR_NO_DEVICE)"
     assert result.details["failures"] == [result.reason]
     assert result.details["needs_gpu"] == [
-        f"fakestack/drv{EXT_SUFFIX}: no NVIDIA driver (CUDA_ERROR_NO_DEVICE: "
-        "no CUDA-capable device is detected)"
+        f"fakestack/drv{EXT_SUFFIX}: no NVIDIA driver (CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected)"
     ]
     by_module = {m["module"]: m for m in result.details["modules"]}
     assert sorted(by_module) == sorted(
@@ -104,7 +111,9 @@ def test_cuda_stage_skips_without_a_driver_and_the_cell_is_partial(cell: tuple[P
     finally:
         provider(pkg / "sm90", "_ZN2ns5checkEj")
     assert (cuda.state, cuda.reason, cuda.required) == (
-        "skip", "no NVIDIA driver on this machine (no libcuda.so.1)", True
+        "skip",
+        "no NVIDIA driver on this machine (no libcuda.so.1)",
+        True,
     )
     assert cell_state([imported, cuda]) == "partial"
 
@@ -114,31 +123,60 @@ def test_command_line(cell: tuple[Path, Path], tmp_path: Path) -> None:
     venv, _ = cell
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "compatlab", "runtime", "--venv", str(venv), "--package", "fakestack",
-         "--stage", "import", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, check=False,
+        [
+            sys.executable,
+            "-m",
+            "compatlab",
+            "runtime",
+            "--venv",
+            str(venv),
+            "--package",
+            "fakestack",
+            "--stage",
+            "import",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
     assert first.startswith("import: fail (")
-    assert first.endswith(
-        f"s) — fakestack/sm90/ops{EXT_SUFFIX}: undefined symbol ns::check(int)"
-    )
+    assert first.endswith(f"s) — fakestack/sm90/ops{EXT_SUFFIX}: undefined symbol ns::check(int)")
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert (data["id"], data["state"]) == ("fakestack1.0-cuda13.0", "fail")
 
 
 def test_command_line_error_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "compatlab", "runtime", "--venv", str(tmp_path / "nope"), "--package", "torch",
-         "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
+        [
+            sys.executable,
+            "-m",
+            "compatlab",
+            "runtime",
+            "--venv",
+            str(tmp_path / "nope"),
+            "--package",
+            "torch",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert (done.returncode, done.stderr) == (
-        2, f"error: {tmp_path / 'nope' / 'bin' / 'python'} does not exist; "
-           "give --venv a virtual environment (or --python)\n"
+        2,
+        f"error: {tmp_path / 'nope' / 'bin' / 'python'} does not exist; "
+        "give --venv a virtual environment (or --python)\n",
     )
 
 
@@ -161,8 +199,10 @@ def test_import_stage_judges_alike_through_the_fork_server_and_one_process_per_m
     monkeypatch.setenv("COMPATLAB_IMPORT_FORKSERVER", "0")
     ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "alone")
     alone = runtime.run_import_stage(ctx)
-    assert re.fullmatch(r"fork server: children of 1 interpreter\(s\) that imported nothing once \([0-9.]+ s\)",
-                        forked.details["loader"])
+    assert re.fullmatch(
+        r"fork server: children of 1 interpreter\(s\) that imported nothing once \([0-9.]+ s\)",
+        forked.details["loader"],
+    )
     assert forked.details["loader_problems"] == []
     assert alone.details["loader"] == "one process per module"
     assert (forked.state, forked.reason) == (alone.state, alone.reason)
@@ -185,15 +225,18 @@ def test_a_torch_that_will_not_import_falls_back_to_one_process_per_module(
     ctx = runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path / "fork")
     forked = runtime.run_import_stage(ctx)
     monkeypatch.setenv("COMPATLAB_IMPORT_FORKSERVER", "0")
-    alone = runtime.run_import_stage(runtime.context_for_venv(venv, packages=["torch", "fakestack"],
-                                                              work_dir=tmp_path / "alone"))
+    alone = runtime.run_import_stage(
+        runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path / "alone")
+    )
     assert forked.details["loader"] == "one process per module"
     assert forked.details["loader_problems"] == [
         "fork server could not start (import torch failed: ImportError: libtorch_cuda.so: cannot open shared "
         "object file: No such file or directory): one process per module"
     ]
-    assert (forked.state, forked.reason) == ("fail", "fakestack/drv" + EXT_SUFFIX + " (import torch failed): "
-                                                     "missing shared library libtorch_cuda.so (and 4 more)")
+    assert (forked.state, forked.reason) == (
+        "fail",
+        "fakestack/drv" + EXT_SUFFIX + " (import torch failed): missing shared library libtorch_cuda.so (and 4 more)",
+    )
     assert (forked.state, forked.reason) == (alone.state, alone.reason)
     assert _verdicts(forked) == _verdicts(alone)
 
@@ -206,16 +249,22 @@ def test_a_module_that_crashes_loaded_alone_but_not_through_its_package_is_fine(
     venv, pkg = _make_cell(tmp_path)
     (pkg / "sm90" / f"ops{EXT_SUFFIX}").unlink()  # only the module under test may fail here
     (pkg / "__init__.py").write_text("import os\nos.environ['FAKESTACK_READY'] = '1'\n", encoding="utf-8")
-    ext_module(pkg, "needs_setup", 'if (!getenv("FAKESTACK_READY")) raise(SIGSEGV);',
-               prelude="#include <signal.h>\n#include <stdlib.h>")
+    ext_module(
+        pkg,
+        "needs_setup",
+        'if (!getenv("FAKESTACK_READY")) raise(SIGSEGV);',
+        prelude="#include <signal.h>\n#include <stdlib.h>",
+    )
     with (pkg.parent / "fakestack-1.0.dist-info" / "RECORD").open("a", encoding="utf-8") as record:
         record.write(f"fakestack/needs_setup{EXT_SUFFIX},,\n")
     ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
     result = runtime.run_import_stage(ctx)
     entry = next(e for e in result.details["modules"] if e["module"].startswith("fakestack/needs_setup"))
     assert entry["ok"] is True
-    assert entry["loaded"] == (f"by name (import fakestack.needs_setup): by path, fakestack/needs_setup{EXT_SUFFIX}: "
-                               "crashed with SIGSEGV while loading")
+    assert entry["loaded"] == (
+        f"by name (import fakestack.needs_setup): by path, fakestack/needs_setup{EXT_SUFFIX}: "
+        "crashed with SIGSEGV while loading"
+    )
 
 
 @pytest.mark.slow

@@ -151,7 +151,10 @@ def test_one_problem_reads_as_one_line(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace('version = "0.3.21"', 'version = "0.3.21"\nwhl = "x"'))
     with pytest.raises(ConfigError) as info:
         load_matrix(path)
-    assert str(info.value) == f"{path}: axes.sgl-kernel[0].whl: unknown key; allowed keys: cuda, find-links, index, package, requires, version"
+    assert (
+        str(info.value)
+        == f"{path}: axes.sgl-kernel[0].whl: unknown key; allowed keys: cuda, find-links, index, package, requires, version"
+    )
 
 
 def test_missing_axes_and_bad_expectations(tmp_path: Path) -> None:
@@ -172,7 +175,7 @@ def test_missing_axes_and_bad_expectations(tmp_path: Path) -> None:
         "axes.cuda: missing; the lab needs the axes torch, cuda",
         "rules.exclude[0].expect: an excluded cell does not run; move this rule to [[rules.expect]]",
         "rules.expect[0].reason: missing; this key is required",
-        'rules.expect[0].expect: the only expectation is "fail", got \'pass\'',
+        "rules.expect[0].expect: the only expectation is \"fail\", got 'pass'",
     ]
 
 
@@ -187,7 +190,10 @@ def test_toml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, "[[axes.torch]]\nversion = 2.9.1\n")
     with pytest.raises(ConfigError) as info:
         load_matrix(path)
-    assert str(info.value) == f"{path}: invalid TOML: Expected newline or end of document after a statement (at line 2, column 14)"
+    assert (
+        str(info.value)
+        == f"{path}: invalid TOML: Expected newline or end of document after a statement (at line 2, column 14)"
+    )
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -197,7 +203,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_cli_exits_2_with_one_message_and_no_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, GOOD.replace('gpus = 8', 'gpus = "eight"'))
+    path = write(tmp_path, GOOD.replace("gpus = 8", 'gpus = "eight"'))
     assert main(["validate", "--matrix", str(path)]) == 2
     assert capsys.readouterr() == ("", f"error: {path}: targets.box.gpus: expected a positive integer, got 'eight'\n")
 
@@ -219,8 +225,13 @@ def test_shipped_matrices_are_valid() -> None:
     assert sum(c.na is None for c in cells) == 6
     born = load_matrix(ROOT / "examples" / "born-from.toml")
     (cell,) = expand(born)
-    assert cell.axes == {"torch": "2.9.1+cu130", "sgl-kernel": "0.3.21+cu130", "flashinfer": "0.6.4", "sglang": "0.5.9",
-                         "cuda": "13.0"}
+    assert cell.axes == {
+        "torch": "2.9.1+cu130",
+        "sgl-kernel": "0.3.21+cu130",
+        "flashinfer": "0.6.4",
+        "sglang": "0.5.9",
+        "cuda": "13.0",
+    }
     assert cell.force  # SGLang's own pins yield to the axis pins
     assert born.archs == ("sm_120",)
 
@@ -262,7 +273,7 @@ def message(tmp_path: Path, text: str | bytes) -> str:
 
 
 def test_a_file_that_is_not_utf8_is_named_with_where(tmp_path: Path) -> None:
-    latin1 = MINIMAL.replace('gpus = 8', 'gpu = "GeForce ™"').encode("utf-8").replace("™".encode(), b"\x99")
+    latin1 = MINIMAL.replace("gpus = 8", 'gpu = "GeForce ™"').encode("utf-8").replace("™".encode(), b"\x99")
     assert message(tmp_path, latin1) == (
         "not UTF-8 text: byte 0x99 at line 11 (offset 171) cannot be decoded; save the file as UTF-8"
     )
@@ -291,7 +302,10 @@ def test_a_string_where_a_number_is_wanted(tmp_path: Path) -> None:
 
 
 def test_nan_and_infinity_are_refused_everywhere(tmp_path: Path) -> None:
-    text = MINIMAL + PERF + """
+    text = (
+        MINIMAL
+        + PERF
+        + """
     [install]
     timeout = nan
     [thresholds]
@@ -302,6 +316,7 @@ def test_nan_and_infinity_are_refused_everywhere(tmp_path: Path) -> None:
     max-spread = nan
     min-tok-s = { "1" = nan }
     """
+    )
     assert message(tmp_path, text) == (
         "5 problems in FILE:\n"
         "  FILE: install.timeout: expected a finite number, got nan\n"
@@ -333,7 +348,9 @@ def test_a_version_with_spaces_around_it(tmp_path: Path) -> None:
 
 
 def test_empty_lists_in_rules(tmp_path: Path) -> None:
-    text = MINIMAL + """
+    text = (
+        MINIMAL
+        + """
     [[rules.exclude]]
     torch = []
     reason = "would have made every cell n/a"
@@ -343,6 +360,7 @@ def test_empty_lists_in_rules(tmp_path: Path) -> None:
     flashinfer = "0.6.4"
     cuda = "12.8"
     """
+    )
     assert message(tmp_path, text) == (
         "2 problems in FILE:\n"
         "  FILE: rules.exclude[0].torch: an empty list names no version; give at least one, or remove the key\n"
@@ -351,21 +369,26 @@ def test_empty_lists_in_rules(tmp_path: Path) -> None:
 
 
 def test_an_include_names_one_version_per_axis(tmp_path: Path) -> None:
-    text = MINIMAL.replace('[[axes.cuda]]', '[[axes.torch]]\nversion = "2.10.0"\n[[axes.cuda]]') + """
+    text = (
+        MINIMAL.replace("[[axes.cuda]]", '[[axes.torch]]\nversion = "2.10.0"\n[[axes.cuda]]')
+        + """
     [[rules.include]]
     torch = ["2.9.1", "2.10.0"]
     sgl-kernel = "0.3.21"
     flashinfer = "0.6.4"
     cuda = "12.8"
     """
+    )
     assert message(tmp_path, text) == (
-        "rules.include[0].torch: an included cell has one version per axis, got 2; "
-        "write one [[rules.include]] per cell"
+        "rules.include[0].torch: an included cell has one version per axis, got 2; write one [[rules.include]] per cell"
     )
 
 
 def test_unknown_keys_and_tables_at_every_level(tmp_path: Path) -> None:
-    text = MINIMAL + PERF + """
+    text = (
+        MINIMAL
+        + PERF
+        + """
     [reprot]
     rows = ["torch"]
     [[rules.exlude]]
@@ -381,6 +404,7 @@ def test_unknown_keys_and_tables_at_every_level(tmp_path: Path) -> None:
     [thresholds.perf]
     min-sppedup = 1.1
     """
+    )
     text = text.replace("[targets.box]\ngpus = 8", "[targets.box]\ngpus = 8\nmin-drvier = '580.65'")
     text = text.replace('"{port}"]\n[perf.servers.eagle3]', '"{port}"]\nstartup-timeuot = 5\n[perf.servers.eagle3]')
     assert message(tmp_path, text) == (
@@ -405,7 +429,10 @@ def test_a_misspelled_axis_does_not_become_a_package(tmp_path: Path) -> None:
         "installs a package: name it with "
         'package = "..." on each value, or write [axes.flashinfr] with package and values'
     )
-    text = MINIMAL + '[[axes.deep-gemm]]\nversion = "2.1.0"\npackage = "deep-gemm"\n[[axes.deep-gemm]]\nversion = "2.2.0"\n'
+    text = (
+        MINIMAL
+        + '[[axes.deep-gemm]]\nversion = "2.1.0"\npackage = "deep-gemm"\n[[axes.deep-gemm]]\nversion = "2.2.0"\n'
+    )
     assert message(tmp_path, text) == (
         "axes.deep-gemm[1].package: missing; 'deep-gemm' is not a known axis, so each value names the "
         "distribution it installs"
@@ -413,16 +440,20 @@ def test_a_misspelled_axis_does_not_become_a_package(tmp_path: Path) -> None:
 
 
 def test_an_extra_axis_names_its_package_at_axis_level_or_per_value(tmp_path: Path) -> None:
-    text = MINIMAL + """
+    text = (
+        MINIMAL
+        + """
     [axes.deep-gemm]
     package = "deep-gemm"
     values = ["2.1.0", { version = "2.2.0", index = "https://wheels.example/simple" }]
     [[axes.sglang]]
     version = "0.5.6"
     """
+    )
     matrix = load_matrix(write(tmp_path, text))
     assert [(v.requirement, v.index) for v in matrix.axis("deep-gemm").values] == [
-        ("deep-gemm==2.1.0", None), ("deep-gemm==2.2.0", "https://wheels.example/simple"),
+        ("deep-gemm==2.1.0", None),
+        ("deep-gemm==2.2.0", "https://wheels.example/simple"),
     ]
     assert matrix.axis("sglang").values[0].requirement == "sglang==0.5.6"
     assert [c.id for c in expand(matrix)] == [
@@ -453,7 +484,8 @@ def test_a_report_layout_names_each_axis_once(tmp_path: Path) -> None:
 
 def test_the_default_columns_are_every_axis_the_rows_and_tables_leave(tmp_path: Path) -> None:
     assert load_matrix(write(tmp_path, MINIMAL)).report == Report(
-        rows=("torch",), columns=("sgl-kernel", "flashinfer"), tables=("cuda",))
+        rows=("torch",), columns=("sgl-kernel", "flashinfer"), tables=("cuda",)
+    )
     matrix = load_matrix(write(tmp_path, MINIMAL + '[report]\nrows = ["flashinfer"]\n'))
     assert matrix.report == Report(rows=("flashinfer",), columns=("torch", "sgl-kernel"), tables=("cuda",))
 
@@ -487,7 +519,10 @@ def test_expand_keeps_the_cap_for_a_matrix_made_in_code(tmp_path: Path) -> None:
 
 
 def test_stages_get_typed_thresholds_and_perf(tmp_path: Path) -> None:
-    text = MINIMAL + PERF + """
+    text = (
+        MINIMAL
+        + PERF
+        + """
     [thresholds]
     import-timeout = 60
     jit-timeout = 1200
@@ -498,14 +533,17 @@ def test_stages_get_typed_thresholds_and_perf(tmp_path: Path) -> None:
     [thresholds.perf]
     min-tok-s = { "16" = 600 }
     """
+    )
     matrix = load_matrix(write(tmp_path, text))
     th = matrix.thresholds
     assert th.for_suites() == {"import-timeout": 60.0, "cuda-op-timeout": 180.0, "jit-timeout": 1200.0}
     shown = str(tmp_path / "matrix.toml")
     assert th.nccl.for_target("box") == NcclThresholds(
-        min_busbw_gbps=350.5, source=f"{shown}: thresholds.nccl.box.min-busbw-gbps")
+        min_busbw_gbps=350.5, source=f"{shown}: thresholds.nccl.box.min-busbw-gbps"
+    )
     assert th.nccl.for_target(None) == NcclThresholds(
-        min_busbw_gbps=300.0, source=f"{shown}: thresholds.nccl.min-busbw-gbps")
+        min_busbw_gbps=300.0, source=f"{shown}: thresholds.nccl.min-busbw-gbps"
+    )
     assert matrix.perf is not None
     assert matrix.perf.thresholds is th.perf
     assert (th.perf.min_speedup, th.perf.min_tok_s, th.perf.max_spread) == ({1: 1.0, 16: 1.0}, {16: 600.0}, 0.10)
@@ -541,16 +579,28 @@ def test_a_python_axis_gives_each_cell_its_interpreter_and_install_python_cannot
 
 def test_the_readme_lists_the_axis_kinds_as_the_table_says() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = readme.split("| axis | role | installs | imports | required | forces its cells |\n", 1)[1].split("\n\n", 1)[0]
+    rows = readme.split("| axis | role | installs | imports | required | forces its cells |\n", 1)[1].split("\n\n", 1)[
+        0
+    ]
     listed = {}
     for line in rows.splitlines()[1:]:
         axis, role, installs, imports, required, forces = (c.strip() for c in line.strip("|").split("|"))
-        listed[axis.strip("`")] = (installs.split(" ")[0].strip("`") if role == "package" else None,
-                                   imports.strip("`") or None, required == "yes", forces.startswith("yes"))
-    assert listed == {name: (kind.package, " ".join(kind.imports) or None, kind.required, kind.forces)
-                      for name, kind in AXIS_KINDS.items()}
+        listed[axis.strip("`")] = (
+            installs.split(" ")[0].strip("`") if role == "package" else None,
+            imports.strip("`") or None,
+            required == "yes",
+            forces.startswith("yes"),
+        )
+    assert listed == {
+        name: (kind.package, " ".join(kind.imports) or None, kind.required, kind.forces)
+        for name, kind in AXIS_KINDS.items()
+    }
 
 
 def test_a_distribution_is_known_by_its_kinds_axis() -> None:
     assert [axis_of_package(d) for d in ("Flashinfer_Python", "sglang-kernel", "torch", "deep-gemm")] == [
-        "flashinfer", "sglang-kernel", "torch", "deep-gemm"]
+        "flashinfer",
+        "sglang-kernel",
+        "torch",
+        "deep-gemm",
+    ]

@@ -33,7 +33,10 @@ def test_without_serve_the_built_in_model_is_served(tmp_path: Path) -> None:
 
 
 def test_paths_are_read_against_the_matrix_folder(tmp_path: Path) -> None:
-    serve = load_matrix(_write(tmp_path, """
+    serve = load_matrix(
+        _write(
+            tmp_path,
+            """
         [serve]
         model = "models/kimi-k2/config.json"
         draft = "/srv/drafts/kimi-eagle3"
@@ -42,13 +45,24 @@ def test_paths_are_read_against_the_matrix_folder(tmp_path: Path) -> None:
         concurrency = [1, 16, 16]
         args = ["--trust-remote-code"]
         eagle3 = false
-        """)).serve
-    assert serve == ServeConfig(model=tmp_path / "models/kimi-k2/config.json", draft=Path("/srv/drafts/kimi-eagle3"),
-                                layers=3, tp=8, concurrency=(1, 16), args=("--trust-remote-code",), eagle3=False)
+        """,
+        )
+    ).serve
+    assert serve == ServeConfig(
+        model=tmp_path / "models/kimi-k2/config.json",
+        draft=Path("/srv/drafts/kimi-eagle3"),
+        layers=3,
+        tp=8,
+        concurrency=(1, 16),
+        args=("--trust-remote-code",),
+        eagle3=False,
+    )
 
 
 def test_every_problem_of_serve_at_once(tmp_path: Path) -> None:
-    path = _write(tmp_path, """
+    path = _write(
+        tmp_path,
+        """
         [serve]
         layer = 2
         tp = 0
@@ -56,7 +70,8 @@ def test_every_problem_of_serve_at_once(tmp_path: Path) -> None:
         concurrency = []
         args = "--trust-remote-code\\n"
         eagle3 = "yes"
-        """)
+        """,
+    )
     with pytest.raises(ConfigError) as info:
         load_matrix(path)
     assert info.value.problems == [

@@ -11,13 +11,15 @@ from compatlab.incell import cudacompat as cc
     ("driver", "cuda", "state", "reason"),
     [
         ("580.159.03", "13.0", "pass", "driver 580.159.03 supports CUDA 13.0"),
-        ("575.57.08", "13.0", "fail",
-         "driver 575.57.08 is too old for CUDA 13.0: CUDA 13.x needs 580.65.06 or newer"),
-        ("525.60.13", "12.8", "warn",
-         "driver 525.60.13 runs CUDA 12.8 builds only under minor-version compatibility: "
-         "PTX from CUDA 12.8 needs 570.26 or newer"),
-        ("520.61.05", "12.1", "fail",
-         "driver 520.61.05 is too old for CUDA 12.1: CUDA 12.x needs 525.60.13 or newer"),
+        ("575.57.08", "13.0", "fail", "driver 575.57.08 is too old for CUDA 13.0: CUDA 13.x needs 580.65.06 or newer"),
+        (
+            "525.60.13",
+            "12.8",
+            "warn",
+            "driver 525.60.13 runs CUDA 12.8 builds only under minor-version compatibility: "
+            "PTX from CUDA 12.8 needs 570.26 or newer",
+        ),
+        ("520.61.05", "12.1", "fail", "driver 520.61.05 is too old for CUDA 12.1: CUDA 12.x needs 525.60.13 or newer"),
         ("570.86.10", "12.8", "pass", "driver 570.86.10 supports CUDA 12.8"),
         ("580.65.06", "12.9", "pass", "driver 580.65.06 supports CUDA 12.9"),
         ("550.54.14", "12.7", "pass", "driver 550.54.14 supports CUDA 12.7"),  # no such release: floor only

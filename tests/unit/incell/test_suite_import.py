@@ -10,15 +10,30 @@ from compatlab.incell.suites import test_import as suite
 
 def test_a_module_static_left_undecided_and_nobody_loaded_stays_red(tmp_path: Path) -> None:
     (tmp_path / "static").mkdir()
-    (tmp_path / "static" / "not-needed.json").write_text(json.dumps({
-        "pkg/_lazy.so": {"package": "pkg", "why": "only imported inside f()", "feature": "", "needed": "no"},
-        "pkg/_named.so": {"package": "pkg", "why": "pkg/__init__.py names '_named'", "feature": "",
-                          "needed": "unknown"},
-        "pkg/_seen.so": {"package": "pkg", "why": "pkg/__init__.py names '_seen'", "feature": "", "needed": "unknown"},
-    }), encoding="utf-8")
+    (tmp_path / "static" / "not-needed.json").write_text(
+        json.dumps(
+            {
+                "pkg/_lazy.so": {"package": "pkg", "why": "only imported inside f()", "feature": "", "needed": "no"},
+                "pkg/_named.so": {
+                    "package": "pkg",
+                    "why": "pkg/__init__.py names '_named'",
+                    "feature": "",
+                    "needed": "unknown",
+                },
+                "pkg/_seen.so": {
+                    "package": "pkg",
+                    "why": "pkg/__init__.py names '_seen'",
+                    "feature": "",
+                    "needed": "unknown",
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
     entries = [{"module": "pkg/_seen.so", "dist": "pkg", "ok": True}]
     assert suite._undecided(suite._predicted(str(tmp_path)), entries) == [
-        "pkg/_named.so: static could not tell whether `import pkg` needs it, and the import stage did not load it"]
+        "pkg/_named.so: static could not tell whether `import pkg` needs it, and the import stage did not load it"
+    ]
     assert suite._predicted(str(tmp_path / "nowhere")) is None  # no static stage ran
     assert suite._undecided(suite._predicted(str(tmp_path / "nowhere")), entries) == []
 
@@ -26,13 +41,28 @@ def test_a_module_static_left_undecided_and_nobody_loaded_stays_red(tmp_path: Pa
 def test_a_module_that_fails_alone_but_its_package_maps_counts_as_loaded() -> None:
     failure = {"kind": "import-error", "message": "ImportError: wrong name"}
     entries = [
-        {"module": "cv2/cv2.abi3.so", "dist": "opencv", "ok": False, "failure": failure,
-         "reason": "cv2/cv2.abi3.so: ImportError: wrong name"},
-        {"module": "cv2/other.abi3.so", "dist": "opencv", "ok": False, "failure": failure,
-         "reason": "cv2/other.abi3.so: ImportError: wrong name"},
+        {
+            "module": "cv2/cv2.abi3.so",
+            "dist": "opencv",
+            "ok": False,
+            "failure": failure,
+            "reason": "cv2/cv2.abi3.so: ImportError: wrong name",
+        },
+        {
+            "module": "cv2/other.abi3.so",
+            "dist": "opencv",
+            "ok": False,
+            "failure": failure,
+            "reason": "cv2/other.abi3.so: ImportError: wrong name",
+        },
         {"module": "cv2", "dist": "opencv", "ok": True, "mapped": ["cv2/cv2.abi3.so"]},
     ]
     suite._loaded_by_package(entries)
-    assert entries[0] == {"module": "cv2/cv2.abi3.so", "dist": "opencv", "ok": True, "alone": failure, "loaded": (
-        "by `import cv2`, which maps it; loaded alone, cv2/cv2.abi3.so: ImportError: wrong name")}
+    assert entries[0] == {
+        "module": "cv2/cv2.abi3.so",
+        "dist": "opencv",
+        "ok": True,
+        "alone": failure,
+        "loaded": ("by `import cv2`, which maps it; loaded alone, cv2/cv2.abi3.so: ImportError: wrong name"),
+    }
     assert entries[1]["ok"] is False  # not mapped: the failure stands

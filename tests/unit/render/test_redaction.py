@@ -29,24 +29,37 @@ def leaky_results() -> dict[str, Any]:
         axes=axes,
         state="error",
         reason=f"install: index or network failure: Failed to fetch: {LEAKY}/torch/",
-        stages=[StageResult(
-            name="install", state="error", reason=f"Failed to fetch: {LEAKY}/torch/ {SPOOF}",
-            details={"argv": ["uv", "pip", "install", "--index-url", LEAKY],
-                     "stderr": f"error: Failed to fetch: {LEAKY}/torch/\n\x1b[31mred\x1b[0m\tTab\u2066hidden\u2069"},
-        )],
-        install={"argv": ["uv", "pip", "install", "--index-url", LEAKY],
-                 "files": {"pyproject.toml": f'[[tool.uv.index]]\nname = "index-1"\nurl = "{LEAKY}"\n'}},
+        stages=[
+            StageResult(
+                name="install",
+                state="error",
+                reason=f"Failed to fetch: {LEAKY}/torch/ {SPOOF}",
+                details={
+                    "argv": ["uv", "pip", "install", "--index-url", LEAKY],
+                    "stderr": f"error: Failed to fetch: {LEAKY}/torch/\n\x1b[31mred\x1b[0m\tTab\u2066hidden\u2069",
+                },
+            )
+        ],
+        install={
+            "argv": ["uv", "pip", "install", "--index-url", LEAKY],
+            "files": {"pyproject.toml": f'[[tool.uv.index]]\nname = "index-1"\nurl = "{LEAKY}"\n'},
+        },
         freeze=[f"torch @ {LEAKY}/torch-2.9.1-py3-none-any.whl", "sgl-kernel==0.3.21\u200f"],
         started="2026-12-02T10:16:00+00:00",
         finished="2026-12-02T10:17:00+00:00",
     )
     return {
         "schema": SCHEMA,
-        "run": {"id": "20261202T101500Z-ab12", "started": "2026-12-02T10:15:00+00:00",
-                "finished": "2026-12-02T10:17:00+00:00", "host": {"hostname": "gpubox\u202e-7"},
-                "matrix": "matrix.toml", "matrix_name": "default",
-                "report": {"rows": ["torch"], "columns": ["sgl-kernel", "flashinfer"], "tables": ["cuda"]},
-                "axes": {a: [v] for a, v in axes.items()}},
+        "run": {
+            "id": "20261202T101500Z-ab12",
+            "started": "2026-12-02T10:15:00+00:00",
+            "finished": "2026-12-02T10:17:00+00:00",
+            "host": {"hostname": "gpubox\u202e-7"},
+            "matrix": "matrix.toml",
+            "matrix_name": "default",
+            "report": {"rows": ["torch"], "columns": ["sgl-kernel", "flashinfer"], "tables": ["cuda"]},
+            "axes": {a: [v] for a, v in axes.items()},
+        },
         "cells": [cell.to_json()],
     }
 
@@ -82,8 +95,10 @@ def test_report_shows_no_credential_and_no_hidden_character(tmp_path: Path) -> N
     assert "torch &lt;U+202E&gt;liaf&lt;U+202C&gt; ok" in page
     assert "&lt;U+001B&gt;[31mred&lt;U+001B&gt;[0m\tTab&lt;U+2066&gt;hidden&lt;U+2069&gt;" in page
     assert "gpubox&lt;U+202E&gt;-7" in page
-    assert (f"| **2.9.1** | ⚠ error — **install**: `Failed to fetch: {SHOWN}/torch/ torch <U+202E>liaf<U+202C> ok` |"
-            in files["compat.md"].splitlines())
+    assert (
+        f"| **2.9.1** | ⚠ error — **install**: `Failed to fetch: {SHOWN}/torch/ torch <U+202E>liaf<U+202C> ok` |"
+        in files["compat.md"].splitlines()
+    )
     # The copy of the results keeps its data (a reader may need the exact text) but not the password.
     copied = json.loads(files["results.json"])
     assert copied["cells"][0]["install"]["argv"][-1] == SHOWN
@@ -96,9 +111,17 @@ def test_the_published_site_carries_no_credential(tmp_path: Path) -> None:
     (runs / "results.json").write_text(json.dumps(leaky_results()), encoding="utf-8")
     publish(tmp_path / "site", tmp_path / "runs")
     files = every_file(tmp_path / "site")
-    assert sorted(files) == [".nojekyll", "answers.json", "compat.md", "index.html", "results.json",
-                             "runs/20261202T101500Z-ab12/answers.json", "runs/20261202T101500Z-ab12/compat.md",
-                             "runs/20261202T101500Z-ab12/index.html", "runs/20261202T101500Z-ab12/results.json",
-                             "runs/index.html"]
+    assert sorted(files) == [
+        ".nojekyll",
+        "answers.json",
+        "compat.md",
+        "index.html",
+        "results.json",
+        "runs/20261202T101500Z-ab12/answers.json",
+        "runs/20261202T101500Z-ab12/compat.md",
+        "runs/20261202T101500Z-ab12/index.html",
+        "runs/20261202T101500Z-ab12/results.json",
+        "runs/index.html",
+    ]
     assert [name for name, text in files.items() if PASSWORD in text] == []
     assert SHOWN in files["runs/20261202T101500Z-ab12/results.json"]

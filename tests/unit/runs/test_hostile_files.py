@@ -33,5 +33,6 @@ def test_a_deep_lock_is_one_error_line(tmp_path: Path) -> None:
     lock.write_text("x = " + "[" * 100_000, encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         load_lock(lock)
-    assert str(info.value) == (f"{lock}: invalid TOML: arrays or tables nested too deeply to read; write it anew "
-                               "with `compatlab lock`")
+    assert str(info.value) == (
+        f"{lock}: invalid TOML: arrays or tables nested too deeply to read; write it anew with `compatlab lock`"
+    )

@@ -13,8 +13,12 @@ from compatlab.runs.model import CellResult, StageResult
 
 MATRIX = {
     "name": "box",
-    "axes": {"torch": [{"version": "2.9.1", "cuda": "12.8"}], "sgl-kernel": [{"version": "0.3.21"}],
-             "flashinfer": [{"version": "0.6.4"}, {"version": "0.7.4"}], "cuda": [{"version": "12.8"}, {"version": "13.0"}]},
+    "axes": {
+        "torch": [{"version": "2.9.1", "cuda": "12.8"}],
+        "sgl-kernel": [{"version": "0.3.21"}],
+        "flashinfer": [{"version": "0.6.4"}, {"version": "0.7.4"}],
+        "cuda": [{"version": "12.8"}, {"version": "13.0"}],
+    },
 }
 OLD = "torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"
 NEW = "torch2.9.1-sglkernel0.3.21-flashinfer0.7.4-cuda12.8"
@@ -26,8 +30,13 @@ def matrix(tmp_path: Path) -> Matrix:
 
 
 def _cell(cid: str, state: str, seconds: float) -> CellResult:
-    return CellResult(id=cid, axes={}, state=state, seconds=seconds,
-                      stages=[StageResult(name="static", state="fail" if state == "fail" else "pass", reason="x")])
+    return CellResult(
+        id=cid,
+        axes={},
+        state=state,
+        seconds=seconds,
+        stages=[StageResult(name="static", state="fail" if state == "fail" else "pass", reason="x")],
+    )
 
 
 def _run(tmp_path: Path, matrix: Matrix, run_id: str, *cells: CellResult) -> None:
@@ -42,20 +51,28 @@ def test_a_run_of_one_cell_keeps_the_other_cells_marked_with_their_run(tmp_path:
     _run(tmp_path, matrix, "r2", _cell(NEW, "fail", 21.0))
     latest = store.load_results(tmp_path / "latest" / "results.json")
     assert latest.run.id == "r2"
-    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != "n/a"] == [(OLD, "pass", "r1"), (NEW, "fail", "")]
+    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != "n/a"] == [
+        (OLD, "pass", "r1"),
+        (NEW, "fail", ""),
+    ]
     assert sum(c.state == "n/a" for c in latest.cells) == 2
     # A third run of the other cell: the kept cell still names the run it came from.
     _run(tmp_path, matrix, "r3", _cell(OLD, "pass", 9.0))
     latest = store.load_results(tmp_path / "latest" / "results.json")
-    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != "n/a"] == [(OLD, "pass", ""), (NEW, "fail", "r2")]
+    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != "n/a"] == [
+        (OLD, "pass", ""),
+        (NEW, "fail", "r2"),
+    ]
     # The run's own results.json holds only what it ran.
     own = store.load_results(tmp_path / "runs" / "r3" / "results.json")
     assert [c.id for c in own.cells if c.state != "n/a"] == [OLD]
     written = render_run(tmp_path / "runs" / "r3" / "results.json", tmp_path / "latest", history_dir=None)
     assert written[0] == tmp_path / "latest" / "index.html"
     html = (tmp_path / "latest" / "index.html").read_text(encoding="utf-8")
-    assert ('<span class="tag older" title="the newest run did not run this cell: this is its result of run r2">'
-            "run r2</span>") in html
+    assert (
+        '<span class="tag older" title="the newest run did not run this cell: this is its result of run r2">'
+        "run r2</span>"
+    ) in html
     assert "1 from older runs</li>" in html
     md = (tmp_path / "latest" / "compat.md").read_text(encoding="utf-8")
     assert "*(from run r2)*" in md

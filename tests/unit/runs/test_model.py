@@ -32,8 +32,12 @@ def test_states_keep_their_string_values() -> None:
 
 
 def cell_json(**changes: Any) -> dict[str, Any]:
-    data = CellResult(id="c1", axes={"torch": "2.9.1"}, state="fail",
-                      stages=[StageResult(name="static", state="fail", reason="undefined symbol")]).to_json()
+    data = CellResult(
+        id="c1",
+        axes={"torch": "2.9.1"},
+        state="fail",
+        stages=[StageResult(name="static", state="fail", reason="undefined symbol")],
+    ).to_json()
     data.update(changes)
     return data
 
@@ -43,17 +47,35 @@ def test_a_cell_round_trips() -> None:
     assert CellResult.from_json(json.loads(json.dumps(data))).to_json() == data
 
 
-@pytest.mark.parametrize(("changes", "problems"), [
-    ({"state": "green"}, ["state: expected one of pass, fail, partial, error, n/a, got 'green'"]),
-    ({"stages": [{"name": "static", "state": "ok"}, {"state": "pass"}]},
-     ["stages[0].state: expected one of pass, warn, fail, error, skip, got 'ok'", "stages[1]: missing key 'name'"]),
-    ({"seconds": float("nan"), "attempts": 0, "unexpected": "yes"},
-     ["unexpected: expected true or false, got 'yes'", "seconds: expected a finite number, got nan",
-      "attempts: expected a whole number >= 1, got 0"]),
-    ({"axes": {"torch": 2}, "freeze": "torch==2.9.1"},
-     ["axes: expected a table of strings, got a table", "freeze: expected a list of strings, got 'torch==2.9.1'"]),
-    ({"staets": []}, ["unknown key 'staets'; perhaps you meant 'stages'?"]),
-])
+@pytest.mark.parametrize(
+    ("changes", "problems"),
+    [
+        ({"state": "green"}, ["state: expected one of pass, fail, partial, error, n/a, got 'green'"]),
+        (
+            {"stages": [{"name": "static", "state": "ok"}, {"state": "pass"}]},
+            [
+                "stages[0].state: expected one of pass, warn, fail, error, skip, got 'ok'",
+                "stages[1]: missing key 'name'",
+            ],
+        ),
+        (
+            {"seconds": float("nan"), "attempts": 0, "unexpected": "yes"},
+            [
+                "unexpected: expected true or false, got 'yes'",
+                "seconds: expected a finite number, got nan",
+                "attempts: expected a whole number >= 1, got 0",
+            ],
+        ),
+        (
+            {"axes": {"torch": 2}, "freeze": "torch==2.9.1"},
+            [
+                "axes: expected a table of strings, got a table",
+                "freeze: expected a list of strings, got 'torch==2.9.1'",
+            ],
+        ),
+        ({"staets": []}, ["unknown key 'staets'; perhaps you meant 'stages'?"]),
+    ],
+)
 def test_a_bad_cell_names_every_problem_with_its_key_path(changes: dict[str, Any], problems: list[str]) -> None:
     with pytest.raises(ShapeError) as info:
         CellResult.from_json(cell_json(**changes))
@@ -76,15 +98,24 @@ def test_results_and_run_info() -> None:
     results = Results(run=info, cells=(CellResult.from_json(cell_json()),))
     data = json.loads(json.dumps(results.to_json()))
     # Keys left at their defaults are left out.
-    assert data["run"] == {"id": "r2", "started": "2026-12-02T10:15:00+00:00", "report": {"rows": ["torch"]},
-                           "axes": {"cuda": ["12.8"]}}
+    assert data["run"] == {
+        "id": "r2",
+        "started": "2026-12-02T10:15:00+00:00",
+        "report": {"rows": ["torch"]},
+        "axes": {"cuda": ["12.8"]},
+    }
     assert Results.from_json(data) == results
     # Ordered by start (ns when known), then id: a run that started in the same second still orders.
     assert RunInfo(id="a", started_ns=2).order > RunInfo(id="b", started_ns=1).order
     assert RunInfo(id="b", started=info.started).order > RunInfo(id="a", started=info.started).order
     with pytest.raises(ShapeError) as err:
-        Results.from_json({"schema": SCHEMA, "run": {"id": "x", "report": {"rows": 3}, "axes": {"cuda": "12.8"}},
-                           "cells": [{"id": "c", "axes": {}, "state": "green"}]})
+        Results.from_json(
+            {
+                "schema": SCHEMA,
+                "run": {"id": "x", "report": {"rows": 3}, "axes": {"cuda": "12.8"}},
+                "cells": [{"id": "c", "axes": {}, "state": "green"}],
+            }
+        )
     assert err.value.problems == [
         "run.report.rows: expected a list of axis names, got 3",
         "run.axes.cuda: expected a list of versions, got '12.8'",

@@ -160,13 +160,12 @@ def _script(body: str, extra: str = "") -> str:
 def _record(stderr: str) -> dict[str, Any]:
     for line in reversed(stderr.splitlines()):
         if line.startswith(_TAG):
-            data: dict[str, Any] = json.loads(line[len(_TAG):])
+            data: dict[str, Any] = json.loads(line[len(_TAG) :])
             return data
     return {}
 
 
-def _run_op(stage: Any, what: str, script: str, timeout: float, env: dict[str, str] | None = None
-            ) -> dict[str, Any]:
+def _run_op(stage: Any, what: str, script: str, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one GPU script in its own process; fail the stage with a classified reason if it broke."""
     done = run([sys.executable, "-c", script], timeout=timeout, env=env or dict(os.environ))
     record = _record(done.stderr)
@@ -233,8 +232,13 @@ def test_driver(compat_context: dict[str, Any], stage: Any) -> None:
     info = _info(stage, compat_context)
     cuda = compat_context.get("cuda") or info.get("torch_cuda")
     version, source = _driver_version()
-    stage.note(driver=version, driver_source=source, driver_api=info.get("driver_api"), cuda=cuda,
-               driver_evidence=_driver_evidence())
+    stage.note(
+        driver=version,
+        driver_source=source,
+        driver_api=info.get("driver_api"),
+        cuda=cuda,
+        driver_evidence=_driver_evidence(),
+    )
     checks: list[cudacompat.DriverCheck] = []
     if version and cuda:
         checks.append(cudacompat.check_driver(version, cuda))
@@ -257,16 +261,27 @@ def test_device_arch(compat_context: dict[str, Any], stage: Any) -> None:
     _need_driver(stage)
     info = _info(stage, compat_context)
     if not info.get("available"):
-        stage.fail(f"torch {info.get('torch')} sees no GPU although a driver is installed: "
-                   f"{info.get('error', 'torch.cuda.is_available() is False')}", info=info)
+        stage.fail(
+            f"torch {info.get('torch')} sees no GPU although a driver is installed: "
+            f"{info.get('error', 'torch.cuda.is_available() is False')}",
+            info=info,
+        )
     cap = tuple(info["capability"])
     device = f"sm_{cap[0]}{cap[1]}"
-    stage.note(device=info.get("name"), device_arch=device, devices=info.get("count"),
-               torch_arch_list=info.get("arch_list"), torch=info.get("torch"), torch_cuda=info.get("torch_cuda"))
+    stage.note(
+        device=info.get("name"),
+        device_arch=device,
+        devices=info.get("count"),
+        torch_arch_list=info.get("arch_list"),
+        torch=info.get("torch"),
+        torch_cuda=info.get("torch_cuda"),
+    )
     covered = cudacompat.arch_covers((cap[0], cap[1]), list(info.get("arch_list") or []))
     if covered is None:
-        stage.fail(f"torch {info.get('torch')} has no code for {device} ({info.get('name')}): "
-                   f"built for {', '.join(info.get('arch_list') or []) or 'nothing'}")
+        stage.fail(
+            f"torch {info.get('torch')} has no code for {device} ({info.get('name')}): "
+            f"built for {', '.join(info.get('arch_list') or []) or 'nothing'}"
+        )
     assert covered is not None  # stage.fail does not return
     stage.note(arch_coverage=f"{covered.kind} ({covered.by})")
     archs = compat_context.get("archs") or []
@@ -286,8 +301,9 @@ def test_sgl_kernel_op(compat_context: dict[str, Any], stage: Any) -> None:
     if "sgl-kernel" not in compat_context.get("packages", {}):
         stage.skip("the cell declares no sgl-kernel")
     _need_gpu(stage, compat_context)
-    rec = _run_op(stage, "sgl_kernel op", _script(_SGL, _REF_RMSNORM),
-                  _thresholds(compat_context, "cuda-op-timeout", 180))
+    rec = _run_op(
+        stage, "sgl_kernel op", _script(_SGL, _REF_RMSNORM), _thresholds(compat_context, "cuda-op-timeout", 180)
+    )
     stage.note(sgl_kernel_op=rec)
     if rec.get("skip"):
         stage.skip(rec.get("message", "no known sgl_kernel op"))
@@ -303,8 +319,13 @@ def test_flashinfer_op(compat_context: dict[str, Any], stage: Any) -> None:
     if "FLASHINFER_WORKSPACE_BASE" not in env and os.environ.get("COMPATLAB_CACHE"):
         env["FLASHINFER_WORKSPACE_BASE"] = str(Path(os.environ["COMPATLAB_CACHE"]) / "flashinfer")
     started = time.monotonic()
-    rec = _run_op(stage, "flashinfer op", _script(_FLASHINFER, _REF_RMSNORM),
-                  _thresholds(compat_context, "jit-timeout", 900), env=env)
+    rec = _run_op(
+        stage,
+        "flashinfer op",
+        _script(_FLASHINFER, _REF_RMSNORM),
+        _thresholds(compat_context, "jit-timeout", 900),
+        env=env,
+    )
     rec["wall_seconds"] = round(time.monotonic() - started, 2)
     stage.note(flashinfer_op=rec)
     if not rec.get("ok"):

@@ -113,8 +113,9 @@ class _Loader:
         with self._lock:
             if key not in self.servers:
                 try:
-                    self.servers[key] = forkserver.ForkServer.start(sys.executable, preload=self.pre, env=env,
-                                                                    timeout=self.timeout)
+                    self.servers[key] = forkserver.ForkServer.start(
+                        sys.executable, preload=self.pre, env=env, timeout=self.timeout
+                    )
                 except forkserver.ServerGone as exc:
                     self.servers[key] = None
                     self.problems.append(f"fork server could not start ({exc}): one process per module")
@@ -130,15 +131,18 @@ class _Loader:
             except forkserver.ServerGone as exc:  # the server itself died, not a child: ask a fresh process
                 with self._lock:
                     self.problems.append(f"fork server lost ({exc}): {target.label} loaded in its own process")
-        return loadcheck.load_module(sys.executable, path=target.path, name=target.name, pre_import=pre,
-                                     timeout=self.timeout, env=env)
+        return loadcheck.load_module(
+            sys.executable, path=target.path, name=target.name, pre_import=pre, timeout=self.timeout, env=env
+        )
 
     def describe(self) -> str:
         live = [s for s in self.servers.values() if s is not None]
         if not live:
             return "one process per module"
-        return (f"fork server: children of {len(live)} interpreter(s) that imported "
-                f"{', '.join(self.pre) or 'nothing'} once ({live[0].seconds:.1f} s)")
+        return (
+            f"fork server: children of {len(live)} interpreter(s) that imported "
+            f"{', '.join(self.pre) or 'nothing'} once ({live[0].seconds:.1f} s)"
+        )
 
     def close(self) -> None:
         if self._starting is not None:
@@ -196,8 +200,7 @@ class _Progress:
 def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dict[str, Any]:
     for _attempt in range(4):
         failure, done = loader.load(target)
-        if (failure is not None and failure.kind == "undefined-symbol" and failure.symbol
-                and driver.add(failure.symbol)):
+        if failure is not None and failure.kind == "undefined-symbol" and failure.symbol and driver.add(failure.symbol):
             continue  # the stand-in lacked a driver entry point, not the stack a symbol
         break
     by_name, first = False, failure
@@ -209,8 +212,12 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dic
         again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
         if again is None:
             failure, by_name = None, True
-    entry: dict[str, Any] = {"module": target.label, "dist": target.dist, "ok": failure is None,
-                             "seconds": round(done.seconds, 2)}
+    entry: dict[str, Any] = {
+        "module": target.label,
+        "dist": target.dist,
+        "ok": failure is None,
+        "seconds": round(done.seconds, 2),
+    }
     if by_name and first is not None:
         entry["loaded"] = f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
     if failure is not None:
@@ -230,7 +237,7 @@ def _label(path: str, targets: list[loadcheck.LoadTarget]) -> str:
             return t.label
     for entry in sys.path:
         if entry and path.startswith(entry.rstrip("/") + "/"):
-            return path[len(entry.rstrip("/")) + 1:]
+            return path[len(entry.rstrip("/")) + 1 :]
     return path
 
 
@@ -288,14 +295,20 @@ def _undecided(predicted: dict[str, dict[str, str]] | None, entries: list[dict[s
     """Modules static could not judge (`import P` may need them) that this stage did not load: no one has
     looked, so they stay failures."""
     loaded = {e["module"] for e in entries}
-    return [f"{label}: static could not tell whether `import {guess.get('package')}` needs it, and the import "
-            "stage did not load it" for label, guess in sorted((predicted or {}).items())
-            if guess.get("needed") == "unknown" and label not in loaded]
+    return [
+        f"{label}: static could not tell whether `import {guess.get('package')}` needs it, and the import "
+        "stage did not load it"
+        for label, guess in sorted((predicted or {}).items())
+        if guess.get("needed") == "unknown" and label not in loaded
+    ]
 
 
-def _confirm_not_needed(predicted: dict[str, dict[str, str]] | None, entries: list[dict[str, Any]],
-                        site_packages: str | None = None, paths: dict[str, str] | None = None
-                        ) -> list[dict[str, Any]]:
+def _confirm_not_needed(
+    predicted: dict[str, dict[str, str]] | None,
+    entries: list[dict[str, Any]],
+    site_packages: str | None = None,
+    paths: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Failed modules that `import <package>` truly does not need: a warning each, not a failure.
 
     The static stage, from the package's import graph, lists the modules that cannot load and that the
@@ -313,8 +326,9 @@ def _confirm_not_needed(predicted: dict[str, dict[str, str]] | None, entries: li
             continue
         # A module static found nothing wrong with (it links) can still fail here (its init raises): ask
         # the package's import graph about it now, only for the modules that did fail.
-        guess = predicted.get(entry["module"]) or _reach(site_packages, entry["module"],
-                                                         (paths or {}).get(entry["module"]))
+        guess = predicted.get(entry["module"]) or _reach(
+            site_packages, entry["module"], (paths or {}).get(entry["module"])
+        )
         if guess is None:
             continue
         package = imports.get((entry["dist"], guess.get("package", "")))
@@ -327,11 +341,15 @@ def _confirm_not_needed(predicted: dict[str, dict[str, str]] | None, entries: li
         entry["needed"] = False
         said = f"; {guess['package']} says it is for: {guess['feature']}" if guess.get("feature") else ""
         if guess.get("needed") == "unknown":  # the code could not say; what `import` did here does
-            entry["verdict"] = (f"{entry['reason']}; `import {guess['package']}` does not need it here: it loads "
-                                f"without mapping it, though {guess.get('why', '')}{said}")
+            entry["verdict"] = (
+                f"{entry['reason']}; `import {guess['package']}` does not need it here: it loads "
+                f"without mapping it, though {guess.get('why', '')}{said}"
+            )
         else:
-            entry["verdict"] = (f"{entry['reason']}; `import {guess['package']}` does not need it: it loads "
-                                f"without mapping it ({guess.get('why', '')}){said}")
+            entry["verdict"] = (
+                f"{entry['reason']}; `import {guess['package']}` does not need it: it loads "
+                f"without mapping it ({guess.get('why', '')}){said}"
+            )
         out.append(entry)
     return out
 
@@ -351,8 +369,7 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     driver = _Driver(compat_context.get("work_dir"), [f for s in surveyed.values() for f in s.elf_files])
     stage.note(driver=driver.describe(), installed=installed, python=sys.executable)
     if missing:
-        stage.fail(missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
-                   missing=missing)
+        stage.fail(missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), missing=missing)
     fork = forkserver.enabled()
     loader = _Loader(driver, ["torch"] if "torch" in surveyed else [], timeout, fork=fork)
     loader.prestart()  # the server imports torch while the modules to load are found
@@ -362,23 +379,31 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     try:
         for dist, survey in surveyed.items():
             found = survey.targets
-            other_python.extend(f"{label}: built for another Python; {sys.implementation.cache_tag} never imports "
-                                "it, so it was not loaded" for label in survey.other_python)
+            other_python.extend(
+                f"{label}: built for another Python; {sys.implementation.cache_tag} never imports "
+                "it, so it was not loaded"
+                for label in survey.other_python
+            )
             # Hostile or broken metadata: said for this distribution, the rest of it still loaded.
-            other_python.extend(f"{dist}: its RECORD names {label}, outside the environment: never read nor loaded"
-                                for label in survey.outside)
+            other_python.extend(
+                f"{dist}: its RECORD names {label}, outside the environment: never read nor loaded"
+                for label in survey.outside
+            )
             other_python.extend([f"{dist} {survey.version}: {survey.problem}"] if survey.problem else [])
             owned[dist] = {os.path.realpath(f): _label(f, found) for f in survey.elf_files}
             plan.extend(found)
         # Extension modules first: their failures name the file; a package's import failure repeats them.
         plan.sort(key=lambda t: t.path is None)
-        with (concurrent.futures.ThreadPoolExecutor(max_workers=_jobs(fork=fork)) as pool,
-              _Progress(len(plan)) as progress):
+        with (
+            concurrent.futures.ThreadPoolExecutor(max_workers=_jobs(fork=fork)) as pool,
+            _Progress(len(plan)) as progress,
+        ):
             # Package imports first: they take longest (flashinfer 0.7.4's, 12 s of a 22 s stage here), and
             # started last they were the stage's tail. The entries keep the plan's order.
             order = sorted(range(len(plan)), key=lambda i: plan[i].path is not None)
-            done = dict(zip(order, pool.map(lambda i: progress.tick(_load(plan[i], driver, loader)), order),
-                            strict=True))
+            done = dict(
+                zip(order, pool.map(lambda i: progress.tick(_load(plan[i], driver, loader)), order), strict=True)
+            )
             entries = [done[i] for i in range(len(plan))]
     finally:
         loader.close()
@@ -407,9 +432,14 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
             unjudged.append(entry)
         else:  # linked fine; its initialisation wants a GPU (the stand-in said CUDA_ERROR_NO_DEVICE)
             needs_gpu.append(entry)
-    stage.note(modules=entries, loaded=sum(e["ok"] for e in entries), total=len(entries),
-               ignored=[e["reason"] for e in ignored], needs_gpu=[e["reason"] for e in needs_gpu],
-               warnings=[e.get("verdict") or e["reason"] for e in undeclared] + other_python)
+    stage.note(
+        modules=entries,
+        loaded=sum(e["ok"] for e in entries),
+        total=len(entries),
+        ignored=[e["reason"] for e in ignored],
+        needs_gpu=[e["reason"] for e in needs_gpu],
+        warnings=[e.get("verdict") or e["reason"] for e in undeclared] + other_python,
+    )
     for reason in _undecided(predicted, entries):
         broken.append({"reason": reason})
     if broken:
@@ -417,8 +447,9 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
         stage.fail(broken[0]["reason"] + more, failures=[e["reason"] for e in broken])
     if unjudged:
         more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
-        stage.error(f"could not judge {unjudged[0]['reason']}{more}: {driver.describe()}",
-                    failures=[e["reason"] for e in unjudged])
+        stage.error(
+            f"could not judge {unjudged[0]['reason']}{more}: {driver.describe()}",
+            failures=[e["reason"] for e in unjudged],
+        )
     if not entries:
-        stage.error("nothing to load: the cell declares no installed package with modules",
-                    packages=packages)
+        stage.error("nothing to load: the cell declares no installed package with modules", packages=packages)

@@ -83,8 +83,13 @@ class RankProcess:
     def status(self) -> dict[str, Any]:
         rc = self.proc.returncode
         return {
-            "rank": self.rank, "pid": self.proc.pid, "returncode": rc,
-            "signal": _signal_name(rc), "phase": self.phase, "step": self.label, "done": self.done,
+            "rank": self.rank,
+            "pid": self.proc.pid,
+            "returncode": rc,
+            "signal": _signal_name(rc),
+            "phase": self.phase,
+            "step": self.label,
+            "done": self.done,
             "error": None if self.error is None else f"{self.error['type']}: {self.error['message']}",
             "log_tail": self.log_tail(),
         }
@@ -178,8 +183,7 @@ def watch_ranks(ranks: list[RankProcess], timeouts: NcclTimeouts, report: NcclRe
                 time.sleep(_POLL)
             for r in ranks:
                 if r.proc.poll() is None:
-                    report.notes.append(
-                        f"rank {r.rank} finished but did not exit within {timeouts.grace:g} s; killed")
+                    report.notes.append(f"rank {r.rank} finished but did not exit within {timeouts.grace:g} s; killed")
             return
         if first_death is not None and now - first_death > timeouts.grace:
             stuck = [r for r in live if not r.done]
@@ -195,7 +199,9 @@ def watch_ranks(ranks: list[RankProcess], timeouts: NcclTimeouts, report: NcclRe
             behind = min((order[r.phase], r.steps) for r in stuck)
             culprits = [r.rank for r in stuck if (order[r.phase], r.steps) == behind]
             report.hang = {
-                "phase": phase, "timeout_s": timeouts.phase(phase), "ranks": culprits,
+                "phase": phase,
+                "timeout_s": timeouts.phase(phase),
+                "ranks": culprits,
                 "where": {r.rank: stacks[r.rank]["where"] for r in stuck},
                 "steps": {r.rank: {"phase": r.phase, "steps": r.steps, "step": r.label} for r in stuck},
                 "stacks": stacks,

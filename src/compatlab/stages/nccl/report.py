@@ -105,8 +105,15 @@ def _sig(x: float, digits: int = 5) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def collect_report(ranks: list[RankProcess], report: NcclReport, *, ops: list[str], dtypes: list[str],
-             counts: list[int], sizes: Sequence[int]) -> None:
+def collect_report(
+    ranks: list[RankProcess],
+    report: NcclReport,
+    *,
+    ops: list[str],
+    dtypes: list[str],
+    counts: list[int],
+    sizes: Sequence[int],
+) -> None:
     n = report.world_size
     inits = [r.init for r in ranks if r.init is not None]
     if inits:
@@ -118,8 +125,12 @@ def collect_report(ranks: list[RankProcess], report: NcclReport, *, ops: list[st
     for op in ops:
         for dtype in dtypes:
             for count in counts:
-                got = {r.rank: c for r in ranks for c in r.checks
-                       if (c["op"], c["dtype"], c["count"]) == (op, dtype, count)}
+                got = {
+                    r.rank: c
+                    for r in ranks
+                    for c in r.checks
+                    if (c["op"], c["dtype"], c["count"]) == (op, dtype, count)
+                }
                 if not got:
                     continue
                 failures = []
@@ -130,13 +141,23 @@ def collect_report(ranks: list[RankProcess], report: NcclReport, *, ops: list[st
                     if "error" in c:
                         msg = f"{where}: raised {c['error']}"
                     else:
-                        msg = (f"{where}: element {c['index']} expected {c['expected']}, got {c['got']} "
-                               f"({c['mismatches']} of {c['elements']} elements differ)")
-                    failures.append({**{k: v for k, v in c.items() if k not in ("event", "t")},
-                                     "rank": rank, "message": msg})
-                report.correctness.append({"op": op, "dtype": dtype, "count": count,
-                                           "ok": not failures and len(got) == n,
-                                           "ranks": len(got), "failures": failures})
+                        msg = (
+                            f"{where}: element {c['index']} expected {c['expected']}, got {c['got']} "
+                            f"({c['mismatches']} of {c['elements']} elements differ)"
+                        )
+                    failures.append(
+                        {**{k: v for k, v in c.items() if k not in ("event", "t")}, "rank": rank, "message": msg}
+                    )
+                report.correctness.append(
+                    {
+                        "op": op,
+                        "dtype": dtype,
+                        "count": count,
+                        "ok": not failures and len(got) == n,
+                        "ranks": len(got),
+                        "failures": failures,
+                    }
+                )
     for op in ops:
         table: dict[int, dict[str, Any]] = {}
         for size in sizes:
@@ -154,7 +175,8 @@ def collect_report(ranks: list[RankProcess], report: NcclReport, *, ops: list[st
             times = [max(t for t, _ in v) for _, v in sorted(done.items())]
             med = statistics.median(times)
             table[size] = {
-                "bytes": nbytes, "time_us": _sig(med * 1e6),
+                "bytes": nbytes,
+                "time_us": _sig(med * 1e6),
                 "algbw_gbps": _sig(algbw_gbps(nbytes, med)),
                 "busbw_gbps": _sig(busbw_gbps(op, nbytes, med, n)),
                 "busbw_gbps_sweeps": [_sig(busbw_gbps(op, nbytes, t, n)) for t in times],
@@ -218,20 +240,31 @@ def judge_report(report: NcclReport, thresholds: NcclThresholds | None) -> None:
         floor = thresholds.min_busbw_gbps
         ar = report.sweep.get("all_reduce")
         if report.world_size == 1:
-            report.threshold = {"min_busbw_gbps": floor, "judged": False,
-                                "why": "busbw is 0 by definition with one rank"}
+            report.threshold = {
+                "min_busbw_gbps": floor,
+                "judged": False,
+                "why": "busbw is 0 by definition with one rank",
+            }
         elif not ar:
             report.threshold = {"min_busbw_gbps": floor, "judged": False, "why": "all_reduce not measured"}
         else:
             size = max(ar)
             got = ar[size]["busbw_gbps"]
             ok = got >= floor
-            report.threshold = {"min_busbw_gbps": floor, "judged": True, "ok": ok, "size_bytes": size,
-                                "busbw_gbps": got, "source": thresholds.source}
+            report.threshold = {
+                "min_busbw_gbps": floor,
+                "judged": True,
+                "ok": ok,
+                "size_bytes": size,
+                "busbw_gbps": got,
+                "source": thresholds.source,
+            }
             if not ok:
                 report.state = "fail"
-                report.reason = (f"all_reduce busbw {got:.1f} GB/s at {human_bytes(size)} is below "
-                                 f"the floor of {floor:g} GB/s ({thresholds.source})")
+                report.reason = (
+                    f"all_reduce busbw {got:.1f} GB/s at {human_bytes(size)} is below "
+                    f"the floor of {floor:g} GB/s ({thresholds.source})"
+                )
                 return
     report.state = "pass"
     bw = f", all_reduce busbw {report.busbw_gbps:.1f} GB/s" if report.busbw_gbps is not None else ""

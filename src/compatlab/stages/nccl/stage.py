@@ -91,8 +91,6 @@ _RECORDED_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 # Parent: running the ranks
 
 
-
-
 def _child_env(env: Mapping[str, str], notes: list[str]) -> dict[str, str]:
     child = dict(env)
     for key, value in SAFETY_ENV.items():
@@ -131,9 +129,6 @@ def _kill(ranks: Iterable[RankProcess]) -> None:
             r.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             log.warning("rank %d (pid %d) survived SIGKILL", r.rank, r.proc.pid)
-
-
-
 
 
 # Loads the worker's file under a private name: importing the compatlab package would need the lab's own
@@ -198,10 +193,19 @@ def run_nccl(
         child_env[HOOK_ENV] = str(hook)
         notes.append(f"test hook active: {hook}")
     if world_size == 1 and sizes:
-        notes.append("one rank: busbw is 0 by definition (broadcast's is algbw), and in-place all_reduce "
-                     "and broadcast move no data, so these figures time launches, not links")
-    report = NcclReport(state="pass", reason="", world_size=world_size, backend=backend,
-                        env=_recorded_env(child_env), topo=_topo(backend), notes=notes)
+        notes.append(
+            "one rank: busbw is 0 by definition (broadcast's is algbw), and in-place all_reduce "
+            "and broadcast move no data, so these figures time launches, not links"
+        )
+    report = NcclReport(
+        state="pass",
+        reason="",
+        world_size=world_size,
+        backend=backend,
+        env=_recorded_env(child_env),
+        topo=_topo(backend),
+        notes=notes,
+    )
 
     work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -209,18 +213,27 @@ def run_nccl(
     # +cu130): the rendezvous file lives in a fresh folder with a plain name.
     rdzv_dir = Path(tempfile.mkdtemp(prefix="compatlab-rdzv-"))
     rendezvous = rdzv_dir / "rendezvous"
-    for stale in [*work_dir.glob("rank*.events.jsonl"), *work_dir.glob("rank*.stack"),
-                  *work_dir.glob("rank*.log")]:
+    for stale in [*work_dir.glob("rank*.events.jsonl"), *work_dir.glob("rank*.stack"), *work_dir.glob("rank*.log")]:
         stale.unlink(missing_ok=True)
     phases = ["init", "correctness"] + (["bandwidth"] if sizes else [])
     # The process group's own timeout stays out of the way: the parent's verdict, with stacks, comes first.
     pg_timeout = max(timeouts.phase(p) for p in phases) + 60
     cfg = {
-        "world_size": world_size, "backend": backend, "init_method": rendezvous.as_uri(),
-        "work_dir": str(work_dir), "phases": phases, "ops": list(ops), "dtypes": list(dtypes),
-        "check_counts": [int(c) for c in check_counts], "sizes": [int(s) for s in sizes],
-        "sweeps": sweeps, "warmup": warmup, "iters": iters, "hook": str(hook) if hook else None,
-        "pg_timeout_s": pg_timeout, "deadline_s": sum(timeouts.phase(p) for p in phases) + 120,
+        "world_size": world_size,
+        "backend": backend,
+        "init_method": rendezvous.as_uri(),
+        "work_dir": str(work_dir),
+        "phases": phases,
+        "ops": list(ops),
+        "dtypes": list(dtypes),
+        "check_counts": [int(c) for c in check_counts],
+        "sizes": [int(s) for s in sizes],
+        "sweeps": sweeps,
+        "warmup": warmup,
+        "iters": iters,
+        "hook": str(hook) if hook else None,
+        "pg_timeout_s": pg_timeout,
+        "deadline_s": sum(timeouts.phase(p) for p in phases) + 120,
     }
     config = work_dir / "config.json"
     config.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
@@ -233,10 +246,25 @@ def run_nccl(
             log.info("$ %s", shlex.join(argv))
             logfile = work_dir / f"rank{r}.log"
             with logfile.open("wb") as out:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        env=child_env, cwd=work_dir, start_new_session=True)
-            ranks.append(RankProcess(rank=r, proc=proc, events=work_dir / f"rank{r}.events.jsonl",
-                               stack=work_dir / f"rank{r}.stack", log=logfile, since=time.monotonic()))
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=child_env,
+                    cwd=work_dir,
+                    start_new_session=True,
+                )
+            ranks.append(
+                RankProcess(
+                    rank=r,
+                    proc=proc,
+                    events=work_dir / f"rank{r}.events.jsonl",
+                    stack=work_dir / f"rank{r}.stack",
+                    log=logfile,
+                    since=time.monotonic(),
+                )
+            )
     except OSError as exc:
         _kill(ranks)
         shutil.rmtree(rdzv_dir, ignore_errors=True)
@@ -252,18 +280,16 @@ def run_nccl(
     for rank in ranks:
         rank.read(time.monotonic())
     report.ranks = [r.status() for r in ranks]
-    dead = sorted((r for r in ranks if r.dead_at is not None),
-                  key=lambda r: (r.dead_at, r.error is not None, r.rank))
+    dead = sorted((r for r in ranks if r.dead_at is not None), key=lambda r: (r.dead_at, r.error is not None, r.rank))
     if dead:
         # The first to go is the cause; ranks that raised afterwards mostly only noticed it.
         report.crash = {**(report.crash or {}), "dead": [r.rank for r in dead]}
-    collect_report(ranks, report, ops=list(ops), dtypes=list(dtypes), counts=[int(c) for c in check_counts],
-             sizes=sizes)
+    collect_report(
+        ranks, report, ops=list(ops), dtypes=list(dtypes), counts=[int(c) for c in check_counts], sizes=sizes
+    )
     judge_report(report, thresholds)
     report.seconds = time.monotonic() - start
     return report
-
-
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -305,8 +331,7 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
         target = next((t for t in targets if t.name == wanted), None)
         if target is None:
             known = ", ".join(t.name for t in targets) or "none"
-            raise _StageStop("error", f"COMPATLAB_TARGET={wanted!r} names no target of "
-                                      f"{ctx.matrix.path} ({known})")
+            raise _StageStop("error", f"COMPATLAB_TARGET={wanted!r} names no target of {ctx.matrix.path} ({known})")
     else:
         target = targets[0] if targets else None
     thresholds = ctx.matrix.thresholds.nccl.for_target(target.name if target else None)
@@ -318,19 +343,35 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
     work = ctx.work_dir / "nccl"
     if seen["gpus"] == 0 or not seen["nccl"]:
         why = "no GPU" if seen["gpus"] == 0 else "torch built without NCCL"
-        report = run_nccl(ctx.python, world_size=2, backend="gloo", env=env,
-                          timeouts=NcclTimeouts(init=120, correctness=120, bandwidth=120),
-                          sizes=(64 << 10, MIB), thresholds=None, work_dir=work,
-                          check_counts=(1, 1023, 4099), warmup=1, iters=3)
+        report = run_nccl(
+            ctx.python,
+            world_size=2,
+            backend="gloo",
+            env=env,
+            timeouts=NcclTimeouts(init=120, correctness=120, bandwidth=120),
+            sizes=(64 << 10, MIB),
+            thresholds=None,
+            work_dir=work,
+            check_counts=(1, 1023, 4099),
+            warmup=1,
+            iters=3,
+        )
         details = {**report.details(), "skipped": f"{why}: nccl backend skipped, gloo ran"}
         if report.state == "pass":
             return "skip", f"{why}: nccl backend skipped, gloo ran", details
         return report.state, f"{why}, gloo ran: {report.reason}", details
     want = target.gpus if target else int(seen["gpus"])
     world = min(want, int(seen["gpus"]))
-    report = run_nccl(ctx.python, world_size=world, backend="nccl", env=env, timeouts=NcclTimeouts(),
-                      sizes=default_sizes(), thresholds=thresholds if world == want else None,
-                      work_dir=work)
+    report = run_nccl(
+        ctx.python,
+        world_size=world,
+        backend="nccl",
+        env=env,
+        timeouts=NcclTimeouts(),
+        sizes=default_sizes(),
+        thresholds=thresholds if world == want else None,
+        work_dir=work,
+    )
     if report.state == "pass" and world < want:
         name = target.name if target else "?"
         reason = f"target {name} wants {want} GPUs, {world} visible: nccl passed on {world}, not judged"
@@ -355,8 +396,9 @@ def run_nccl_stage(ctx: CellContext) -> StageResult:
         state, reason, details = stop.state, stop.reason, stop.details
     except LabError as exc:
         state, reason, details = "error", str(exc), {}
-    return StageResult(name="nccl", state=state, reason=reason, details=details,
-                       seconds=time.monotonic() - start, required=True)
+    return StageResult(
+        name="nccl", state=state, reason=reason, details=details, seconds=time.monotonic() - start, required=True
+    )
 
 
 def parse_size(text: str) -> int:
@@ -372,14 +414,18 @@ def report_lines(report: NcclReport) -> list[str]:
     """The report as lines for a terminal: verdict, environment, the busbw table per op, notes."""
     out: list[str] = []
     out.append(f"nccl suite: {report.state}: {report.reason}")
-    out.append(f"  backend {report.backend}, world size {report.world_size}, torch {report.torch_version}, "
-          f"nccl {report.nccl_version}, device {report.device}, init {report.init_seconds} s")
+    out.append(
+        f"  backend {report.backend}, world size {report.world_size}, torch {report.torch_version}, "
+        f"nccl {report.nccl_version}, device {report.device}, init {report.init_seconds} s"
+    )
     for op, table in report.sweep.items():
         out.append(f"  {op}:")
         out.append(f"    {'size':>10}  {'time us':>10}  {'algbw GB/s':>11}  {'busbw GB/s':>11}  busbw per sweep")
         for size, row in table.items():
-            out.append(f"    {human_bytes(size):>10}  {row['time_us']:>10.1f}  {row['algbw_gbps']:>11.2f}  "
-                  f"{row['busbw_gbps']:>11.2f}  {row['busbw_gbps_sweeps']}")
+            out.append(
+                f"    {human_bytes(size):>10}  {row['time_us']:>10.1f}  {row['algbw_gbps']:>11.2f}  "
+                f"{row['busbw_gbps']:>11.2f}  {row['busbw_gbps_sweeps']}"
+            )
     for note in report.notes:
         out.append(f"  note: {note}")
     return out

@@ -92,8 +92,11 @@ def _summary(name: str, data: Sequence[float]) -> dict[str, float | None]:
     """``mean_{name}_ms``, ``median_{name}_ms``, ``p99_{name}_ms`` as SGLang's benchmark names them."""
     if not data:
         return dict.fromkeys((f"{stat}_{name}_ms" for stat in STATS), None)
-    return {f"mean_{name}_ms": statistics.fmean(data) * 1000, f"median_{name}_ms": statistics.median(data) * 1000,
-            f"p99_{name}_ms": percentile(data, 99) * 1000}
+    return {
+        f"mean_{name}_ms": statistics.fmean(data) * 1000,
+        f"median_{name}_ms": statistics.median(data) * 1000,
+        f"p99_{name}_ms": percentile(data, 99) * 1000,
+    }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,14 +208,20 @@ def _request_bytes(target: Target, prompt: str, output_len: int, seed: int) -> b
     if target.protocol == "openai":
         path = "/v1/completions"
         body = {
-            "model": target.model, "prompt": prompt, "max_tokens": output_len, "temperature": 0,
-            "seed": seed, "ignore_eos": True, "stream": True,
+            "model": target.model,
+            "prompt": prompt,
+            "max_tokens": output_len,
+            "temperature": 0,
+            "seed": seed,
+            "ignore_eos": True,
+            "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
     else:
         path = "/generate"
         body = {
-            "text": prompt, "stream": True,
+            "text": prompt,
+            "stream": True,
             "sampling_params": {"temperature": 0, "max_new_tokens": output_len, "ignore_eos": True},
         }
     payload = json.dumps(body).encode()
@@ -285,8 +294,9 @@ class _Progress:
         if isinstance(finish, dict):
             self.finish = str(finish.get("type"))
             if self.finish == "abort":
-                self.failure = (f"the server aborted the request {self._where()}: "
-                                f"{finish.get('message') or 'no message'}")
+                self.failure = (
+                    f"the server aborted the request {self._where()}: {finish.get('message') or 'no message'}"
+                )
                 return
         if meta.get("spec_verify_ct") is not None:
             self.verify = int(meta["spec_verify_ct"])
@@ -325,17 +335,33 @@ class _Progress:
         tokens = self.tokens
         if self.protocol == "openai":
             if self.usage is None:
-                return RequestResult(prompt=index, ok=False, tokens=tokens, error=(
-                    f"the stream carried no usage {self._where()}; the server ignores "
-                    "stream_options.include_usage, so its output tokens are unknown"))
+                return RequestResult(
+                    prompt=index,
+                    ok=False,
+                    tokens=tokens,
+                    error=(
+                        f"the stream carried no usage {self._where()}; the server ignores "
+                        "stream_options.include_usage, so its output tokens are unknown"
+                    ),
+                )
             tokens = self.usage
-        return RequestResult(prompt=index, ok=True, tokens=tokens, events=self.events,
-                             first_tokens=self.first_tokens, ttft=self.ttft, latency=self.end,
-                             itl=tuple(self.itl), spec_verify_ct=self.verify, finish_reason=self.finish)
+        return RequestResult(
+            prompt=index,
+            ok=True,
+            tokens=tokens,
+            events=self.events,
+            first_tokens=self.first_tokens,
+            ttft=self.ttft,
+            latency=self.end,
+            itl=tuple(self.itl),
+            spec_verify_ct=self.verify,
+            finish_reason=self.finish,
+        )
 
 
-async def _one(target: Target, index: int, prompt: str, *, output_len: int, seed: int, timeout: float,
-               idle: float) -> RequestResult:
+async def _one(
+    target: Target, index: int, prompt: str, *, output_len: int, seed: int, timeout: float, idle: float
+) -> RequestResult:
     loop = asyncio.get_running_loop()
     start = time.perf_counter()
     deadline = loop.time() + timeout
@@ -378,10 +404,10 @@ async def _one(target: Target, index: int, prompt: str, *, output_len: int, seed
                 raise _StreamError(f"stream ended before [DONE] after {progress.tokens} tokens")
     except TimeoutError:
         limit = "request timeout" if loop.time() >= deadline else f"no data for {idle:g} s (stalled)"
-        return RequestResult(prompt=index, ok=False, error=f"{limit} after {progress.tokens} tokens",
-                             tokens=progress.tokens)
-    except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, _StreamError,
-            ValueError) as exc:
+        return RequestResult(
+            prompt=index, ok=False, error=f"{limit} after {progress.tokens} tokens", tokens=progress.tokens
+        )
+    except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, _StreamError, ValueError) as exc:
         error = str(exc) if isinstance(exc, _StreamError) else f"{type(exc).__name__}: {exc}"
         return RequestResult(prompt=index, ok=False, error=error, tokens=progress.tokens)
     finally:
@@ -392,8 +418,18 @@ async def _one(target: Target, index: int, prompt: str, *, output_len: int, seed
     return progress.result(index)
 
 
-async def _level(target: Target, prompts: Sequence[str], order: Sequence[int], *, concurrency: int,
-                 requests: int, output_len: int, seed: int, timeout: float, idle: float) -> LevelResult:
+async def _level(
+    target: Target,
+    prompts: Sequence[str],
+    order: Sequence[int],
+    *,
+    concurrency: int,
+    requests: int,
+    output_len: int,
+    seed: int,
+    timeout: float,
+    idle: float,
+) -> LevelResult:
     results: list[RequestResult] = []
     queue = list(range(requests))
     queue.reverse()
@@ -403,8 +439,7 @@ async def _level(target: Target, prompts: Sequence[str], order: Sequence[int], *
         nonlocal failed
         while queue and not failed:
             i = order[queue.pop() % len(order)]
-            result = await _one(target, i, prompts[i], output_len=output_len, seed=seed, timeout=timeout,
-                                idle=idle)
+            result = await _one(target, i, prompts[i], output_len=output_len, seed=seed, timeout=timeout, idle=idle)
             results.append(result)
             failed = failed or not result.ok
 
@@ -413,19 +448,36 @@ async def _level(target: Target, prompts: Sequence[str], order: Sequence[int], *
     return LevelResult(concurrency=concurrency, requests=tuple(results), wall=time.perf_counter() - start)
 
 
-def run_level(target: Target, prompts: Sequence[str], *, concurrency: int, requests: int, output_len: int,
-              order: Sequence[int] | None = None, seed: int = 0, timeout: float = 600.0,
-              idle: float | None = None) -> LevelResult:
+def run_level(
+    target: Target,
+    prompts: Sequence[str],
+    *,
+    concurrency: int,
+    requests: int,
+    output_len: int,
+    order: Sequence[int] | None = None,
+    seed: int = 0,
+    timeout: float = 600.0,
+    idle: float | None = None,
+) -> LevelResult:
     """Stream *requests* requests, *concurrency* at a time, over *prompts* in *order*.
 
     Stops sending new requests after the first failure (a dead server fails every later one). *timeout*
     bounds each request; *idle* (default: *timeout*) is the longest silence before it counts as stalled.
     """
-    return asyncio.run(_level(
-        target, prompts, order if order is not None else range(len(prompts)), concurrency=concurrency,
-        requests=requests, output_len=output_len, seed=seed, timeout=timeout,
-        idle=idle if idle is not None else timeout,
-    ))
+    return asyncio.run(
+        _level(
+            target,
+            prompts,
+            order if order is not None else range(len(prompts)),
+            concurrency=concurrency,
+            requests=requests,
+            output_len=output_len,
+            seed=seed,
+            timeout=timeout,
+            idle=idle if idle is not None else timeout,
+        )
+    )
 
 
 def get_json(host: str, port: int, path: str, *, timeout: float) -> tuple[int, Any]:

@@ -125,8 +125,14 @@ class ServerProcess:
         self._log = self.log_path.open("wb")
         log.info("$ %s", shlex.join(self.argv))
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
         except OSError as exc:
             self._log.close()
             raise ServerFailure("fail", f"{self.spec.name} server could not start: {exc}") from None
@@ -142,7 +148,7 @@ class ServerProcess:
 
     def tail(self, lines: int = _LOG_TAIL) -> str:
         try:
-            data = self.log_path.read_bytes()[-200 * lines:]
+            data = self.log_path.read_bytes()[-200 * lines :]
         except OSError:
             return ""
         return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
@@ -170,9 +176,13 @@ class ServerProcess:
                 raise failure
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ServerFailure("error", f"{self.spec.name} server did not become healthy within "
-                                        f"{self.spec.startup_timeout:g} s ({self.spec.health} on port "
-                                        f"{self.port})", self.tail())
+                raise ServerFailure(
+                    "error",
+                    f"{self.spec.name} server did not become healthy within "
+                    f"{self.spec.startup_timeout:g} s ({self.spec.health} on port "
+                    f"{self.port})",
+                    self.tail(),
+                )
             try:
                 status, _ = get_json("127.0.0.1", self.port, self.spec.health, timeout=min(5.0, left))
                 if status == 200:
@@ -197,11 +207,13 @@ class ServerProcess:
         try:
             info = self._first_json(SERVER_INFO, timeout=10.0)
         except (OSError, http.client.HTTPException) as exc:
-            raise ServerFailure("error", f"{self.spec.name} server: /server_info failed: {exc}",
-                                self.tail()) from None
+            raise ServerFailure("error", f"{self.spec.name} server: /server_info failed: {exc}", self.tail()) from None
         if info is None:
-            raise ServerFailure("error", f"{self.spec.name} server answers neither /server_info nor "
-                                         "/get_server_info; is it an SGLang server?", self.tail())
+            raise ServerFailure(
+                "error",
+                f"{self.spec.name} server answers neither /server_info nor /get_server_info; is it an SGLang server?",
+                self.tail(),
+            )
         return info
 
     def openai_model(self, info: dict[str, Any]) -> str:
@@ -218,13 +230,15 @@ class ServerProcess:
     def flush_cache(self, when: str, *, timeout: float = 60.0) -> None:
         """``/flush_cache``, waiting up to *timeout* for running requests; a ServerFailure if it refuses."""
         try:
-            status, text = post("127.0.0.1", self.port, f"/flush_cache?timeout={timeout:g}",
-                                timeout=timeout + 10)
+            status, text = post("127.0.0.1", self.port, f"/flush_cache?timeout={timeout:g}", timeout=timeout + 10)
         except (OSError, http.client.HTTPException) as exc:
             status, text = 0, str(exc)
         if status != 200:
-            raise ServerFailure("error", f"{self.spec.name} server did not flush its cache {when}: "
-                                         f"HTTP {status}: {text.strip()[:300]}", self.tail())
+            raise ServerFailure(
+                "error",
+                f"{self.spec.name} server did not flush its cache {when}: HTTP {status}: {text.strip()[:300]}",
+                self.tail(),
+            )
 
     def server_accept_length(self) -> tuple[float | None, str | None]:
         """``internal_states[0].avg_spec_accept_length`` of ``/server_info``, or None and why not.
@@ -262,8 +276,11 @@ class ServerProcess:
                 try:
                     self.proc.wait(timeout=self.spec.stop_timeout)
                 except subprocess.TimeoutExpired:
-                    log.warning("%s server did not stop within %g s of SIGTERM; killing its process group",
-                                self.spec.name, self.spec.stop_timeout)
+                    log.warning(
+                        "%s server did not stop within %g s of SIGTERM; killing its process group",
+                        self.spec.name,
+                        self.spec.stop_timeout,
+                    )
             # Workers (tensor-parallel ranks) can outlive the leader: the group goes whole.
             self._signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
@@ -286,31 +303,46 @@ class ServerProcess:
                 return None
             if time.monotonic() >= deadline:
                 if members:
-                    return (f"{self.spec.name} server's process group {self.proc.pid} still has live "
-                            f"processes {members} {self.spec.release_timeout:g} s after SIGKILL (a worker "
-                            "stuck in the driver?); the next server would start against a busy GPU")
-                return (f"port {self.port} is still in use {self.spec.release_timeout:g} s after the "
-                        f"{self.spec.name} server's process group exited")
+                    return (
+                        f"{self.spec.name} server's process group {self.proc.pid} still has live "
+                        f"processes {members} {self.spec.release_timeout:g} s after SIGKILL (a worker "
+                        "stuck in the driver?); the next server would start against a busy GPU"
+                    )
+                return (
+                    f"port {self.port} is still in use {self.spec.release_timeout:g} s after the "
+                    f"{self.spec.name} server's process group exited"
+                )
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
 
 
-def check_speculation(server: ServerProcess, name: str, record: dict[str, Any], *,
-                      argv_key: str = "perf.servers.{name}.argv") -> None:
+def check_speculation(
+    server: ServerProcess, name: str, record: dict[str, Any], *, argv_key: str = "perf.servers.{name}.argv"
+) -> None:
     """The eagle3 server must run EAGLE3 and the baseline must not speculate, as ``/server_info`` says."""
     info = server.server_info()
     if "speculative_algorithm" not in info:
-        raise ServerFailure("error", f"{name} server's /server_info has no speculative_algorithm; cannot tell "
-                                     "whether it speculates", server.tail())
+        raise ServerFailure(
+            "error",
+            f"{name} server's /server_info has no speculative_algorithm; cannot tell whether it speculates",
+            server.tail(),
+        )
     algorithm = info["speculative_algorithm"]
     record["speculative_algorithm"] = algorithm
     if name == "eagle3" and str(algorithm).upper() != SPECULATIVE:
-        raise ServerFailure("error", f"the eagle3 server does not run {SPECULATIVE}: /server_info reports "
-                                     f"speculative_algorithm {json.dumps(algorithm)}; add "
-                                     f"\"--speculative-algorithm\", \"{SPECULATIVE}\" to "
-                                     f"{argv_key.format(name=name)}",
-                            server.tail())
+        raise ServerFailure(
+            "error",
+            f"the eagle3 server does not run {SPECULATIVE}: /server_info reports "
+            f"speculative_algorithm {json.dumps(algorithm)}; add "
+            f'"--speculative-algorithm", "{SPECULATIVE}" to '
+            f"{argv_key.format(name=name)}",
+            server.tail(),
+        )
     if name == "baseline" and algorithm not in (None, "", "NONE"):
-        raise ServerFailure("error", "the baseline server speculates: /server_info reports "
-                                     f"speculative_algorithm {json.dumps(algorithm)}; drop "
-                                     f"--speculative-algorithm from {argv_key.format(name=name)}", server.tail())
+        raise ServerFailure(
+            "error",
+            "the baseline server speculates: /server_info reports "
+            f"speculative_algorithm {json.dumps(algorithm)}; drop "
+            f"--speculative-algorithm from {argv_key.format(name=name)}",
+            server.tail(),
+        )

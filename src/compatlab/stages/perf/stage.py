@@ -99,14 +99,33 @@ def _level_record(level: LevelResult, server_accept: float | None, note: str | N
         "server_accept_length": server_accept,
         "server_accept_length_note": note,
         # prompt, tokens, ttft s, latency s, tpot s, tokens in the first chunk, verify steps: one row a request
-        "per_request": [[r.prompt, r.tokens, round(r.ttft, 6), round(r.latency, 6),
-                         None if r.tpot is None else round(r.tpot, 7), r.first_tokens, r.spec_verify_ct]
-                        for r in level.requests],
+        "per_request": [
+            [
+                r.prompt,
+                r.tokens,
+                round(r.ttft, 6),
+                round(r.latency, 6),
+                None if r.tpot is None else round(r.tpot, 7),
+                r.first_tokens,
+                r.spec_verify_ct,
+            ]
+            for r in level.requests
+        ],
     }
 
 
-def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: dict[str, str],
-          prompts: list[str], order: list[int], out_dir: Path, record: dict[str, Any]) -> None:
+def _life(
+    config: PerfConfig,
+    name: str,
+    trial: int,
+    *,
+    argv: list[str],
+    env: dict[str, str],
+    prompts: list[str],
+    order: list[int],
+    out_dir: Path,
+    record: dict[str, Any],
+) -> None:
     """Start, check, warm up, measure and stop one server; fills *record*, raises ServerFailure."""
     spec = config.servers[name]
     server = ServerProcess(spec, argv, env, out_dir / "logs" / f"{name}-trial{trial + 1}.log")
@@ -121,13 +140,24 @@ def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: di
             check_speculation(server, name, record)
             model = server.openai_model(info) if config.protocol == "openai" else "default"
             record["served_model"] = model
-            target = Target(port=server.port, protocol=config.protocol,  # type: ignore[arg-type]
-                            model=model)
+            target = Target(
+                port=server.port,
+                protocol=config.protocol,  # type: ignore[arg-type]
+                model=model,
+            )
 
             def measure(concurrency: int, requests: int) -> LevelResult:
-                return run_level(target, prompts, concurrency=concurrency, requests=requests, order=order,
-                                 output_len=config.output_len, seed=config.seed,
-                                 timeout=config.request_timeout, idle=config.stall_timeout)
+                return run_level(
+                    target,
+                    prompts,
+                    concurrency=concurrency,
+                    requests=requests,
+                    order=order,
+                    output_len=config.output_len,
+                    seed=config.seed,
+                    timeout=config.request_timeout,
+                    idle=config.stall_timeout,
+                )
 
             if config.warmup:
                 _check_level(server, measure(1, config.warmup), "during warm-up")
@@ -137,8 +167,14 @@ def _life(config: PerfConfig, name: str, trial: int, *, argv: list[str], env: di
                 _check_level(server, level, f"at concurrency {c}")
                 accept, note = server.server_accept_length() if name == "eagle3" else (None, None)
                 record["levels"][str(c)] = _level_record(level, accept, note)
-                log.info("%s trial %d c%d: %.1f tok/s, median ttft %.1f ms", name, trial + 1, c, level.tok_s,
-                         record["levels"][str(c)]["median_ttft_ms"] or 0.0)
+                log.info(
+                    "%s trial %d c%d: %.1f tok/s, median ttft %.1f ms",
+                    name,
+                    trial + 1,
+                    c,
+                    level.tok_s,
+                    record["levels"][str(c)]["median_ttft_ms"] or 0.0,
+                )
         if server.leftover:
             raise ServerFailure("error", server.leftover)
     except ServerFailure as failure:
@@ -192,8 +228,7 @@ def _verdicts(config: PerfConfig, lives: list[dict[str, Any]]) -> tuple[dict[str
         per: dict[str, dict[str, list[float]]] = {}
         for name in SERVERS:
             levels = [life["levels"][str(c)] for life in lives if life["server"] == name]
-            per[name] = {k: [lv[k] for lv in levels if lv[k] is not None]
-                         for k in ("tok_s", *LATENCY, "accept_length")}
+            per[name] = {k: [lv[k] for lv in levels if lv[k] is not None] for k in ("tok_s", *LATENCY, "accept_length")}
             tok = per[name]["tok_s"]
             figures[f"{name}_tok_s_c{c}"] = statistics.median(tok)
             for key in LATENCY:  # the median over trials of each level figure
@@ -213,22 +248,44 @@ def _verdicts(config: PerfConfig, lives: list[dict[str, Any]]) -> tuple[dict[str
         floor = th.min_speedup.get(c)
         if floor is not None:
             lo, hi = (min(e) / max(b), max(e) / min(b)) if min(b) > 0 and max(b) > 0 else (0.0, 0.0)
-            checks.append({"check": "min-speedup", "floor": floor, "value": speedup, "range": [lo, hi],
-                           "verdict": _judge(lo, speedup, hi, floor, noisy)})
+            checks.append(
+                {
+                    "check": "min-speedup",
+                    "floor": floor,
+                    "value": speedup,
+                    "range": [lo, hi],
+                    "verdict": _judge(lo, speedup, hi, floor, noisy),
+                }
+            )
         floor = th.min_tok_s.get(c)
         if floor is not None:
-            checks.append({"check": "min-tok-s", "floor": floor, "value": me, "range": [min(e), max(e)],
-                           "verdict": _judge(min(e), me, max(e), floor, noisy)})
+            checks.append(
+                {
+                    "check": "min-tok-s",
+                    "floor": floor,
+                    "value": me,
+                    "range": [min(e), max(e)],
+                    "verdict": _judge(min(e), me, max(e), floor, noisy),
+                }
+            )
         if th.min_accept_length is not None:
             if accept:
                 value = statistics.median(accept)
                 verdict = _judge(min(accept), value, max(accept), th.min_accept_length, noisy)
-                checks.append({"check": "min-accept-length", "floor": th.min_accept_length, "value": value,
-                               "range": [min(accept), max(accept)], "verdict": verdict})
+                checks.append(
+                    {
+                        "check": "min-accept-length",
+                        "floor": th.min_accept_length,
+                        "value": value,
+                        "range": [min(accept), max(accept)],
+                        "verdict": verdict,
+                    }
+                )
             else:
                 # /server_info showed EAGLE3 on: no figure means the server has not logged one yet.
-                checks.append({"check": "min-accept-length", "floor": th.min_accept_length, "value": None,
-                               "verdict": "unknown"})
+                checks.append(
+                    {"check": "min-accept-length", "floor": th.min_accept_length, "value": None, "verdict": "unknown"}
+                )
         verdict = _worst({str(ch["verdict"]) for ch in checks})
         verdicts[str(c)] = {"verdict": verdict, "spread": spread, "noisy": noisy, "checks": checks}
     return figures, verdicts
@@ -239,19 +296,25 @@ def _explain(c: int, check: dict[str, Any], figures: Mapping[str, float], max_sp
     name, floor, value, verdict = check["check"], check["floor"], check["value"], check["verdict"]
     if verdict == "inconclusive":
         lo, hi = check["range"]
-        return (f"inconclusive at concurrency {c}: the trials spread more than max-spread {max_spread:.0%} "
-                f"and their range ({lo:.2f}-{hi:.2f}) straddles {name} {floor:g}; rerun on a quiet box")
+        return (
+            f"inconclusive at concurrency {c}: the trials spread more than max-spread {max_spread:.0%} "
+            f"and their range ({lo:.2f}-{hi:.2f}) straddles {name} {floor:g}; rerun on a quiet box"
+        )
     if name == "min-speedup":
         how = "slower than" if value < 1 else "not enough faster than"
-        return (f"EAGLE-3 is {how} the baseline at concurrency {c}: {e:.1f} vs {b:.1f} tok/s "
-                f"(speedup {value:.2f}, min-speedup {floor:g})")
+        return (
+            f"EAGLE-3 is {how} the baseline at concurrency {c}: {e:.1f} vs {b:.1f} tok/s "
+            f"(speedup {value:.2f}, min-speedup {floor:g})"
+        )
     if name == "min-tok-s":
         return f"EAGLE-3 at concurrency {c}: {value:.1f} tok/s is below min-tok-s {floor:g}"
     if value is None:
-        return (f"EAGLE-3 accept length at concurrency {c} is unknown: the streams carry no "
-                f"meta_info.spec_verify_ct and the eagle3 server's avg_spec_accept_length is {NOT_LOGGED} "
-                "(/server_info; SGLang logs it every 40 decode batches): use protocol \"generate\" or more "
-                "requests")
+        return (
+            f"EAGLE-3 accept length at concurrency {c} is unknown: the streams carry no "
+            f"meta_info.spec_verify_ct and the eagle3 server's avg_spec_accept_length is {NOT_LOGGED} "
+            '(/server_info; SGLang logs it every 40 decode batches): use protocol "generate" or more '
+            "requests"
+        )
     return f"EAGLE-3 accept length at concurrency {c}: {value:.2f} is below min-accept-length {floor:g}"
 
 
@@ -283,23 +346,33 @@ class PerfReport:
         return {"schema": PERF_SCHEMA, **data}
 
     def stage_result(self) -> StageResult:
-        trials = [{k: v for k, v in t.items() if k not in ("levels", "log_tail")}
-                  | {"levels": {c: {k: v for k, v in lv.items() if k != "per_request"}
-                                for c, lv in t.get("levels", {}).items()}}
-                  for t in self.trials]
+        trials = [
+            {k: v for k, v in t.items() if k not in ("levels", "log_tail")}
+            | {
+                "levels": {
+                    c: {k: v for k, v in lv.items() if k != "per_request"} for c, lv in t.get("levels", {}).items()
+                }
+            }
+            for t in self.trials
+        ]
         tails = {f"{t['server']}-trial{t['trial']}": t.get("log_tail", "") for t in self.trials}
         details: dict[str, Any] = {
-            "verdict": self.verdict, "figures": self.figures, "verdicts": self.verdicts, "trials": trials,
-            "accept_length_field": self.accept_length_field, "logs": tails,
+            "verdict": self.verdict,
+            "figures": self.figures,
+            "verdicts": self.verdicts,
+            "trials": trials,
+            "accept_length_field": self.accept_length_field,
+            "logs": tails,
             "rerun": self.verdict == "inconclusive",
         }
         if self.out_dir is not None:
-            details["outputs"] = {"perf": str(self.out_dir / "perf.json"),
-                                  "benchmark": str(self.out_dir / "benchmark.json")}
+            details["outputs"] = {
+                "perf": str(self.out_dir / "perf.json"),
+                "benchmark": str(self.out_dir / "benchmark.json"),
+            }
         if self.log_tail:
             details["log_tail"] = self.log_tail
-        return StageResult(name="perf", state=self.state, reason=self.reason, details=details,
-                           seconds=self.seconds)
+        return StageResult(name="perf", state=self.state, reason=self.reason, details=details, seconds=self.seconds)
 
 
 def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -332,8 +405,17 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
                 argv, extra = resolved[name]
                 record: dict[str, Any] = {}
                 lives.append(record)
-                _life(config, name, trial, argv=argv, env={**base_env, **extra}, prompts=prompts, order=order,
-                      out_dir=out_dir, record=record)
+                _life(
+                    config,
+                    name,
+                    trial,
+                    argv=argv,
+                    env={**base_env, **extra},
+                    prompts=prompts,
+                    order=order,
+                    out_dir=out_dir,
+                    record=record,
+                )
     except ServerFailure as failure:
         report.state, report.verdict, report.reason = failure.state, failure.state, str(failure)
         report.log_tail = failure.tail
@@ -343,8 +425,13 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
         report.verdict = _overall(verdicts)
         report.state = {"pass": "pass", "fail": "fail", "error": "error", "inconclusive": "error"}[report.verdict]
         report.reason = _reason(config, figures, verdicts)
-        fields = {lv["accept_length_field"] for life in lives if life["server"] == "eagle3"
-                  for lv in life["levels"].values() if lv["accept_length_field"]}
+        fields = {
+            lv["accept_length_field"]
+            for life in lives
+            if life["server"] == "eagle3"
+            for lv in life["levels"].values()
+            if lv["accept_length_field"]
+        }
         report.accept_length_field = " and ".join(sorted(fields)) if fields else None
     report.trials = lives
     report.seconds = time.monotonic() - start
@@ -379,8 +466,11 @@ def _reason(config: PerfConfig, figures: Mapping[str, float], verdicts: Mapping[
             for check in verdicts[str(c)]["checks"]:
                 if check["verdict"] == want:
                     return _explain(c, check, figures, config.thresholds.max_spread)
-    parts = [f"c{c}: {figures[f'eagle3_tok_s_c{c}']:.1f} vs {figures[f'baseline_tok_s_c{c}']:.1f} tok/s "
-             f"({figures[f'speedup_c{c}']:.2f}x)" for c in config.concurrency]
+    parts = [
+        f"c{c}: {figures[f'eagle3_tok_s_c{c}']:.1f} vs {figures[f'baseline_tok_s_c{c}']:.1f} tok/s "
+        f"({figures[f'speedup_c{c}']:.2f}x)"
+        for c in config.concurrency
+    ]
     return "EAGLE-3 beats the baseline: " + ", ".join(parts)
 
 
@@ -397,7 +487,7 @@ def _quartiles(data: list[float]) -> tuple[float, float]:
         if q == 1:
             return 0.25 * data[k - 1] + 0.75 * data[k], 0.75 * data[3 * k] + 0.25 * data[3 * k + 1]
         return 0.75 * data[k] + 0.25 * data[k + 1], 0.25 * data[3 * k + 1] + 0.75 * data[3 * k + 2]
-    return statistics.median(data[: n // 2]), statistics.median(data[n // 2:])
+    return statistics.median(data[: n // 2]), statistics.median(data[n // 2 :])
 
 
 def _stats(data: list[float]) -> dict[str, Any]:
@@ -412,21 +502,44 @@ def _stats(data: list[float]) -> dict[str, Any]:
     iqr_out = sum(1 for x in s if x < lo_fence or x > hi_fence)
     total = sum(s)
     return {
-        "min": s[0], "max": s[-1], "mean": mean, "stddev": stddev, "rounds": len(s),
-        "median": statistics.median(s), "iqr": iqr, "q1": q1, "q3": q3, "iqr_outliers": iqr_out,
-        "stddev_outliers": std_out, "outliers": f"{std_out};{iqr_out}", "ld15iqr": inside[0],
-        "hd15iqr": inside[-1], "ops": len(s) / total if total else 0, "total": total, "data": data,
+        "min": s[0],
+        "max": s[-1],
+        "mean": mean,
+        "stddev": stddev,
+        "rounds": len(s),
+        "median": statistics.median(s),
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": iqr_out,
+        "stddev_outliers": std_out,
+        "outliers": f"{std_out};{iqr_out}",
+        "ld15iqr": inside[0],
+        "hd15iqr": inside[-1],
+        "ops": len(s) / total if total else 0,
+        "total": total,
+        "data": data,
         "iterations": 1,
     }
 
 
-_WHAT = {"ttft": "time to first token", "itl": "inter-token latency, pooled per token",
-         "tpot": "time per output token after the first, per request"}
+_WHAT = {
+    "ttft": "time to first token",
+    "itl": "inter-token latency, pooled per token",
+    "tpot": "time per output token after the first, per request",
+}
 _METRICS = (
     # key in a level record, benchmark suffix, scale to seconds, what it is
     ("s_per_token", "s_per_token", 1.0, "seconds per output token = 1 / (output tok/s of all streams)"),
-    *((key, key.removesuffix("_ms"), 0.001,
-       f"{key.split('_')[0]} {_WHAT[key.split('_')[1]]}, seconds (SGLang's {key})") for key in LATENCY),
+    *(
+        (
+            key,
+            key.removesuffix("_ms"),
+            0.001,
+            f"{key.split('_')[0]} {_WHAT[key.split('_')[1]]}, seconds (SGLang's {key})",
+        )
+        for key in LATENCY
+    ),
 )
 
 
@@ -444,28 +557,48 @@ def benchmark_json(config: PerfConfig, lives: list[dict[str, Any]]) -> dict[str,
                 data = [lv[key] * scale for lv in levels if lv[key] is not None]
                 if not data:
                     continue
-                benchmarks.append({
-                    "group": f"perf c{c} {suffix}", "name": f"perf_{suffix}[{name}-c{c}]",
-                    "fullname": f"compatlab.perf::perf_{suffix}[{name}-c{c}]",
-                    "params": {"server": name, "concurrency": c}, "param": f"{name}-c{c}",
-                    "extra_info": {"unit": what, "protocol": config.protocol,
-                                   "output_len": config.output_len},
-                    "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": config.trials,
-                                "max_time": 0, "min_time": 0, "warmup": config.warmup > 0},
-                    "stats": _stats(data),
-                })
+                benchmarks.append(
+                    {
+                        "group": f"perf c{c} {suffix}",
+                        "name": f"perf_{suffix}[{name}-c{c}]",
+                        "fullname": f"compatlab.perf::perf_{suffix}[{name}-c{c}]",
+                        "params": {"server": name, "concurrency": c},
+                        "param": f"{name}-c{c}",
+                        "extra_info": {"unit": what, "protocol": config.protocol, "output_len": config.output_len},
+                        "options": {
+                            "disable_gc": False,
+                            "timer": "perf_counter",
+                            "min_rounds": config.trials,
+                            "max_time": 0,
+                            "min_time": 0,
+                            "warmup": config.warmup > 0,
+                        },
+                        "stats": _stats(data),
+                    }
+                )
     uname = platform.uname()
     return {
         "machine_info": {
-            "node": uname.node, "processor": uname.processor, "machine": uname.machine,
+            "node": uname.node,
+            "processor": uname.processor,
+            "machine": uname.machine,
             "python_compiler": platform.python_compiler(),
             "python_implementation": platform.python_implementation(),
             "python_implementation_version": platform.python_version(),
-            "python_version": platform.python_version(), "python_build": list(platform.python_build()),
-            "release": uname.release, "system": uname.system, "cpu": {},
+            "python_version": platform.python_version(),
+            "python_build": list(platform.python_build()),
+            "release": uname.release,
+            "system": uname.system,
+            "cpu": {},
         },
-        "commit_info": {"id": None, "time": None, "author_time": None, "dirty": None, "project": "compatlab",
-                        "branch": None},
+        "commit_info": {
+            "id": None,
+            "time": None,
+            "author_time": None,
+            "dirty": None,
+            "project": "compatlab",
+            "branch": None,
+        },
         "benchmarks": benchmarks,
         "datetime": datetime.now(UTC).isoformat(),
         "version": "5.0.0",
@@ -486,11 +619,11 @@ def run_perf_stage(ctx: CellContext) -> StageResult:
         report = run_perf(config, ctx.work_dir / "perf", env=env)
     except ConfigError as exc:
         # A missing ${VAR}: this machine has no model to serve, so the stage cannot run here.
-        return StageResult(name="perf", state="skip", reason=f"skipped: {'; '.join(exc.problems)}",
-                           seconds=time.monotonic() - start)
+        return StageResult(
+            name="perf", state="skip", reason=f"skipped: {'; '.join(exc.problems)}", seconds=time.monotonic() - start
+        )
     except ProgramNotFound as exc:
-        return StageResult(name="perf", state="skip", reason=f"skipped: {exc}",
-                           seconds=time.monotonic() - start)
+        return StageResult(name="perf", state="skip", reason=f"skipped: {exc}", seconds=time.monotonic() - start)
     return report.stage_result()
 
 

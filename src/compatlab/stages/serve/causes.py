@@ -30,17 +30,24 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s?(?P<message>.*))?$")
 _LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d[ T]")  # [2026-12-03 16:44:32 TP0] a logger's line
-_CHAINED = ("The above exception was the direct cause of the following exception:",
-            "During handling of the above exception, another exception occurred:")
+_CHAINED = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
 # Exceptions that only say another process failed, or that the launcher gave up.
-_WRAPPERS = re.compile(r"Initialization failed\. Please see the error messages above|scheduler is dead|"
-                       r"Received sigquit|^KeyboardInterrupt|^SystemExit|^BrokenPipeError|^ConnectionResetError|"
-                       r"^EOFError|^ChildProcessError|^ConnectionRefusedError")
+_WRAPPERS = re.compile(
+    r"Initialization failed\. Please see the error messages above|scheduler is dead|"
+    r"Received sigquit|^KeyboardInterrupt|^SystemExit|^BrokenPipeError|^ConnectionResetError|"
+    r"^EOFError|^ChildProcessError|^ConnectionRefusedError"
+)
 _SKIP_TOPS = ("torch", "triton", "importlib", "<frozen", "concurrent", "multiprocessing", "asyncio")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|cudaErrorMemoryAllocation", re.I)
 _PORT = re.compile(r"address already in use|\[Errno 98\]", re.I)
-_NO_IMAGE = re.compile(r"no kernel image is available|cudaErrorNoKernelImageForDevice|"
-                       r"no binary for gpu|invalid device function", re.I)
+_NO_IMAGE = re.compile(
+    r"no kernel image is available|cudaErrorNoKernelImageForDevice|"
+    r"no binary for gpu|invalid device function",
+    re.I,
+)
 _GRAPH = re.compile(r"Capture cuda graph failed", re.I)
 _JIT_LINE = re.compile(r"\berror\b:|\bnvcc fatal\b", re.I)  # nvcc's and gcc's "file.cu(12): error: …"
 _JIT = re.compile(r"ninja|nvcc|Ninja build failed|CalledProcessError|jit", re.I)
@@ -112,15 +119,24 @@ def tracebacks(log: str) -> list[Traceback]:
             continue
         i += 1
         more: list[str] = []
-        while (i < len(lines) and lines[i].strip() and "Traceback (most recent call last):" not in lines[i]
-               and not _LOG_PREFIX.match(lines[i]) and lines[i].strip() not in _CHAINED and len(more) < 20):
+        while (
+            i < len(lines)
+            and lines[i].strip()
+            and "Traceback (most recent call last):" not in lines[i]
+            and not _LOG_PREFIX.match(lines[i])
+            and lines[i].strip() not in _CHAINED
+            and len(more) < 20
+        ):
             more.append(lines[i].strip())
             i += 1
         message = (m["message"] or "").strip()
         if not message and more:  # ImportError("\n[sgl_kernel] CRITICAL: …"): the message starts on the next line
             message, more = more[0], more[1:]
-        found.append(Traceback(frames=tuple(frames), type=m["type"], message=message, more="\n".join(more),
-                               chained=chained, end=i))
+        found.append(
+            Traceback(
+                frames=tuple(frames), type=m["type"], message=message, more="\n".join(more), chained=chained, end=i
+            )
+        )
         chained = False
     return found
 
@@ -177,16 +193,21 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
     if _NO_IMAGE.search(everything):
         gpu = f" for {arch}" if arch else " for this GPU"
         pkg = where.split("/", 1)[0] if where else "a kernel"
-        return Cause(state="fail", reason=f"{graph}no kernel image{gpu} in {pkg}{at}: {_inner(root)[:200]}",
-                     **common)
+        return Cause(state="fail", reason=f"{graph}no kernel image{gpu} in {pkg}{at}: {_inner(root)[:200]}", **common)
     if root.type.endswith("ModuleNotFoundError"):
         return Cause(state="fail", reason=f"{root.text[:300]} (imported by {where or 'SGLang at start'})", **common)
     if graph:
         return Cause(state="fail", reason=f"{graph}{_inner(root)[:300]}{at}", **common)
     if _JIT.search(everything) and any(p in where for p in ("jit", "flashinfer", "tvm_ffi", "cpp_extension")):
         pkg = where.split("/", 1)[0]
-        lines = log.splitlines()[:max(tb.end for tb in chain)]
-        detail = next((line.strip() for line in reversed(lines) if _JIT_LINE.search(line)
-                       and "Traceback" not in line and not _EXC.match(line.strip())), root.text)
+        lines = log.splitlines()[: max(tb.end for tb in chain)]
+        detail = next(
+            (
+                line.strip()
+                for line in reversed(lines)
+                if _JIT_LINE.search(line) and "Traceback" not in line and not _EXC.match(line.strip())
+            ),
+            root.text,
+        )
         return Cause(state="fail", reason=f"{pkg} JIT: the kernel build failed{at}: {detail[:300]}", **common)
     return Cause(state="fail", reason=f"{root.text[:300]}{at}", **common)

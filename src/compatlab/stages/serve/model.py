@@ -36,15 +36,37 @@ __all__ = ["BUILTIN", "ModelFiles", "SetupError", "draft_config", "make_model", 
 
 # The built-in target: a small Llama (as SGLang's own tests use), served when matrix.toml has no [serve].
 BUILTIN: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
-    "intermediate_size": 2816, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64,
-    "num_hidden_layers": 16, "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "bos_token_id": 1, "eos_token_id": 2,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": 64,
+    "num_hidden_layers": 16,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
 EAGLE3_MIN_LAYERS = 4  # three distinct captured layers, each before a layer that exists
-_DRAFT_COPY = ("hidden_size", "num_attention_heads", "vocab_size", "max_position_embeddings", "rms_norm_eps",
-               "rope_theta", "rope_scaling", "hidden_act", "bos_token_id", "eos_token_id")
+_DRAFT_COPY = (
+    "hidden_size",
+    "num_attention_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "hidden_act",
+    "bos_token_id",
+    "eos_token_id",
+)
 
 
 class SetupError(LabError):
@@ -82,8 +104,11 @@ def shrink(config: dict[str, Any], layers: int) -> tuple[dict[str, Any], list[st
         if isinstance(value, int) and not isinstance(value, bool) and value > layers - 1 and value > 0:
             new = max(layers - 1, 0)
             text[key] = new
-            notes.append(f"{where}{key} {value} -> {new} (so that a MoE layer remains)"
-                         if key == "first_k_dense_replace" else f"{where}{key} {value} -> {new}")
+            notes.append(
+                f"{where}{key} {value} -> {new} (so that a MoE layer remains)"
+                if key == "first_k_dense_replace"
+                else f"{where}{key} {value} -> {new}"
+            )
     for key, value in list(text.items()):
         if isinstance(value, list) and len(value) == old and old != layers:
             text[key] = value[:layers]
@@ -101,10 +126,18 @@ def draft_config(target: dict[str, Any], layers: int = 1) -> dict[str, Any]:
         # MLA (DeepSeek-V3, Kimi-K2: 7168 / 128 heads = 56) has no Llama head shape: 128-wide heads, 8 KV heads.
         heads = hidden // 128
         kv = 8 if heads % 8 == 0 else heads
-    draft.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=layers,
-                 num_attention_heads=heads, num_key_value_heads=kv, head_dim=hidden // heads,
-                 intermediate_size=int(text.get("intermediate_size") or 4 * int(text["hidden_size"])),
-                 draft_vocab_size=int(text["vocab_size"]), tie_word_embeddings=False, torch_dtype="bfloat16")
+    draft.update(
+        architectures=["LlamaForCausalLMEagle3"],
+        model_type="llama",
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=hidden // heads,
+        intermediate_size=int(text.get("intermediate_size") or 4 * int(text["hidden_size"])),
+        draft_vocab_size=int(text["vocab_size"]),
+        tie_word_embeddings=False,
+        torch_dtype="bfloat16",
+    )
     draft.setdefault("hidden_act", "silu")
     draft.setdefault("rms_norm_eps", 1e-6)
     return draft
@@ -144,18 +177,38 @@ def tokenizer_json(vocab_size: int, bos: object, eos: object) -> tuple[dict[str,
     unk = next(i for i in range(vocab_size) if i not in names)
     names[unk] = "<unk>"
     vocab = {names.get(i, f"w{i}"): i for i in range(vocab_size)}
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, t in sorted(names.items()) if i < vocab_size]
+    added = [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, t in sorted(names.items())
+        if i < vocab_size
+    ]
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
         "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
     }
-    settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>",
-                                "model_max_length": 1 << 20}
-    settings.update({f"{kind}_token": token for kind, token, ids in (("bos", "<s>", bos), ("eos", "</s>", eos))
-                     if _ids(ids)})
+    settings: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": "<unk>",
+        "model_max_length": 1 << 20,
+    }
+    settings.update(
+        {f"{kind}_token": token for kind, token, ids in (("bos", "<s>", bos), ("eos", "</s>", eos)) if _ids(ids)}
+    )
     return tokenizer, settings
 
 
@@ -164,8 +217,10 @@ def _read_config(path: Path, key: str) -> dict[str, Any]:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SetupError(f"serve.{key}: {file} does not exist; give the model's config.json (a file, never "
-                         "downloaded) or drop the key for the built-in model") from None
+        raise SetupError(
+            f"serve.{key}: {file} does not exist; give the model's config.json (a file, never "
+            "downloaded) or drop the key for the built-in model"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SetupError(f"serve.{key}: cannot read {file} as JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -191,8 +246,16 @@ def _write(folder: Path, config: dict[str, Any], tokenizer: Path | None) -> None
     (folder / "generation_config.json").write_text(json.dumps(generation) + "\n", encoding="utf-8")
 
 
-def make_model(out: Path, *, model: Path | None, layers: int, tokenizer: Path | None = None,
-               draft: Path | None = None, draft_layers: int = 1, eagle3: bool = True) -> ModelFiles:
+def make_model(
+    out: Path,
+    *,
+    model: Path | None,
+    layers: int,
+    tokenizer: Path | None = None,
+    draft: Path | None = None,
+    draft_layers: int = 1,
+    eagle3: bool = True,
+) -> ModelFiles:
     """Write ``out/target`` (and ``out/draft``) for ``--model-path`` and ``--speculative-draft-model-path``."""
     source = _read_config(model, "model") if model is not None else BUILTIN
     raised = eagle3 and layers < EAGLE3_MIN_LAYERS
@@ -213,10 +276,14 @@ def make_model(out: Path, *, model: Path | None, layers: int, tokenizer: Path | 
             made = draft_config(target, draft_layers)
             notes.append(f"draft: LlamaForCausalLMEagle3, {draft_layers} layer(s), derived from the target")
         ids = aux_layer_ids(text["num_hidden_layers"])
-        made["eagle_config"] = {**(made.get("eagle_config") or {}), "eagle_aux_hidden_state_layer_ids": ids,
-                                "use_aux_hidden_state": True}
+        made["eagle_config"] = {
+            **(made.get("eagle_config") or {}),
+            "eagle_aux_hidden_state_layer_ids": ids,
+            "use_aux_hidden_state": True,
+        }
         notes.append(f"draft: eagle_config.eagle_aux_hidden_state_layer_ids {ids}")
         draft_dir = out / "draft"
         _write(draft_dir, made, tokenizer)
-    return ModelFiles(target=out / "target", draft=draft_dir, architecture=arch, layers=text["num_hidden_layers"],
-                      notes=tuple(notes))
+    return ModelFiles(
+        target=out / "target", draft=draft_dir, architecture=arch, layers=text["num_hidden_layers"], notes=tuple(notes)
+    )

@@ -66,8 +66,9 @@ def probe_gpus(env: dict[str, str]) -> tuple[list[Gpu], str]:
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if smi is None:
         return [], "no NVIDIA GPU on this machine (no nvidia-smi on PATH)"
-    done = run([smi, "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"],
-               timeout=60, env=env)
+    done = run(
+        [smi, "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"], timeout=60, env=env
+    )
     if not done.ok:
         first = (done.stderr or done.stdout).strip().splitlines()[:1]
         return [], f"no usable NVIDIA GPU on this machine (nvidia-smi: {first[0] if first else done.returncode})"
@@ -78,8 +79,14 @@ def probe_gpus(env: dict[str, str]) -> tuple[list[Gpu], str]:
             continue
         try:
             major, minor = parts[2].split(".")
-            gpus.append(Gpu(index=int(parts[0]), name=parts[1], arch=f"sm_{int(major)}{int(minor)}",
-                            memory_mib=int(float(parts[3]))))
+            gpus.append(
+                Gpu(
+                    index=int(parts[0]),
+                    name=parts[1],
+                    arch=f"sm_{int(major)}{int(minor)}",
+                    memory_mib=int(float(parts[3])),
+                )
+            )
         except ValueError:
             continue
     return gpus, "" if gpus else "no NVIDIA GPU on this machine (nvidia-smi lists none)"
@@ -90,8 +97,7 @@ def _memory_mib(env: dict[str, str], pgid: int) -> int | None:
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if smi is None:
         return None
-    done = run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"], timeout=60,
-               env=env)
+    done = run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"], timeout=60, env=env)
     if not done.ok:
         return None
     members = set(group_members(pgid))
@@ -119,13 +125,31 @@ def _sglang_version(ctx: CellContext) -> str | None:
 
 
 def _argv(ctx: CellContext, config: ServeConfig, files: ModelFiles, name: str, tp: int) -> list[str]:
-    argv = [str(ctx.python), "-m", "sglang.launch_server", "--model-path", str(files.target),
-            "--load-format", "dummy", "--host", "127.0.0.1", "--port", "{port}", "--tp-size", str(tp),
-            *config.args]
+    argv = [
+        str(ctx.python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(files.target),
+        "--load-format",
+        "dummy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--tp-size",
+        str(tp),
+        *config.args,
+    ]
     if name == "eagle3":
         assert files.draft is not None
-        argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(files.draft),
-                 *config.eagle3_args]
+        argv += [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            str(files.draft),
+            *config.eagle3_args,
+        ]
     return argv
 
 
@@ -157,29 +181,55 @@ def _explain(server: ServerProcess, failure: ServerFailure, arch: str) -> _Faile
 
 
 def _level(server: ServerProcess, config: ServeConfig, prompts: list[str], concurrency: int) -> LevelResult:
-    level = run_level(Target(port=server.port), prompts, concurrency=concurrency,
-                      requests=concurrency * config.requests, output_len=config.output_len,
-                      timeout=config.request_timeout, idle=min(config.request_timeout, 120.0))
+    level = run_level(
+        Target(port=server.port),
+        prompts,
+        concurrency=concurrency,
+        requests=concurrency * config.requests,
+        output_len=config.output_len,
+        timeout=config.request_timeout,
+        idle=min(config.request_timeout, 120.0),
+    )
     name = server.spec.name
     if level.errors:
         time.sleep(0.2)  # a dying server may need a moment to be reaped
         died = server.died(f"at concurrency {concurrency} ({level.errors[0].error})")
         if died:
             raise died
-        raise _Failed("fail", f"{name} server failed a request at concurrency {concurrency}: "
-                              f"{level.errors[0].error[:300]}")
+        raise _Failed(
+            "fail", f"{name} server failed a request at concurrency {concurrency}: {level.errors[0].error[:300]}"
+        )
     short = [r.tokens for r in level.requests if r.tokens != config.output_len]
     if short:
-        raise _Failed("fail", f"{name} server streamed {short[0]} tokens where {config.output_len} were asked "
-                              f"(max_new_tokens with ignore_eos), at concurrency {concurrency}")
+        raise _Failed(
+            "fail",
+            f"{name} server streamed {short[0]} tokens where {config.output_len} were asked "
+            f"(max_new_tokens with ignore_eos), at concurrency {concurrency}",
+        )
     return level
 
 
-def _serve(ctx: CellContext, config: ServeConfig, files: ModelFiles, name: str, *, tp: int, arch: str,
-           env: dict[str, str], out: Path, prompts: list[str]) -> dict[str, Any]:
+def _serve(
+    ctx: CellContext,
+    config: ServeConfig,
+    files: ModelFiles,
+    name: str,
+    *,
+    tp: int,
+    arch: str,
+    env: dict[str, str],
+    out: Path,
+    prompts: list[str],
+) -> dict[str, Any]:
     """One server's life; its record. Raises _Failed."""
-    spec = ServerSpec(name=name, argv=(), startup_timeout=config.startup_timeout, stop_timeout=60.0,
-                      release_timeout=120.0, health="/health_generate")
+    spec = ServerSpec(
+        name=name,
+        argv=(),
+        startup_timeout=config.startup_timeout,
+        stop_timeout=60.0,
+        release_timeout=120.0,
+        health="/health_generate",
+    )
     server = ServerProcess(spec, _argv(ctx, config, files, name, tp), env, out / "logs" / f"{name}.log")
     record: dict[str, Any] = {"log": str(server.log_path), "port": server.port}
     try:
@@ -219,16 +269,16 @@ def _tp(ctx: CellContext, config: ServeConfig, gpus: list[Gpu]) -> tuple[int, st
     want = config.tp or max((t.gpus for t in ctx.matrix.targets), default=1)
     if want <= len(gpus):
         return want, None
-    return len(gpus), (f"the target has {want} GPUs, this machine {len(gpus)}: served with --tp-size "
-                       f"{len(gpus)}")
+    return len(gpus), (f"the target has {want} GPUs, this machine {len(gpus)}: served with --tp-size {len(gpus)}")
 
 
 def _figures(records: dict[str, dict[str, Any]]) -> dict[str, float]:
     figures: dict[str, float] = {}
     for name, rec in records.items():
         for key, value in rec.items():
-            if (key.startswith(("tok_s_", "median_")) or key in ("startup_s", "gpu_memory_mib", "accept_length")) \
-                    and isinstance(value, (int, float)):
+            if (
+                key.startswith(("tok_s_", "median_")) or key in ("startup_s", "gpu_memory_mib", "accept_length")
+            ) and isinstance(value, (int, float)):
                 figures[f"{name}_{key}"] = value
     return figures
 
@@ -238,8 +288,14 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     start = time.monotonic()
 
     def result(state: str, reason: str, details: dict[str, Any], *, required: bool = True) -> StageResult:
-        return StageResult(name="serve", state=state, reason=reason, details=details,
-                           seconds=round(time.monotonic() - start, 3), required=required)
+        return StageResult(
+            name="serve",
+            state=state,
+            reason=reason,
+            details=details,
+            seconds=round(time.monotonic() - start, 3),
+            required=required,
+        )
 
     version = _sglang_version(ctx)
     if version is None:
@@ -251,13 +307,25 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     config = ctx.matrix.serve
     tp, fewer = _tp(ctx, config, gpus)
     out = ctx.work_dir / "serve"
-    details: dict[str, Any] = {"sglang": version, "gpus": [dataclasses.asdict(g) for g in gpus], "tp": tp,
-                               "notes": [fewer] if fewer else [], "servers": {},
-                               "weights": "random (--load-format dummy): figures of the kernels, no speedup "
-                                          "verdict (a random draft accepts about one token a step)"}
+    details: dict[str, Any] = {
+        "sglang": version,
+        "gpus": [dataclasses.asdict(g) for g in gpus],
+        "tp": tp,
+        "notes": [fewer] if fewer else [],
+        "servers": {},
+        "weights": "random (--load-format dummy): figures of the kernels, no speedup "
+        "verdict (a random draft accepts about one token a step)",
+    }
     try:
-        files = make_model(out / "model", model=config.model, layers=config.layers, tokenizer=config.tokenizer,
-                           draft=config.draft, draft_layers=config.draft_layers, eagle3=config.eagle3)
+        files = make_model(
+            out / "model",
+            model=config.model,
+            layers=config.layers,
+            tokenizer=config.tokenizer,
+            draft=config.draft,
+            draft_layers=config.draft_layers,
+            eagle3=config.eagle3,
+        )
     except SetupError as exc:
         return result("error", f"the serve model could not be made: {exc}", details)
     details.update(architecture=files.architecture, layers=files.layers, model_notes=list(files.notes))
@@ -265,15 +333,20 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     arch = gpus[0].arch
     failures: list[_Failed] = []
     for name in SERVERS if config.eagle3 else SERVERS[:1]:
-        log.info("serve: %s server (SGLang %s, %s, %d layers, tp %d)", name, version, files.architecture,
-                 files.layers, tp)
+        log.info(
+            "serve: %s server (SGLang %s, %s, %d layers, tp %d)", name, version, files.architecture, files.layers, tp
+        )
         try:
-            details["servers"][name] = _serve(ctx, config, files, name, tp=tp, arch=arch, env=env, out=out,
-                                               prompts=prompts)
+            details["servers"][name] = _serve(
+                ctx, config, files, name, tp=tp, arch=arch, env=env, out=out, prompts=prompts
+            )
         except _Failed as failed:
-            details["servers"][name] = {"state": failed.state, "reason": failed.reason,
-                                        **({"cause": dataclasses.asdict(failed.cause)} if failed.cause else {}),
-                                        "log": str(out / "logs" / f"{name}.log")}
+            details["servers"][name] = {
+                "state": failed.state,
+                "reason": failed.reason,
+                **({"cause": dataclasses.asdict(failed.cause)} if failed.cause else {}),
+                "log": str(out / "logs" / f"{name}.log"),
+            }
             failures.append(failed)
             if failed.state == "error":
                 break  # a time-out or the machine's fault: the next server would meet it again
@@ -286,8 +359,15 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
         more = f"; also {others[0]}" if others else ""
         return result(first.state, first.reason + more, details)
     served = details["servers"]
-    parts = [f"{n} {served[n].get('tok_s_c1', 0):.0f} tok/s c1"
-             + (f", {served[n][f'tok_s_c{c}']:.0f} c{c}" if (c := config.concurrency[-1]) != 1 else "")
-             + f" (start-up {served[n]['startup_s']:.0f} s)" for n in served]
-    return result("pass", f"SGLang {version} serves {files.architecture} ({files.layers} layers, tp {tp}, dummy "
-                          f"weights): {'; '.join(parts)}", details)
+    parts = [
+        f"{n} {served[n].get('tok_s_c1', 0):.0f} tok/s c1"
+        + (f", {served[n][f'tok_s_c{c}']:.0f} c{c}" if (c := config.concurrency[-1]) != 1 else "")
+        + f" (start-up {served[n]['startup_s']:.0f} s)"
+        for n in served
+    ]
+    return result(
+        "pass",
+        f"SGLang {version} serves {files.architecture} ({files.layers} layers, tp {tp}, dummy "
+        f"weights): {'; '.join(parts)}",
+        details,
+    )

@@ -129,8 +129,7 @@ class ElfInfo:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ElfInfo:
         fields = dict(data)
-        fields["undefined"] = [UndefinedSymbol(str(n), str(v), str(lib), bool(w))
-                               for n, v, lib, w in data["undefined"]]
+        fields["undefined"] = [UndefinedSymbol(str(n), str(v), str(lib), bool(w)) for n, v, lib, w in data["undefined"]]
         return cls(**fields)
 
 
@@ -264,13 +263,17 @@ def _check_layout(elf: Any, size: int) -> None:
     n = elf.num_sections()
     shoff, shentsize = elf["e_shoff"], elf["e_shentsize"]
     if n > _MAX_SECTIONS or (n and (shentsize < 40 or shoff + n * shentsize > size)):
-        raise _Damaged(f"the section header table ({n} entries of {shentsize} bytes at offset "
-                     f"{shoff}) does not fit in the {size}-byte file")
+        raise _Damaged(
+            f"the section header table ({n} entries of {shentsize} bytes at offset "
+            f"{shoff}) does not fit in the {size}-byte file"
+        )
     for i in range(n):
         header = elf._get_section_header(i)
         if header["sh_type"] != "SHT_NOBITS" and header["sh_offset"] + header["sh_size"] > size:
-            raise _Damaged(f"section {i} claims {header['sh_size']} bytes at offset "
-                         f"{header['sh_offset']}, past the end of the {size}-byte file")
+            raise _Damaged(
+                f"section {i} claims {header['sh_size']} bytes at offset "
+                f"{header['sh_offset']}, past the end of the {size}-byte file"
+            )
 
 
 def _read(elf: Any, fh: Any, sha256: str, *, size: int, deadline: _Deadline) -> ElfInfo:
@@ -292,8 +295,7 @@ def _read(elf: Any, fh: Any, sha256: str, *, size: int, deadline: _Deadline) -> 
     if has_dynamic and not found_dynamic:
         # ld.so loads through the program headers; without the section this reading would see an object
         # that needs and lacks nothing: a silent pass.
-        raise _Damaged("it has a PT_DYNAMIC segment but no dynamic section (section headers "
-                     "stripped or damaged)")
+        raise _Damaged("it has a PT_DYNAMIC segment but no dynamic section (section headers stripped or damaged)")
 
     # Version indexes used by .gnu.version: defined versions and (file, version) pairs needed.
     index: dict[int, tuple[str, str]] = {}  # index -> (version, file it is needed from or "")
@@ -346,8 +348,10 @@ def _read(elf: Any, fh: Any, sha256: str, *, size: int, deadline: _Deadline) -> 
 def _iter_segment_headers(elf: Any, size: int) -> Iterator[Any]:
     n, phoff, phentsize = elf.num_segments(), elf["e_phoff"], elf["e_phentsize"]
     if n and (phentsize < 32 or phoff + n * phentsize > size):
-        raise _Damaged(f"the program header table ({n} entries of {phentsize} bytes at offset "
-                     f"{phoff}) does not fit in the {size}-byte file")
+        raise _Damaged(
+            f"the program header table ({n} entries of {phentsize} bytes at offset "
+            f"{phoff}) does not fit in the {size}-byte file"
+        )
     for i in range(n):
         yield elf._get_segment_header(i)
 
@@ -357,8 +361,10 @@ def _section_bytes(fh: Any, section: Any) -> bytes:
     if section["sh_type"] == "SHT_NOBITS":
         return b""
     if section["sh_size"] > MAX_SECTION_BYTES:
-        raise _Damaged(f"section {section.name or '?'} is {section['sh_size']} bytes, over the "
-                     f"{MAX_SECTION_BYTES >> 20} MiB this lab reads of one section")
+        raise _Damaged(
+            f"section {section.name or '?'} is {section['sh_size']} bytes, over the "
+            f"{MAX_SECTION_BYTES >> 20} MiB this lab reads of one section"
+        )
     fh.seek(section["sh_offset"])
     data: bytes = fh.read(section["sh_size"])
     return data
@@ -371,8 +377,9 @@ def _cstr(strtab: bytes, offset: int) -> str:
     return strtab[offset:end].decode("utf-8", "replace")
 
 
-def _walk(data: bytes, first: int, count: int, deadline: _Deadline, *, what: str,
-          fmt: struct.Struct, next_field: int) -> Iterator[tuple[int, tuple[int, ...]]]:
+def _walk(
+    data: bytes, first: int, count: int, deadline: _Deadline, *, what: str, fmt: struct.Struct, next_field: int
+) -> Iterator[tuple[int, tuple[int, ...]]]:
     """(offset, fields) of each *fmt* entry of a version chain in *data*: at most *count* entries.
 
     An entry whose ``next`` field is 0 ends the chain; an offset seen twice (a loop) or an entry outside
@@ -394,17 +401,22 @@ def _walk(data: bytes, first: int, count: int, deadline: _Deadline, *, what: str
         at += fields[next_field]
 
 
-def _verneeds(elf: Any, data: bytes, count: int,
-              deadline: _Deadline) -> Iterator[tuple[int, list[tuple[int, int]]]]:
+def _verneeds(elf: Any, data: bytes, count: int, deadline: _Deadline) -> Iterator[tuple[int, list[tuple[int, int]]]]:
     """(file name offset, [(version index, version name offset)]) of each Elf_Verneed."""
     e = "<" if elf.little_endian else ">"
     need, aux = struct.Struct(e + "HHIII"), struct.Struct(e + "IHHII")
     # No more entries than fit in the section: sh_info and vn_cnt are only claims.
-    needs = _walk(data, 0, min(count, len(data) // need.size), deadline, what="version-needed", fmt=need,
-                  next_field=4)
+    needs = _walk(data, 0, min(count, len(data) // need.size), deadline, what="version-needed", fmt=need, next_field=4)
     for at, (_v, cnt, file_off, aux_off, _n) in needs:
-        auxes = _walk(data, at + aux_off, min(cnt, len(data) // aux.size), deadline, what="version-needed aux",
-                      fmt=aux, next_field=4)
+        auxes = _walk(
+            data,
+            at + aux_off,
+            min(cnt, len(data) // aux.size),
+            deadline,
+            what="version-needed aux",
+            fmt=aux,
+            next_field=4,
+        )
         yield file_off, [(other, name) for _a, (_h, _f, other, name, _n) in auxes]
 
 
@@ -412,16 +424,32 @@ def _verdefs(elf: Any, data: bytes, count: int, deadline: _Deadline) -> Iterator
     """(flags, version index, [name offsets]) of each Elf_Verdef."""
     e = "<" if elf.little_endian else ">"
     vdef, aux = struct.Struct(e + "HHHHIII"), struct.Struct(e + "II")
-    defs = _walk(data, 0, min(count, len(data) // vdef.size), deadline, what="version-definition", fmt=vdef,
-                 next_field=6)
+    defs = _walk(
+        data, 0, min(count, len(data) // vdef.size), deadline, what="version-definition", fmt=vdef, next_field=6
+    )
     for at, (_v, flags, ndx, cnt, _h, aux_off, _n) in defs:
-        auxes = _walk(data, at + aux_off, min(cnt, len(data) // aux.size), deadline,
-                      what="version-definition aux", fmt=aux, next_field=1)
+        auxes = _walk(
+            data,
+            at + aux_off,
+            min(cnt, len(data) // aux.size),
+            deadline,
+            what="version-definition aux",
+            fmt=aux,
+            next_field=1,
+        )
         yield flags, ndx, [name for _a, (name, _n) in auxes]
 
 
-def _read_dynsym(elf: Any, fh: Any, dynsym: Any, *, versym: Any, index: dict[int, tuple[str, str]],
-                 info: ElfInfo, deadline: _Deadline) -> None:
+def _read_dynsym(
+    elf: Any,
+    fh: Any,
+    dynsym: Any,
+    *,
+    versym: Any,
+    index: dict[int, tuple[str, str]],
+    info: ElfInfo,
+    deadline: _Deadline,
+) -> None:
     little = elf.little_endian
     end = "<" if little else ">"
     strtab = _section_bytes(fh, elf.get_section(dynsym["sh_link"]))
@@ -571,5 +599,8 @@ class ElfCache:
         except OSError as exc:
             # A read-only or full cache makes the check slower, not wrong: one warning, no more tries.
             self.read_only = True
-            log.warning("cannot write the ELF cache %s (%s): this run reads ELF files without storing them",
-                        self.root, exc.strerror or exc)
+            log.warning(
+                "cannot write the ELF cache %s (%s): this run reads ELF files without storing them",
+                self.root,
+                exc.strerror or exc,
+            )

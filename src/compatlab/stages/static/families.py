@@ -78,6 +78,7 @@ def family_mixes(installed: Mapping[str, str]) -> list[FamilyMix]:
         if len(present) < 2:
             continue
         first = present[0]
-        out.extend(FamilyMix(family=family, first=first, other=o) for o in present[1:]
-                   if _public(o[1]) != _public(first[1]))
+        out.extend(
+            FamilyMix(family=family, first=first, other=o) for o in present[1:] if _public(o[1]) != _public(first[1])
+        )
     return out

@@ -97,8 +97,9 @@ def runs_on(code: GpuCode, device: int) -> bool:
     on devices of major X and minor >= Y; an 'a' cubin only on exactly XY; an 'f' cubin on its family.
     PTX is JIT-compiled for its arch and any newer one, except arch- and family-specific PTX.
     """
-    arch = cudacompat.Arch(kind="compute" if code.ptx else "sm", major=code.arch // 10, minor=code.arch % 10,
-                           suffix=code.variant)
+    arch = cudacompat.Arch(
+        kind="compute" if code.ptx else "sm", major=code.arch // 10, minor=code.arch % 10, suffix=code.variant
+    )
     return cudacompat.runs_on_device(arch, divmod(device, 10))
 
 

@@ -24,8 +24,16 @@ log = logging.getLogger("compatlab.stages.static.stage")
 # What `import torch` has loaded before an extension of torch is loaded: these libraries' closures.
 # libcaffe2_nvrtc.so stands for torch's explicit preload of nvrtc (torch/__init__.py, _load_global_deps).
 TORCH_PRELOAD_GLOBS = ("libtorch*.so", "libc10*.so", "libcaffe2_nvrtc.so")
-_DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
-                 "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib")
+_DEFAULT_DIRS = (
+    "/lib64",
+    "/usr/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib",
+    "/usr/lib",
+)
 
 
 @cache
@@ -96,8 +104,11 @@ class Resolver:
             for pattern in TORCH_PRELOAD_GLOBS:
                 torch_roots.extend(os.path.normpath(p) for p in sorted(torch_lib.glob(pattern)) if is_elf(p))
         self.torch_files = set(torch_roots)
-        self.torch_set = [lib for lib in self._closure_of(torch_roots, self.base_loaded)
-                          if lib not in self.base] if torch_roots else []
+        self.torch_set = (
+            [lib for lib in self._closure_of(torch_roots, self.base_loaded) if lib not in self.base]
+            if torch_roots
+            else []
+        )
         self.torch_loaded = {**self.base_loaded, **self._loaded_map(self.torch_set)}
 
     # Reading ---------------------------------------------------------------------------------------
@@ -151,10 +162,8 @@ class Resolver:
         if not requester.info.runpath:
             for obj in reversed(chain):
                 if not obj.info.runpath:
-                    dirs.extend(filter(None, (self._expand(e, os.path.dirname(obj.path))
-                                              for e in obj.info.rpath)))
-        dirs.extend(filter(None, (self._expand(e, os.path.dirname(requester.path))
-                                  for e in requester.info.runpath)))
+                    dirs.extend(filter(None, (self._expand(e, os.path.dirname(obj.path)) for e in obj.info.rpath)))
+        dirs.extend(filter(None, (self._expand(e, os.path.dirname(requester.path)) for e in requester.info.runpath)))
         candidates = [os.path.join(d, name) for d in dirs]
         candidates.extend(ld_cache().get(name, ()))
         candidates.extend(os.path.join(d, name) for d in _DEFAULT_DIRS)
@@ -163,8 +172,9 @@ class Resolver:
                 return os.path.normpath(cand)
         return None
 
-    def _closure_of(self, roots: Sequence[Library | str], loaded: dict[str, Library],
-                    missing: list[tuple[str, str]] | None = None) -> list[Library]:
+    def _closure_of(
+        self, roots: Sequence[Library | str], loaded: dict[str, Library], missing: list[tuple[str, str]] | None = None
+    ) -> list[Library]:
         """Breadth-first load order of *roots* and what they need; *loaded* is consulted first."""
         order: list[Library] = []
         seen: dict[str, Library] = {}
@@ -182,8 +192,7 @@ class Resolver:
                 hit = loaded.get(name)
                 if hit is not None:
                     continue
-                local = next((x for x in order if x.info.soname == name
-                              or os.path.basename(x.path) == name), None)
+                local = next((x for x in order if x.info.soname == name or os.path.basename(x.path) == name), None)
                 if local is not None:
                     continue
                 path = self._search(name, chain, ident)
@@ -223,8 +232,11 @@ class Resolver:
         missing: list[tuple[str, str]] = []
         libs = self._closure_of([module], self.torch_loaded, missing)
         torch_sonames = {n for n, lib in self.torch_loaded.items() if lib.path in self.torch_files}
-        uses_torch = after_torch or module.path in self.torch_files or any(
-            n in torch_sonames for lib in libs for n in lib.info.needed)
+        uses_torch = (
+            after_torch
+            or module.path in self.torch_files
+            or any(n in torch_sonames for lib in libs for n in lib.info.needed)
+        )
         if not uses_torch and self.torch_set:
             # Not an extension of torch: torch's libraries are not there to satisfy its needs.
             missing = []

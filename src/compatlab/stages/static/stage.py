@@ -11,7 +11,6 @@ For every ELF shared object of the packages of interest in a site-packages direc
 Usage: ``compatlab static --site-packages DIR [--target sm_90 ...] [--json]``.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -69,8 +68,12 @@ log = logging.getLogger(__name__)
 
 # Findings in the axis kinds' packages come first: the extensions' before torch's (the one required kind,
 # which they extend: an extension that lacks a torch symbol is the story; torch's own findings rarely are).
-_RANKED = tuple(sorted(dict.fromkeys(name for kind in AXIS_KINDS.values() for name in kind.imports),
-                       key=lambda name: any(name in k.imports for k in AXIS_KINDS.values() if k.required)))
+_RANKED = tuple(
+    sorted(
+        dict.fromkeys(name for kind in AXIS_KINDS.values() for name in kind.imports),
+        key=lambda name: any(name in k.imports for k in AXIS_KINDS.values() if k.required),
+    )
+)
 # In the cell's work folder, static/: the modules that cannot load but that no package import needs, for
 # the import stage to confirm (incell/suites/test_import.py reads it; the name is spelled there too).
 NOT_NEEDED_FILE = "not-needed.json"
@@ -146,8 +149,6 @@ class StaticReport:
         }
 
 
-
-
 class _Checker(Resolver):
     def __init__(self, sp: Path, cache: ElfCache) -> None:
         self.dists, hashes = read_site_dists(sp)
@@ -197,8 +198,12 @@ class _Checker(Resolver):
             return f"{who}, but nothing on {self.rel(needer)}'s search path points there", details
         m = _CUDA_MAJOR_LIB.match(name)
         stem = name.split(".so", maxsplit=1)[0] + ".so."
-        others = sorted(self.rel(p) for n, ps in self.files_by_name().items() if n.startswith(stem)
-                        and re.fullmatch(r"\d+", n[len(stem):]) for p in ps)
+        others = sorted(
+            self.rel(p)
+            for n, ps in self.files_by_name().items()
+            if n.startswith(stem) and re.fullmatch(r"\d+", n[len(stem) :])
+            for p in ps
+        )
         details["other_versions"] = others
         cuda = self.torch_cuda()
         mod_dist = self.dist_of(module)
@@ -210,8 +215,9 @@ class _Checker(Resolver):
                 parent = Path(self.rel(cudart.path)).parent
                 where = f" ({(parent.parent if parent.name == 'lib' else parent).as_posix()})"
             details["torch_cuda"] = cuda
-            return (f"this environment's torch is CUDA {cuda}{where}; {mod_name} was built for "
-                    f"CUDA {m.group(2)}"), details
+            return (
+                f"this environment's torch is CUDA {cuda}{where}; {mod_name} was built for CUDA {m.group(2)}"
+            ), details
         if others:
             return f"this environment has {', '.join(others)}", details
         return "not in site-packages nor in the system's library cache", details
@@ -256,8 +262,15 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
     if module is None:
         # Never a silent pass: the static stage says it could not judge this file (the import stage will).
         why = ck.unreadable.get(mpath, f"{mpath}: not a readable ELF file").replace(mpath, rel)
-        return [Finding(severity="warn", module=rel, kind="unreadable", details={"why": why},
-                        message=f"{why}; the static stage cannot check it")], {mpath}
+        return [
+            Finding(
+                severity="warn",
+                module=rel,
+                kind="unreadable",
+                details={"why": why},
+                message=f"{why}; the static stage cannot check it",
+            )
+        ], {mpath}
     ls = ck.load_set(module, after_torch=after_torch)
     missing_names = set()
     for name, needer in ls.missing:
@@ -266,20 +279,37 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
         unreadable = next((p for p in ck.unreadable if os.path.basename(p) == name), None)
         if unreadable is not None:
             why = ck.unreadable[unreadable].replace(unreadable, ck.rel(unreadable))
-            findings.append(Finding(
-                severity="warn", module=rel, kind="unreadable", details={"library": name, "why": why},
-                message=f"{rel} needs {name}{via}; {why}; the static stage cannot check it"))
+            findings.append(
+                Finding(
+                    severity="warn",
+                    module=rel,
+                    kind="unreadable",
+                    details={"library": name, "why": why},
+                    message=f"{rel} needs {name}{via}; {why}; the static stage cannot check it",
+                )
+            )
             continue
         if name in DRIVER_LIBS:
-            findings.append(Finding(
-                severity="note", module=rel, kind="driver",
-                message=f"{rel}: {name} not found{via}: it comes with the NVIDIA driver, not with a wheel",
-                details={"library": name, "needed_by": ck.rel(needer)}))
+            findings.append(
+                Finding(
+                    severity="note",
+                    module=rel,
+                    kind="driver",
+                    message=f"{rel}: {name} not found{via}: it comes with the NVIDIA driver, not with a wheel",
+                    details={"library": name, "needed_by": ck.rel(needer)},
+                )
+            )
             continue
         hint, details = ck.library_hint(name, needer, mpath)
-        findings.append(Finding(severity="fail", module=rel, kind="library",
-                                message=f"{rel}: {name} not found{via}: {hint}",
-                                details={"library": name, "needed_by": ck.rel(needer), **details}))
+        findings.append(
+            Finding(
+                severity="fail",
+                module=rel,
+                kind="library",
+                message=f"{rel}: {name} not found{via}: {hint}",
+                details={"library": name, "needed_by": ck.rel(needer), **details},
+            )
+        )
 
     # Versions needed from each library (.gnu.version_r): ld.so refuses the whole module on a miss.
     explained: set[tuple[str, str]] = set()
@@ -290,14 +320,22 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
         for v in versions:
             if v not in lib.info.version_defs:
                 explained.add((file, v))
-                users = sorted({u.name for u in module.info.undefined
-                                if u.version == v and u.library == file})
+                users = sorted({u.name for u in module.info.undefined if u.version == v and u.library == file})
                 offers = symbol_offers(v, lib.info.version_defs)
-                findings.append(Finding(
-                    severity="fail", module=rel, kind="version",
-                    message=f"{rel} needs {v} from {file}; {ck.rel(lib.path)} {offers}",
-                    details={"library": file, "version": v, "provider": ck.rel(lib.path),
-                             "symbols": [demangle(s) for s in users]}))
+                findings.append(
+                    Finding(
+                        severity="fail",
+                        module=rel,
+                        kind="version",
+                        message=f"{rel} needs {v} from {file}; {ck.rel(lib.path)} {offers}",
+                        details={
+                            "library": file,
+                            "version": v,
+                            "provider": ck.rel(lib.path),
+                            "symbols": [demangle(s) for s in users],
+                        },
+                    )
+                )
 
     driver_missing = bool(missing_names & DRIVER_LIBS)
     mod_dist = ck.dist_of(mpath)
@@ -315,39 +353,51 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
     return findings, {lib.path for lib in ls.libs}
 
 
-
-
 def _symbol_finding(ck: _Checker, rel: str, mod_name: str, sym: UndefinedSymbol, ls: LoadSet) -> Finding:
     pretty = demangle(sym.name)
-    details: dict[str, Any] = {"symbol": sym.name, "demangled": pretty, "version": sym.version,
-                               "library": sym.library}
+    details: dict[str, Any] = {"symbol": sym.name, "demangled": pretty, "version": sym.version, "library": sym.library}
     near = ck.near_miss(sym.name, ls.libs) if sym.name.startswith("_Z") else []
     if near:
         other, lib = near[0]
         dist = ck.dist_of(lib.path)
         who = f"{dist.name} {dist.version}" if dist else ck.rel(lib.path)
-        because = (f"{mod_name} was built against another {dist.name}" if dist and dist.name != mod_name
-                   else "the files do not come from one build")
+        because = (
+            f"{mod_name} was built against another {dist.name}"
+            if dist and dist.name != mod_name
+            else "the files do not come from one build"
+        )
         details["near_misses"] = [{"demangled": p, "provider": ck.rel(x.path)} for p, x in near]
-        return Finding(severity="fail", module=rel, kind="symbol", details=details,
-                       message=f"{rel} needs {pretty}; {who} ({os.path.basename(lib.path)}) exports "
-                               f"{other}: {because}.")
+        return Finding(
+            severity="fail",
+            module=rel,
+            kind="symbol",
+            details=details,
+            message=f"{rel} needs {pretty}; {who} ({os.path.basename(lib.path)}) exports {other}: {because}.",
+        )
     if sym.version:
-        text = (f"{rel} needs {pretty}@{sym.version} ({sym.library}), which no library in its load set "
-                f"defines with that version")
+        text = (
+            f"{rel} needs {pretty}@{sym.version} ({sym.library}), which no library in its load set "
+            f"defines with that version"
+        )
     else:
         text = f"{rel} needs {pretty}, which no library in its load set defines"
     missing = sorted({n for n, _ in ls.missing if n not in DRIVER_LIBS})
     if missing:
         # The module already fails on the missing library, which may well define this symbol.
         details["maybe_from_missing"] = missing
-        return Finding(severity="note", module=rel, kind="symbol", details=details,
-                       message=f"{text} (it may come from the missing {', '.join(missing)})")
+        return Finding(
+            severity="note",
+            module=rel,
+            kind="symbol",
+            details=details,
+            message=f"{text} (it may come from the missing {', '.join(missing)})",
+        )
     return Finding(severity="fail", module=rel, kind="symbol", message=text, details=details)
 
 
-def _arch_findings(ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]]
-                   ) -> list[Finding]:
+def _arch_findings(
+    ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]]
+) -> list[Finding]:
     mpath = os.path.normpath(path)
     rel = ck.rel(mpath)
     info = ck.info(mpath)
@@ -355,8 +405,14 @@ def _arch_findings(ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequen
         return []
     out: list[Finding] = []
     if info.fatbin_error:
-        out.append(Finding(severity="warn", module=rel, kind="arch",
-                           message=f"{rel}: cannot read its GPU code: {info.fatbin_error}"))
+        out.append(
+            Finding(
+                severity="warn",
+                module=rel,
+                kind="arch",
+                message=f"{rel}: cannot read its GPU code: {info.fatbin_error}",
+            )
+        )
     if not info.fatbins:
         return out
     # NVIDIA's CUDA libraries load most kernels through their own loaders, outside .nv_fatbin (cuFFT 11
@@ -366,20 +422,43 @@ def _arch_findings(ck: _Checker, path: Path, targets: Sequence[tuple[str, Sequen
         skip = any(fnmatch.fnmatchcase(rel, g) for g in not_needed)
         for arch in archs:
             cov = coverage(info.fatbins, parse_arch(arch))
-            details = {"target": target_name, "arch": arch, "cubins": list(cov.cubins), "ptx": list(cov.ptx),
-                       "containers": cov.containers, "uncovered": cov.uncovered}
+            details = {
+                "target": target_name,
+                "arch": arch,
+                "cubins": list(cov.cubins),
+                "ptx": list(cov.ptx),
+                "containers": cov.containers,
+                "uncovered": cov.uncovered,
+            }
             if not cov.covered:
-                where = f" (not needed on target {target_name})" if skip and target_name else (
-                    " (not needed here)" if skip else "")
+                where = (
+                    f" (not needed on target {target_name})"
+                    if skip and target_name
+                    else (" (not needed here)" if skip else "")
+                )
                 if vendor and not skip:
                     where = " in .nv_fatbin (NVIDIA's libraries load most kernels their own way)"
-                out.append(Finding(severity="note" if skip or vendor else "fail", module=rel, kind="arch",
-                                   message=f"{rel}: {cov.describe()}{where}", details=details))
+                out.append(
+                    Finding(
+                        severity="note" if skip or vendor else "fail",
+                        module=rel,
+                        kind="arch",
+                        message=f"{rel}: {cov.describe()}{where}",
+                        details=details,
+                    )
+                )
             elif cov.uncovered:
-                out.append(Finding(
-                    severity="note", module=rel, kind="arch", details=details,
-                    message=(f"{rel}: {cov.uncovered} of {cov.containers} fatbins have no code "
-                             f"for sm_{cov.device}")))
+                out.append(
+                    Finding(
+                        severity="note",
+                        module=rel,
+                        kind="arch",
+                        details=details,
+                        message=(
+                            f"{rel}: {cov.uncovered} of {cov.containers} fatbins have no code for sm_{cov.device}"
+                        ),
+                    )
+                )
     return out
 
 
@@ -411,21 +490,38 @@ def _driver_floor_findings(ck: _Checker, path: Path, min_drivers: Sequence[tuple
     rel = ck.rel(os.path.normpath(path))
     out: list[Finding] = []
     for target, min_driver in min_drivers:
-        newer = sorted(((table[u.name]["driver"], u.name, table[u.name]["cuda"]) for u in info.undefined
-                        if not u.weak and table.get(u.name, {}).get("driver")
-                        and not _driver_covers(min_driver, table[u.name]["driver"])),
-                       key=lambda t: (tuple(int(p) for p in t[0].split(".")), t[1]), reverse=True)
+        newer = sorted(
+            (
+                (table[u.name]["driver"], u.name, table[u.name]["cuda"])
+                for u in info.undefined
+                if not u.weak
+                and table.get(u.name, {}).get("driver")
+                and not _driver_covers(min_driver, table[u.name]["driver"])
+            ),
+            key=lambda t: (tuple(int(p) for p in t[0].split(".")), t[1]),
+            reverse=True,
+        )
         if not newer:
             continue
         driver, name, cuda = newer[0]
         more = f" (and {len(newer) - 1} more)" if len(newer) > 1 else ""
         who = f"target {target}'s" if target else "the"
-        out.append(Finding(
-            severity="fail", module=rel, kind="driver-api",
-            message=(f"{rel} imports {name} from libcuda, an entry point of CUDA {cuda} (driver {driver} or "
-                     f"newer){more}: {who} min-driver {min_driver} is older"),
-            details={"target": target, "min_driver": min_driver,
-                     "entry_points": [{"symbol": n, "cuda": c, "driver": d} for d, n, c in newer]}))
+        out.append(
+            Finding(
+                severity="fail",
+                module=rel,
+                kind="driver-api",
+                message=(
+                    f"{rel} imports {name} from libcuda, an entry point of CUDA {cuda} (driver {driver} or "
+                    f"newer){more}: {who} min-driver {min_driver} is older"
+                ),
+                details={
+                    "target": target,
+                    "min_driver": min_driver,
+                    "entry_points": [{"symbol": n, "cuda": c, "driver": d} for d, n, c in newer],
+                },
+            )
+        )
     return out
 
 
@@ -448,40 +544,64 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
                 info = ck.info(os.path.normpath(m))
                 links = sorted(set(info.needed) & torch_names) if info else []
                 if links:
-                    out.append(Finding(
-                        severity="warn", module=dist.name, kind="metadata",
-                        message=(f"{who}: {ck.rel(os.path.normpath(m))} links {links[0]} but METADATA has no "
-                                 "Requires-Dist on torch: a resolver may pair it with any torch"),
-                        details={"dist": dist.name, "version": dist.version, "links": links}))
+                    out.append(
+                        Finding(
+                            severity="warn",
+                            module=dist.name,
+                            kind="metadata",
+                            message=(
+                                f"{who}: {ck.rel(os.path.normpath(m))} links {links[0]} but METADATA has no "
+                                "Requires-Dist on torch: a resolver may pair it with any torch"
+                            ),
+                            details={"dist": dist.name, "version": dist.version, "links": links},
+                        )
+                    )
                     break
         for tag in dist.tags:
             interp, abi, plat = [*tag.split("-"), "", "", ""][:3]
             if plat.startswith("linux_"):
-                out.append(Finding(
-                    severity="warn", module=dist.name, kind="metadata",
-                    message=(f"{who}: WHEEL says Tag: {tag}; an index only takes manylinux/musllinux "
-                             "wheels, so the file name and WHEEL disagree (renamed without rewriting WHEEL?)"),
-                    details={"dist": dist.name, "tag": tag}))
+                out.append(
+                    Finding(
+                        severity="warn",
+                        module=dist.name,
+                        kind="metadata",
+                        message=(
+                            f"{who}: WHEEL says Tag: {tag}; an index only takes manylinux/musllinux "
+                            "wheels, so the file name and WHEEL disagree (renamed without rewriting WHEEL?)"
+                        ),
+                        details={"dist": dist.name, "tag": tag},
+                    )
+                )
             m2 = re.fullmatch(r"cp(\d)(\d+)", interp)
             if m2 and py is not None:
                 built = (int(m2.group(1)), int(m2.group(2)))
                 if (abi == "abi3" and built > py) or (abi not in {"abi3", "none"} and built != py):
-                    out.append(Finding(
-                        severity="warn", module=dist.name, kind="metadata",
-                        message=f"{who}: WHEEL says Tag: {tag}, which Python {py[0]}.{py[1]} cannot use",
-                        details={"dist": dist.name, "tag": tag}))
+                    out.append(
+                        Finding(
+                            severity="warn",
+                            module=dist.name,
+                            kind="metadata",
+                            message=f"{who}: WHEEL says Tag: {tag}, which Python {py[0]}.{py[1]} cannot use",
+                            details={"dist": dist.name, "tag": tag},
+                        )
+                    )
     if py is not None:
         for m in modules:
             built_for = re.search(r"\.cpython-(\d)(\d+)-", m.name)
             if built_for and (int(built_for.group(1)), int(built_for.group(2))) != py:
                 rel = ck.rel(os.path.normpath(m))
-                out.append(Finding(
-                    severity="note", module=rel, kind="metadata",
-                    message=(f"{rel}: built for CPython {built_for.group(1)}.{built_for.group(2)}; this environment's "
-                             f"Python is {py[0]}.{py[1]}, so `import` never loads it")))
+                out.append(
+                    Finding(
+                        severity="note",
+                        module=rel,
+                        kind="metadata",
+                        message=(
+                            f"{rel}: built for CPython {built_for.group(1)}.{built_for.group(2)}; this environment's "
+                            f"Python is {py[0]}.{py[1]}, so `import` never loads it"
+                        ),
+                    )
+                )
     return out
-
-
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -527,8 +647,13 @@ class _Needs:
             need = self.graph(top).need(dotted_name(rel))
             symbols = dynamic_symbols(self.sp / rel)  # one rule with the import stage's: a fat binary section
             device_code = symbols is None or symbols.device_code
-            return _Verdict(needed=need.needed, why=need.why, package=top, feature=need.feature,
-                            confirmable=need.needed == "unknown" and need.confirmable(rel, device_code=device_code))
+            return _Verdict(
+                needed=need.needed,
+                why=need.why,
+                package=top,
+                feature=need.feature,
+                confirmable=need.needed == "unknown" and need.confirmable(rel, device_code=device_code),
+            )
         verdicts = [self.of(e, ()) for e in loaded_by if e != rel]
         if not verdicts:
             return _Verdict(needed="unknown", why="no extension module is known to load it", package=top)
@@ -540,8 +665,9 @@ class _Needs:
                 return dataclasses.replace(hit, confirmable=False)
         first = verdicts[0]
         users = ", ".join(sorted({e for e in loaded_by if e != rel}))
-        return _Verdict(needed="no", package=first.package, feature=first.feature,
-                        why=f"only {users} load it, and {first.why}")
+        return _Verdict(
+            needed="no", package=first.package, feature=first.feature, why=f"only {users} load it, and {first.why}"
+        )
 
 
 _PY_LIBRARY_NAME = re.compile(r"""["']((?:[^"'\s]*/)?(lib[A-Za-z0-9_+-]+\.so\.[0-9]+))["']""")
@@ -577,8 +703,7 @@ def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[
             continue
         for name in lib.info.by_name:
             where.setdefault(name, []).append((ck.rel(lib.path), lib))
-    tops = packages if packages is not None else sorted({ck.rel(os.path.normpath(m)).split("/")[0]
-                                                         for m in modules})
+    tops = packages if packages is not None else sorted({ck.rel(os.path.normpath(m)).split("/")[0] for m in modules})
     for name, lines in _python_names(ck.sp, [t for t in tops if (ck.sp / t).is_dir()]).items():
         where.setdefault(name, []).extend((line, None) for line in lines)
     cuda = ck.torch_cuda()
@@ -588,10 +713,17 @@ def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[
         first, requester = places[0]
         found = next((hit for _p, req in places if (hit := ck.find_by_name(name, req))), None)
         shipped = ck.files_by_name().get(name, [])
-        owner = ck.dist_of(os.path.join(ck.sp, first)) if requester is not None else ck.dist_of(
-            os.path.join(ck.sp, first.rsplit(":", 1)[0]))
-        details: dict[str, Any] = {"library": name, "named_in": [p for p, _ in places], "found": found,
-                                   "dist": owner.name if owner else None}
+        owner = (
+            ck.dist_of(os.path.join(ck.sp, first))
+            if requester is not None
+            else ck.dist_of(os.path.join(ck.sp, first.rsplit(":", 1)[0]))
+        )
+        details: dict[str, Any] = {
+            "library": name,
+            "named_in": [p for p, _ in places],
+            "found": found,
+            "dist": owner.name if owner else None,
+        }
         m = _CUDA_MAJOR_LIB.match(name)
         # A literal in Python code is a load the package means to do (a ctypes preload); a name in a
         # library's .rodata may be one of many candidates it tries (MKL's dispatch, an optional transport).
@@ -601,17 +733,33 @@ def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[
         if name in DRIVER_LIBS:  # the driver's: absent on a machine without a GPU, as expected
             continue
         if m and cuda and cuda.split(".")[0] != m.group(2):
-            out.append(Finding(severity="warn", module=first, kind="by-name", details=details, message=(
-                f"{shown} {verb} {name} {what}: CUDA {m.group(2)}, but this environment's torch is "
-                f"CUDA {cuda}" + ("" if found or shipped else ", and nothing here provides it"))))
+            out.append(
+                Finding(
+                    severity="warn",
+                    module=first,
+                    kind="by-name",
+                    details=details,
+                    message=(
+                        f"{shown} {verb} {name} {what}: CUDA {m.group(2)}, but this environment's torch is "
+                        f"CUDA {cuda}" + ("" if found or shipped else ", and nothing here provides it")
+                    ),
+                )
+            )
             continue
         if found is None and not shipped:
-            hint, more = ck.library_hint(name, os.path.join(ck.sp, first.rsplit(":", 1)[0]),
-                                         os.path.join(ck.sp, first.rsplit(":", 1)[0]))
+            hint, more = ck.library_hint(
+                name, os.path.join(ck.sp, first.rsplit(":", 1)[0]), os.path.join(ck.sp, first.rsplit(":", 1)[0])
+            )
             details.update(more)
-            out.append(Finding(severity="warn" if in_python else "note", module=first, kind="by-name",
-                               details=details, message=(
-                f"{shown} {verb} {name} {what}, which ld.so would not find here: {hint}")))
+            out.append(
+                Finding(
+                    severity="warn" if in_python else "note",
+                    module=first,
+                    kind="by-name",
+                    details=details,
+                    message=(f"{shown} {verb} {name} {what}, which ld.so would not find here: {hint}"),
+                )
+            )
     return _one_per_catalog(out)
 
 
@@ -622,10 +770,17 @@ def _one_symbol_warning(found: list[Finding], rel: str, words: str) -> list[Find
     if len(missing) < 2:
         return found
     names = [str(f.details.get("demangled") or f.details["symbol"]) for f in missing]
-    merged = Finding(severity="warn", module=rel, kind="symbol", details={
-        **missing[0].details, "symbols": [f.details["symbol"] for f in missing]}, message=(
-        f"{rel} needs {len(names)} symbols that no library in its load set defines: {', '.join(names[:4])}"
-        + (f" and {len(names) - 4} more" if len(names) > 4 else "") + f"; {words}"))
+    merged = Finding(
+        severity="warn",
+        module=rel,
+        kind="symbol",
+        details={**missing[0].details, "symbols": [f.details["symbol"] for f in missing]},
+        message=(
+            f"{rel} needs {len(names)} symbols that no library in its load set defines: {', '.join(names[:4])}"
+            + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            + f"; {words}"
+        ),
+    )
     merged_ids = {id(f) for f in missing}
     return [f for f in found if id(f) not in merged_ids] + [merged]
 
@@ -647,11 +802,22 @@ def _one_per_catalog(findings: list[Finding]) -> list[Finding]:
             continue
         grouped |= {id(f) for f in group}
         names = [str(f.details["library"]) for f in group]
-        out.append(Finding(severity=severity, module=group[0].module, kind="by-name", details={
-            "libraries": names, "named_in": sorted({p for f in group for p in f.details["named_in"]}),
-            "dist": group[0].details.get("dist")}, message=(
-            f"{file} names {len(names)} libraries to load by name at run time that ld.so would not find here: "
-            f"{', '.join(names[:4])} and {len(names) - 4} more (each is needed only when the package loads it)")))
+        out.append(
+            Finding(
+                severity=severity,
+                module=group[0].module,
+                kind="by-name",
+                details={
+                    "libraries": names,
+                    "named_in": sorted({p for f in group for p in f.details["named_in"]}),
+                    "dist": group[0].details.get("dist"),
+                },
+                message=(
+                    f"{file} names {len(names)} libraries to load by name at run time that ld.so would not find here: "
+                    f"{', '.join(names[:4])} and {len(names) - 4} more (each is needed only when the package loads it)"
+                ),
+            )
+        )
     return [f for f in findings if id(f) not in grouped] + out
 
 
@@ -673,9 +839,14 @@ def _importable(path: Path, py: tuple[int, int] | None) -> bool:
     return symbols is not None and f"PyInit_{path.name.split('.', 1)[0]}" in symbols.defined
 
 
-def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-           packages: Sequence[str] | None, cache: ElfCache | None = None,
-           min_drivers: Sequence[tuple[str, str]] = ()) -> StaticReport:
+def _check(
+    site_packages: Path,
+    *,
+    targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+    packages: Sequence[str] | None,
+    cache: ElfCache | None = None,
+    min_drivers: Sequence[tuple[str, str]] = (),
+) -> StaticReport:
     start = time.monotonic()
     sp = Path(site_packages)
     if not sp.is_dir():
@@ -730,44 +901,81 @@ def _check(site_packages: Path, *, targets: Sequence[tuple[str, Sequence[str], S
                     if need.feature:
                         f.details["feature"] = need.feature
             if need.optional:
-                not_needed[ck.rel(mpath)] = {"package": need.package, "why": need.why, "feature": need.feature,
-                                             "needed": need.needed}
+                not_needed[ck.rel(mpath)] = {
+                    "package": need.package,
+                    "why": need.why,
+                    "feature": need.feature,
+                    "needed": need.needed,
+                }
                 findings.extend(_one_symbol_warning(found, ck.rel(mpath), need.words))
                 continue
         findings.extend(found)
     findings.extend(_metadata_findings(ck, modules, py))
     findings.extend(_by_name_findings(ck, modules, packages))
     for mix in family_mixes({d.name: d.version for d in ck.dists}):
-        findings.append(Finding(severity="fail", module=mix.other[0], kind="family", message=mix.message,
-                                details={"dist": mix.other[0], "family": mix.family.name,
-                                         "versions": dict([mix.first, mix.other])}))
-    findings.sort(key=lambda f: (_SEVERITIES.index(f.severity), _KIND_ORDER.get(f.kind, 9),
-                                 "shipped_at" not in f.details and "torch_cuda" not in f.details,
-                                 "near_misses" not in f.details, _package_rank(f.module), f.module))
+        findings.append(
+            Finding(
+                severity="fail",
+                module=mix.other[0],
+                kind="family",
+                message=mix.message,
+                details={"dist": mix.other[0], "family": mix.family.name, "versions": dict([mix.first, mix.other])},
+            )
+        )
+    findings.sort(
+        key=lambda f: (
+            _SEVERITIES.index(f.severity),
+            _KIND_ORDER.get(f.kind, 9),
+            "shipped_at" not in f.details and "torch_cuda" not in f.details,
+            "near_misses" not in f.details,
+            _package_rank(f.module),
+            f.module,
+        )
+    )
     archs_all = list(dict.fromkeys(a for _n, archs, _nn in targets for a in archs))
-    return StaticReport(site_packages=str(sp), archs=archs_all, findings=findings, modules=len(modules),
-                        seconds=time.monotonic() - start, cache_hits=cache.hits - hits0,
-                        cache_misses=cache.misses - misses0, not_needed=not_needed)
+    return StaticReport(
+        site_packages=str(sp),
+        archs=archs_all,
+        findings=findings,
+        modules=len(modules),
+        seconds=time.monotonic() - start,
+        cache_hits=cache.hits - hits0,
+        cache_misses=cache.misses - misses0,
+        not_needed=not_needed,
+    )
 
 
-def check_site_packages(site_packages: Path, *, archs: Sequence[str], not_needed: Sequence[str] = (),
-                        packages: Sequence[str] | None = None, cache: ElfCache | None = None,
-                        min_driver: str | None = None) -> StaticReport:
+def check_site_packages(
+    site_packages: Path,
+    *,
+    archs: Sequence[str],
+    not_needed: Sequence[str] = (),
+    packages: Sequence[str] | None = None,
+    cache: ElfCache | None = None,
+    min_driver: str | None = None,
+) -> StaticReport:
     """Check every shared object of *packages* (None: every package with .so files) in *site_packages*.
 
     *archs* are the device archs to cover (``sm_90``, ``sm_120``); modules matching a *not_needed* glob
     (relative to site-packages, e.g. ``sgl_kernel/sm100/*``) get a note instead of a failure when they
     lack code for one. Raises UsageError for a directory that does not exist or a bad arch.
     """
-    return _check(site_packages, targets=[("", tuple(archs), tuple(not_needed))], packages=packages,
-                  cache=cache, min_drivers=[("", min_driver)] if min_driver else ())
+    return _check(
+        site_packages,
+        targets=[("", tuple(archs), tuple(not_needed))],
+        packages=packages,
+        cache=cache,
+        min_drivers=[("", min_driver)] if min_driver else (),
+    )
 
 
-
-
-def judge_loaded_by_path(site_packages: Path, rels: Sequence[str], *,
-                         targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-                         min_drivers: Sequence[tuple[str, str]] = ()) -> list[Finding]:
+def judge_loaded_by_path(
+    site_packages: Path,
+    rels: Sequence[str],
+    *,
+    targets: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+    min_drivers: Sequence[tuple[str, str]] = (),
+) -> list[Finding]:
     """Libraries a package's `import` loads by path (ctypes over a computed name, ``torch.ops.load_library``
     over a glob), judged as extension modules are: this stage sees no extension module load them (their
     findings are notes), but the import stage saw the import map them. Their closure is resolved with what
@@ -794,8 +1002,12 @@ def run_static_stage(ctx: CellContext) -> StageResult:
     targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
     declared = [v.package for v in ctx.cell.packages if v.package]
     try:
-        report = _check(ctx.site, targets=targets, packages=declared_tops(ctx.site, declared),
-                        min_drivers=[(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver])
+        report = _check(
+            ctx.site,
+            targets=targets,
+            packages=declared_tops(ctx.site, declared),
+            min_drivers=[(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver],
+        )
     except LabError as exc:
         return StageResult(name="static", state="error", reason=str(exc))
     details = report.to_json()
@@ -804,8 +1016,7 @@ def run_static_stage(ctx: CellContext) -> StageResult:
     out = ctx.work_dir / "static"
     out.mkdir(parents=True, exist_ok=True)
     (out / NOT_NEEDED_FILE).write_text(json.dumps(report.not_needed, indent=2) + "\n", encoding="utf-8")
-    return StageResult(name="static", state=report.state, reason=report.reason, details=details,
-                       seconds=report.seconds)
+    return StageResult(name="static", state=report.state, reason=report.reason, details=details, seconds=report.seconds)
 
 
 def _modules_by_dist(sp: Path, dists: Sequence[str]) -> dict[str, list[str]]:
@@ -815,21 +1026,21 @@ def _modules_by_dist(sp: Path, dists: Sequence[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for dist in read_site_dists(sp)[0]:
         if re.sub(r"[-_.]+", "-", dist.name).lower() in wanted:
-            out[dist.name] = sorted(f for f in dist.files if f.endswith(".so") and not f.startswith("..")
-                                    and is_extension(Path(f), py))
+            out[dist.name] = sorted(
+                f for f in dist.files if f.endswith(".so") and not f.startswith("..") and is_extension(Path(f), py)
+            )
     return out
-
-
-
 
 
 def format_report(report: StaticReport, verbose: bool) -> Iterator[str]:
     """The report as lines for a terminal: a summary, then findings (notes with *verbose*)."""
     counts = report.counts()
-    yield (f"static: {report.site_packages}: {report.state} ({counts['fail']} failures, "
-           f"{counts['warn']} warnings, {counts['note']} notes; {report.modules} modules in "
-           f"{report.seconds:.1f} s, "
-           f"cache {report.cache_hits} hits/{report.cache_misses} misses)")
+    yield (
+        f"static: {report.site_packages}: {report.state} ({counts['fail']} failures, "
+        f"{counts['warn']} warnings, {counts['note']} notes; {report.modules} modules in "
+        f"{report.seconds:.1f} s, "
+        f"cache {report.cache_hits} hits/{report.cache_misses} misses)"
+    )
     shown: dict[tuple[str, str, str], int] = {}
     for f in report.findings:
         if f.severity == "note" and not verbose:

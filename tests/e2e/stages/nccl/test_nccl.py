@@ -52,19 +52,41 @@ def torch_python() -> Path:
         pytest.skip("no interpreter with torch: set COMPATLAB_TEST_TORCH_PYTHON to one (CPU torch will do)")
     probe = subprocess.run(
         [str(python), "-c", "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     if probe.returncode != 0:
         pytest.skip(f"{python} cannot run torch.distributed with gloo: {probe.stderr.strip()[-300:]}")
     return python
 
 
-def _run(python: Path, tmp_path: Path, *, world_size: int = 2, hook: str | None = None,
-         timeouts: NcclTimeouts = FAST, sizes: tuple[int, ...] = (), env: dict[str, str] | None = None,
-         thresholds: NcclThresholds | None = None) -> NcclReport:
-    return run_nccl(python, world_size=world_size, backend="gloo", env=env or dict(os.environ),
-                    timeouts=timeouts, sizes=sizes, thresholds=thresholds, work_dir=tmp_path / "nccl",
-                    test_hook=hook, check_counts=COUNTS, warmup=1, iters=2)
+def _run(
+    python: Path,
+    tmp_path: Path,
+    *,
+    world_size: int = 2,
+    hook: str | None = None,
+    timeouts: NcclTimeouts = FAST,
+    sizes: tuple[int, ...] = (),
+    env: dict[str, str] | None = None,
+    thresholds: NcclThresholds | None = None,
+) -> NcclReport:
+    return run_nccl(
+        python,
+        world_size=world_size,
+        backend="gloo",
+        env=env or dict(os.environ),
+        timeouts=timeouts,
+        sizes=sizes,
+        thresholds=thresholds,
+        work_dir=tmp_path / "nccl",
+        test_hook=hook,
+        check_counts=COUNTS,
+        warmup=1,
+        iters=2,
+    )
 
 
 def _assert_all_gone(report: NcclReport) -> None:
@@ -79,8 +101,15 @@ def _assert_all_gone(report: NcclReport) -> None:
 
 @pytest.mark.parametrize(
     ("op", "n", "factor"),
-    [("all_reduce", 8, 1.75), ("all_reduce", 2, 1.0), ("all_reduce", 1, 0.0), ("all_gather", 8, 0.875),
-     ("reduce_scatter", 4, 0.75), ("broadcast", 8, 1.0), ("broadcast", 1, 1.0)],
+    [
+        ("all_reduce", 8, 1.75),
+        ("all_reduce", 2, 1.0),
+        ("all_reduce", 1, 0.0),
+        ("all_gather", 8, 0.875),
+        ("reduce_scatter", 4, 0.75),
+        ("broadcast", 8, 1.0),
+        ("broadcast", 1, 1.0),
+    ],
 )
 def test_bus_factor_is_nccl_tests(op: str, n: int, factor: float) -> None:
     assert bus_factor(op, n) == factor
@@ -124,8 +153,17 @@ def test_parse_test_hook() -> None:
 
 def test_bad_hook_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as info:
-        run_nccl(Path(sys.executable), world_size=2, backend="gloo", env={}, timeouts=FAST, sizes=(),
-                 thresholds=None, work_dir=tmp_path, test_hook="corrupt:rank1:all_to_all")
+        run_nccl(
+            Path(sys.executable),
+            world_size=2,
+            backend="gloo",
+            env={},
+            timeouts=FAST,
+            sizes=(),
+            thresholds=None,
+            work_dir=tmp_path,
+            test_hook="corrupt:rank1:all_to_all",
+        )
     assert str(info.value) == (
         "COMPATLAB_NCCL_TEST_HOOK='corrupt:rank1:all_to_all': expected corrupt:rankN[:OP], hang:rankN:PHASE "
         "or die:rankN:PHASE[:EXITCODE|SIGNAME] (PHASE: init, correctness, bandwidth); unknown OP "
@@ -144,8 +182,14 @@ def test_thresholds_top_level_and_per_target() -> None:
 
 
 def test_threshold_errors_are_all_reported() -> None:
-    table = {"nccl": {"min-busbw-gbps": "fast", "min-busbw-gpbs": 3, "h200x9": {"min-busbw-gbps": 1},
-                      "h200x8": {"min-busbw-gbps": True, "floor": 2}}}
+    table = {
+        "nccl": {
+            "min-busbw-gbps": "fast",
+            "min-busbw-gpbs": 3,
+            "h200x9": {"min-busbw-gbps": 1},
+            "h200x8": {"min-busbw-gbps": True, "floor": 2},
+        }
+    }
     with pytest.raises(ConfigError) as info:
         nccl_thresholds(table, targets=["h200x8"])
     assert str(info.value) == (
@@ -170,8 +214,16 @@ def test_threshold_single_error_and_non_table() -> None:
 
 
 def test_a_missing_interpreter_is_an_error_not_a_verdict(tmp_path: Path) -> None:
-    report = run_nccl(Path("/nonexistent/python"), world_size=2, backend="gloo", env={}, timeouts=FAST,
-                      sizes=(), thresholds=None, work_dir=tmp_path)
+    report = run_nccl(
+        Path("/nonexistent/python"),
+        world_size=2,
+        backend="gloo",
+        env={},
+        timeouts=FAST,
+        sizes=(),
+        thresholds=None,
+        work_dir=tmp_path,
+    )
     assert report.state == "error"
     assert report.reason == (
         "cannot start rank 0 with /nonexistent/python: [Errno 2] No such file or directory: '/nonexistent/python'"
@@ -218,8 +270,10 @@ def test_wrong_result_names_op_dtype_size_rank_and_values(torch_python: Path, tm
     assert report.failures[0] == (
         "all_reduce float32 × 1 elements on rank 1: element 0 expected 3, got 4 (1 of 1 elements differ)"
     )
-    assert "all_reduce bfloat16 × 1023 elements on rank 1: element 0 expected 3, got 4 (1 of 1023 elements "\
-           "differ)" in report.failures
+    assert (
+        "all_reduce bfloat16 × 1023 elements on rank 1: element 0 expected 3, got 4 (1 of 1023 elements "
+        "differ)" in report.failures
+    )
     assert len(report.failures) == 4 * len(COUNTS)  # every dtype and size of all_reduce, rank 1 only
     assert report.reason == f"wrong result: {report.failures[0]} (and {len(report.failures) - 1} more)"
     bad = [c for c in report.correctness if not c["ok"]]
@@ -239,8 +293,9 @@ def test_hang_names_the_rank_and_its_stack(torch_python: Path, tmp_path: Path, p
     assert report.hang["ranks"] == [1]
     where = report.hang["where"][1]
     assert re.fullmatch(r"nccl_worker\.py:\d+ in _injected_hang", where)
-    assert re.fullmatch(rf"hang in {phase} after {timeouts.phase(phase):g} s: rank 1 at {where} \(rank 0 waiting\)",
-                        report.reason)
+    assert re.fullmatch(
+        rf"hang in {phase} after {timeouts.phase(phase):g} s: rank 1 at {where} \(rank 0 waiting\)", report.reason
+    )
     stack = report.hang["stacks"][1]["stack"]
     assert "in _fire_hook" in stack
     assert f"in {phase}" in stack
@@ -279,8 +334,11 @@ def test_threshold_judges_all_reduce_at_the_largest_size(torch_python: Path, tmp
     floor = NcclThresholds(min_busbw_gbps=1e6, source="matrix.toml: thresholds.nccl.min-busbw-gbps")
     report = _run(torch_python, tmp_path, sizes=(4096,), thresholds=floor)
     assert report.state == "fail"
-    assert re.fullmatch(r"all_reduce busbw \d+\.\d GB/s at 4 KiB is below the floor of 1e\+06 GB/s "
-                        r"\(matrix\.toml: thresholds\.nccl\.min-busbw-gbps\)", report.reason)
+    assert re.fullmatch(
+        r"all_reduce busbw \d+\.\d GB/s at 4 KiB is below the floor of 1e\+06 GB/s "
+        r"\(matrix\.toml: thresholds\.nccl\.min-busbw-gbps\)",
+        report.reason,
+    )
     assert report.threshold is not None
     assert report.threshold["ok"] is False
     assert report.threshold["size_bytes"] == 4096
@@ -306,8 +364,9 @@ min-busbw-gbps = 300
 
     matrix = parse_matrix(tomllib.loads(text))
     venv = torch_python.parent.parent
-    ctx = CellContext(matrix=matrix, cell=expand(matrix)[0], venv=venv, python=torch_python,
-                      site_packages=venv, work_dir=tmp_path)
+    ctx = CellContext(
+        matrix=matrix, cell=expand(matrix)[0], venv=venv, python=torch_python, site_packages=venv, work_dir=tmp_path
+    )
     result = run_nccl_stage(ctx)
     assert result.name == "nccl"
     assert result.required
@@ -320,12 +379,35 @@ min-busbw-gbps = 300
 
 
 @pytest.mark.slow
-def test_cli_prints_the_table_and_writes_json(torch_python: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_the_table_and_writes_json(
+    torch_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "nccl.json"
-    rc = cli_main(["nccl", "--python", str(torch_python), "--backend", "gloo", "--world-size", "2", "--min-size",
-                    "64KiB", "--max-size", "64KiB", "--iters", "2", "--warmup", "1", "--check-counts", "1,1023",
-                    "--work-dir", str(tmp_path / "w"), "--json", str(out)])
+    rc = cli_main(
+        [
+            "nccl",
+            "--python",
+            str(torch_python),
+            "--backend",
+            "gloo",
+            "--world-size",
+            "2",
+            "--min-size",
+            "64KiB",
+            "--max-size",
+            "64KiB",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--check-counts",
+            "1,1023",
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--json",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0, printed
     assert printed.startswith("nccl suite: pass: 2 ranks (gloo): 32 checks right")
@@ -337,6 +419,14 @@ def test_cli_prints_the_table_and_writes_json(torch_python: Path, tmp_path: Path
 
 def test_a_plus_in_the_work_dir_does_not_break_the_rendezvous(tmp_path: Path, torch_python: Path) -> None:
     """Cell ids carry local tags (torch2.9.1+cu130): torch reads file:// URLs and mangles '+'."""
-    report = run_nccl(torch_python, world_size=2, backend="gloo", env={}, timeouts=NcclTimeouts(init=60, correctness=60),
-                      sizes=[], thresholds=None, work_dir=tmp_path / "torch2.9.1+cu130-cell" / "nccl")
+    report = run_nccl(
+        torch_python,
+        world_size=2,
+        backend="gloo",
+        env={},
+        timeouts=NcclTimeouts(init=60, correctness=60),
+        sizes=[],
+        thresholds=None,
+        work_dir=tmp_path / "torch2.9.1+cu130-cell" / "nccl",
+    )
     assert (report.state, report.world_size) == ("pass", 2), report.reason

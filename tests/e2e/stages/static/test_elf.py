@@ -38,15 +38,29 @@ def _cc(out: Path, source: str, *args: str) -> Path:
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("elf")
     (d / "v.map").write_text("VERS_1 { global: prov_fn; local: *; };\n", encoding="utf-8")
-    prov = _cc(d / "lib" / "libprov.so",
-               'namespace ns { void check(int) {} }\nextern "C" int prov_fn(void) { return 1; }\n',
-               "-Wl,-soname,libprov.so.1", f"-Wl,--version-script={d / 'v.map'}")
-    cons = _cc(d / "cons.so",
-               'namespace ns { void check(int); }\nextern "C" int prov_fn(void);\n'
-               'extern "C" int entry(void) { ns::check(1); return prov_fn(); }\n',
-               f"-L{d / 'lib'}", "-lprov", "-Wl,-rpath,$ORIGIN/lib", "-Wl,--enable-new-dtags")
-    old = _cc(d / "old.so", 'extern "C" int prov_fn(void);\nint f(void) { return prov_fn(); }\n',
-              f"-L{d / 'lib'}", "-lprov", "-Wl,-rpath,$ORIGIN/lib:/opt/x", "-Wl,--disable-new-dtags")
+    prov = _cc(
+        d / "lib" / "libprov.so",
+        'namespace ns { void check(int) {} }\nextern "C" int prov_fn(void) { return 1; }\n',
+        "-Wl,-soname,libprov.so.1",
+        f"-Wl,--version-script={d / 'v.map'}",
+    )
+    cons = _cc(
+        d / "cons.so",
+        'namespace ns { void check(int); }\nextern "C" int prov_fn(void);\n'
+        'extern "C" int entry(void) { ns::check(1); return prov_fn(); }\n',
+        f"-L{d / 'lib'}",
+        "-lprov",
+        "-Wl,-rpath,$ORIGIN/lib",
+        "-Wl,--enable-new-dtags",
+    )
+    old = _cc(
+        d / "old.so",
+        'extern "C" int prov_fn(void);\nint f(void) { return prov_fn(); }\n',
+        f"-L{d / 'lib'}",
+        "-lprov",
+        "-Wl,-rpath,$ORIGIN/lib:/opt/x",
+        "-Wl,--disable-new-dtags",
+    )
     return {"prov": prov, "cons": cons, "old": old}
 
 
@@ -86,9 +100,11 @@ def test_not_elf(tmp_path: Path) -> None:
 
 def test_demangle() -> None:
     assert demangle("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib") == (
-        "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)")
+        "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)"
+    )
     assert demangle("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb") == (
-        "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, unsigned int, bool)")
+        "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, unsigned int, bool)"
+    )
     assert demangle("cudaMalloc") == "cudaMalloc"
     assert demangle("_Znot-a-symbol") == "_Znot-a-symbol"
 

@@ -54,8 +54,12 @@ def test_nvcc_sm90_module(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_nvcc_arch_specific_and_ptx(tmp_path: Path) -> None:
-    fat = nvcc_build(tmp_path / "k.fatbin", "-gencode=arch=compute_90a,code=sm_90a",
-                     "-gencode=arch=compute_90,code=compute_90", shared=False)
+    fat = nvcc_build(
+        tmp_path / "k.fatbin",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_90,code=compute_90",
+        shared=False,
+    )
     containers = parse_fatbin(fat.read_bytes())
     assert containers == [["compute_90", "sm_90a"]]
     assert coverage(containers, 90).covered

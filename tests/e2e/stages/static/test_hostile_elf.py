@@ -40,8 +40,11 @@ def test_a_version_chain_that_leaves_its_section_cannot_be_read(tmp_path: Path) 
     data = bytearray(so.read_bytes())
     struct.pack_into("<I", data, at + 12, 0x1000)  # vn_next: the next entry, 4 KB on, past the section
     so.write_bytes(bytes(data))
-    with pytest.raises(NotElf, match=r"libhost\.so: cannot read: the version-needed chain leaves its section "
-                                     r"\(offset 4096 of 32 bytes\)$"):
+    with pytest.raises(
+        NotElf,
+        match=r"libhost\.so: cannot read: the version-needed chain leaves its section "
+        r"\(offset 4096 of 32 bytes\)$",
+    ):
         read_elf(so)
 
 
@@ -52,8 +55,10 @@ def test_a_section_claiming_900_gib_is_one_error_line(tmp_path: Path) -> None:
     size = so.stat().st_size
     with pytest.raises(NotElf) as caught:
         read_elf(so)
-    assert str(caught.value) == (f"{so}: cannot read: section 3 claims 966367641600 bytes at offset {offset}, "
-                                 f"past the end of the {size}-byte file")
+    assert str(caught.value) == (
+        f"{so}: cannot read: section 3 claims 966367641600 bytes at offset {offset}, "
+        f"past the end of the {size}-byte file"
+    )
 
 
 def test_a_huge_dynsym_inside_the_file_is_refused_not_read(tmp_path: Path) -> None:
@@ -62,8 +67,11 @@ def test_a_huge_dynsym_inside_the_file_is_refused_not_read(tmp_path: Path) -> No
     set_section(so, ".dynsym", sh_size=(300 << 20) - offset)
     with so.open("r+b") as fh:  # a sparse tail: the file is 300 MiB on paper, a few KB on disk
         fh.truncate(300 << 20)
-    with pytest.raises(NotElf, match=rf"cannot read: section \.dynsym is {(300 << 20) - offset} bytes, over the "
-                                     rf"{MAX_SECTION_BYTES >> 20} MiB this lab reads of one section$"):
+    with pytest.raises(
+        NotElf,
+        match=rf"cannot read: section \.dynsym is {(300 << 20) - offset} bytes, over the "
+        rf"{MAX_SECTION_BYTES >> 20} MiB this lab reads of one section$",
+    ):
         read_elf(so)
 
 
@@ -76,7 +84,8 @@ def test_a_module_without_section_headers_is_a_finding_not_a_pass(tmp_path: Path
     assert report.state == "warn"
     assert [f.message for f in report.findings] == [
         "pkg/_mod.abi3.so: cannot read: it has a PT_DYNAMIC segment but no dynamic section (section headers "
-        "stripped or damaged); the static stage cannot check it"]
+        "stripped or damaged); the static stage cannot check it"
+    ]
 
 
 def test_fifos_are_never_opened(tmp_path: Path) -> None:
@@ -113,5 +122,6 @@ def test_the_cache_is_keyed_by_the_file_not_by_record(tmp_path: Path) -> None:
     replace_bytes(changed / "pkg" / "_mod.abi3.so", b"libm.so.6\0", b"libq.so.6\0")
     report = check_site_packages(changed, archs=[], cache=cache)
     assert report.state == "fail"
-    assert report.reason == ("pkg/_mod.abi3.so: libq.so.6 not found: not in site-packages nor in the system's "
-                             "library cache")
+    assert report.reason == (
+        "pkg/_mod.abi3.so: libq.so.6 not found: not in site-packages nor in the system's library cache"
+    )

@@ -43,8 +43,15 @@ def _record_hash(path: Path) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def _dist(sp: Path, name: str, version: str, files: list[str], *, requires: tuple[str, ...] = (),
-          tag: str = "cp311-cp311-manylinux_2_28_x86_64") -> None:
+def _dist(
+    sp: Path,
+    name: str,
+    version: str,
+    files: list[str],
+    *,
+    requires: tuple[str, ...] = (),
+    tag: str = "cp311-cp311-manylinux_2_28_x86_64",
+) -> None:
     """A .dist-info whose RECORD lists *files* (relative to *sp*) with their real hashes."""
     info = sp / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
@@ -63,8 +70,7 @@ def _site(root: Path) -> Path:
     return sp
 
 
-def _torch_and_kern(root: Path, torch_version: str, check_source: str, *, kern_requires: tuple[str, ...] = ()
-                    ) -> Path:
+def _torch_and_kern(root: Path, torch_version: str, check_source: str, *, kern_requires: tuple[str, ...] = ()) -> Path:
     """A site-packages with a fake torch (torch/lib/libc10.so) and 'kern', built against c10::check(int)."""
     sp = _site(root)
     build = root / "build"
@@ -75,8 +81,14 @@ def _torch_and_kern(root: Path, torch_version: str, check_source: str, *, kern_r
     # `import kern` loads its extension, as a real kernel package does: what fails here, `import` needs.
     (sp / "kern" / "__init__.py").write_text("from . import _ops\n", encoding="utf-8")
     _dist(sp, "torch", torch_version, ["torch/lib/libc10.so"])
-    _dist(sp, "kern", "1.0", ["kern/_ops.abi3.so", "kern/__init__.py"], requires=kern_requires,
-          tag="cp310-abi3-manylinux_2_28_x86_64")
+    _dist(
+        sp,
+        "kern",
+        "1.0",
+        ["kern/_ops.abi3.so", "kern/__init__.py"],
+        requires=kern_requires,
+        tag="cp310-abi3-manylinux_2_28_x86_64",
+    )
     return sp
 
 
@@ -91,12 +103,12 @@ def test_abi_break_names_the_near_miss(tmp_path: Path, cache: ElfCache) -> None:
     assert report.state == "fail"
     assert report.reason == (
         "kern/_ops.abi3.so needs c10::check(int); torch 2.10.0 (libc10.so) exports c10::check(unsigned int): "
-        "kern was built against another torch.")
+        "kern was built against another torch."
+    )
     [fail] = report.of("fail")
     assert fail.kind == "symbol"
     assert fail.details["symbol"] == "_ZN3c105checkEi"
-    assert fail.details["near_misses"] == [{"demangled": "c10::check(unsigned int)",
-                                            "provider": "torch/lib/libc10.so"}]
+    assert fail.details["near_misses"] == [{"demangled": "c10::check(unsigned int)", "provider": "torch/lib/libc10.so"}]
 
 
 def test_matching_torch_passes_but_warns_about_metadata(tmp_path: Path, cache: ElfCache) -> None:
@@ -105,7 +117,8 @@ def test_matching_torch_passes_but_warns_about_metadata(tmp_path: Path, cache: E
     assert report.state == "warn"
     assert report.reason == (
         "kern 1.0: kern/_ops.abi3.so links libc10.so but METADATA has no Requires-Dist on torch: a resolver "
-        "may pair it with any torch")
+        "may pair it with any torch"
+    )
     assert report.of("fail") == []
 
 
@@ -124,14 +137,18 @@ def test_cache_makes_the_second_run_read_nothing(tmp_path: Path, cache: ElfCache
 
 def test_missing_library(tmp_path: Path, cache: ElfCache) -> None:
     sp = _site(tmp_path)
-    gone = _cc(tmp_path / "build" / "libgone.so.1", "int gone(void) { return 1; }\n",
-               "-Wl,-soname,libgone.so.1")
-    _cc(sp / "pkg" / "_ext.abi3.so", 'int gone(void);\nint f(void) { return gone(); }\n',
-        f"-L{gone.parent}", "-l:libgone.so.1")
+    gone = _cc(tmp_path / "build" / "libgone.so.1", "int gone(void) { return 1; }\n", "-Wl,-soname,libgone.so.1")
+    _cc(
+        sp / "pkg" / "_ext.abi3.so",
+        "int gone(void);\nint f(void) { return gone(); }\n",
+        f"-L{gone.parent}",
+        "-l:libgone.so.1",
+    )
     _dist(sp, "pkg", "0.1", ["pkg/_ext.abi3.so"])
     report = check_site_packages(sp, archs=[], cache=cache)
     assert report.reason == (
-        "pkg/_ext.abi3.so: libgone.so.1 not found: not in site-packages nor in the system's library cache")
+        "pkg/_ext.abi3.so: libgone.so.1 not found: not in site-packages nor in the system's library cache"
+    )
     # The symbol it would have provided is not counted as a second failure.
     assert [f.kind for f in report.of("fail")] == ["library"]
     assert [f.details["symbol"] for f in report.of("note") if f.kind == "symbol"] == ["_Z4gonev"]
@@ -139,23 +156,37 @@ def test_missing_library(tmp_path: Path, cache: ElfCache) -> None:
 
 def test_library_in_site_packages_but_off_the_search_path(tmp_path: Path, cache: ElfCache) -> None:
     sp = _site(tmp_path)
-    lib = _cc(sp / "nvidia" / "thing" / "lib" / "libthing.so.3", "int thing(void) { return 3; }\n",
-              "-Wl,-soname,libthing.so.3")
-    _cc(sp / "pkg" / "_ext.abi3.so", 'int thing(void);\nint f(void) { return thing(); }\n',
-        f"-L{lib.parent}", "-l:libthing.so.3")
+    lib = _cc(
+        sp / "nvidia" / "thing" / "lib" / "libthing.so.3",
+        "int thing(void) { return 3; }\n",
+        "-Wl,-soname,libthing.so.3",
+    )
+    _cc(
+        sp / "pkg" / "_ext.abi3.so",
+        "int thing(void);\nint f(void) { return thing(); }\n",
+        f"-L{lib.parent}",
+        "-l:libthing.so.3",
+    )
     _dist(sp, "nvidia-thing", "3.0", ["nvidia/thing/lib/libthing.so.3"])
     _dist(sp, "pkg", "0.1", ["pkg/_ext.abi3.so"])
     report = check_site_packages(sp, archs=[], packages=["pkg"], cache=cache)
     assert report.reason == (
         "pkg/_ext.abi3.so: libthing.so.3 not found: nvidia-thing 3.0 ships it at "
-        "nvidia/thing/lib/libthing.so.3, but nothing on pkg/_ext.abi3.so's search path points there")
+        "nvidia/thing/lib/libthing.so.3, but nothing on pkg/_ext.abi3.so's search path points there"
+    )
 
 
 def test_origin_runpath_resolves(tmp_path: Path, cache: ElfCache) -> None:
     sp = _site(tmp_path)
     _cc(sp / "pkg" / "lib" / "libhelper.so", "int helper(void) { return 2; }\n", "-Wl,-soname,libhelper.so")
-    _cc(sp / "pkg" / "_ext.abi3.so", 'int helper(void);\nint f(void) { return helper(); }\n',
-        f"-L{sp / 'pkg' / 'lib'}", "-lhelper", "-Wl,-rpath,$ORIGIN/lib", "-Wl,--enable-new-dtags")
+    _cc(
+        sp / "pkg" / "_ext.abi3.so",
+        "int helper(void);\nint f(void) { return helper(); }\n",
+        f"-L{sp / 'pkg' / 'lib'}",
+        "-lhelper",
+        "-Wl,-rpath,$ORIGIN/lib",
+        "-Wl,--enable-new-dtags",
+    )
     _dist(sp, "pkg", "0.1", ["pkg/_ext.abi3.so", "pkg/lib/libhelper.so"])
     report = check_site_packages(sp, archs=[], cache=cache)
     assert report.state == "pass", report.reason
@@ -169,18 +200,30 @@ def test_symbol_version_newer_than_the_provider(tmp_path: Path, cache: ElfCache)
     build.mkdir()
     (build / "v1.map").write_text("VERS_1 { global: prov_fn; local: *; };\n", encoding="utf-8")
     (build / "v2.map").write_text(
-        "VERS_1 { global: prov_fn; local: *; };\nVERS_2 { global: prov_new; } VERS_1;\n", encoding="utf-8")
-    new = _cc(build / "v2" / "libprov.so", ('extern "C" int prov_fn(void) { return 1; }\n'
-                                         'extern "C" int prov_new(void) { return 2; }\n'),
-              "-Wl,-soname,libprov.so", f"-Wl,--version-script={build / 'v2.map'}")
-    _cc(sp / "ver" / "_ext.abi3.so", 'extern "C" int prov_new(void);\nint f(void) { return prov_new(); }\n',
-        f"-L{new.parent}", "-lprov", "-Wl,-rpath,$ORIGIN/lib")
-    _cc(sp / "ver" / "lib" / "libprov.so", 'extern "C" int prov_fn(void) { return 1; }\n',
-        "-Wl,-soname,libprov.so", f"-Wl,--version-script={build / 'v1.map'}")
+        "VERS_1 { global: prov_fn; local: *; };\nVERS_2 { global: prov_new; } VERS_1;\n", encoding="utf-8"
+    )
+    new = _cc(
+        build / "v2" / "libprov.so",
+        ('extern "C" int prov_fn(void) { return 1; }\nextern "C" int prov_new(void) { return 2; }\n'),
+        "-Wl,-soname,libprov.so",
+        f"-Wl,--version-script={build / 'v2.map'}",
+    )
+    _cc(
+        sp / "ver" / "_ext.abi3.so",
+        'extern "C" int prov_new(void);\nint f(void) { return prov_new(); }\n',
+        f"-L{new.parent}",
+        "-lprov",
+        "-Wl,-rpath,$ORIGIN/lib",
+    )
+    _cc(
+        sp / "ver" / "lib" / "libprov.so",
+        'extern "C" int prov_fn(void) { return 1; }\n',
+        "-Wl,-soname,libprov.so",
+        f"-Wl,--version-script={build / 'v1.map'}",
+    )
     _dist(sp, "ver", "0.1", ["ver/_ext.abi3.so", "ver/lib/libprov.so"])
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert report.reason == (
-        "ver/_ext.abi3.so needs VERS_2 from libprov.so; ver/lib/libprov.so offers only VERS_1")
+    assert report.reason == ("ver/_ext.abi3.so needs VERS_2 from libprov.so; ver/lib/libprov.so offers only VERS_1")
     [fail] = report.of("fail")
     assert fail.details["symbols"] == ["prov_new"]
 
@@ -189,28 +232,40 @@ def test_driver_library_is_a_note_without_a_driver(tmp_path: Path, cache: ElfCac
     if "libcuda.so.1" in ld_cache():
         pytest.skip("this machine has an NVIDIA driver (libcuda.so.1 is in the ld.so cache)")
     sp = _site(tmp_path)
-    stub = _cc(tmp_path / "build" / "libcuda.so.1", 'extern "C" int cuInit(unsigned f) { return (int)f; }\n',
-               "-Wl,-soname,libcuda.so.1")
-    _cc(sp / "pkg" / "_ext.abi3.so", 'extern "C" int cuInit(unsigned);\nint f(void) { return cuInit(0); }\n',
-        f"-L{stub.parent}", "-l:libcuda.so.1")
+    stub = _cc(
+        tmp_path / "build" / "libcuda.so.1",
+        'extern "C" int cuInit(unsigned f) { return (int)f; }\n',
+        "-Wl,-soname,libcuda.so.1",
+    )
+    _cc(
+        sp / "pkg" / "_ext.abi3.so",
+        'extern "C" int cuInit(unsigned);\nint f(void) { return cuInit(0); }\n',
+        f"-L{stub.parent}",
+        "-l:libcuda.so.1",
+    )
     _dist(sp, "pkg", "0.1", ["pkg/_ext.abi3.so"])
     report = check_site_packages(sp, archs=[], cache=cache)
     assert report.state == "pass"
     assert [f.message for f in report.findings] == [
-        "pkg/_ext.abi3.so: libcuda.so.1 not found: it comes with the NVIDIA driver, not with a wheel"]
+        "pkg/_ext.abi3.so: libcuda.so.1 not found: it comes with the NVIDIA driver, not with a wheel"
+    ]
 
 
 def test_plugin_nothing_imports_is_only_a_note(tmp_path: Path, cache: ElfCache) -> None:
     sp = _site(tmp_path)
-    gone = _cc(tmp_path / "build" / "libmpi.so.40", "int mpi(void) { return 1; }\n",
-               "-Wl,-soname,libmpi.so.40")
-    _cc(sp / "nvidia" / "x" / "lib" / "bootstrap_mpi.so.3", "int mpi(void);\nint f(void) { return mpi(); }\n",
-        f"-L{gone.parent}", "-l:libmpi.so.40")
+    gone = _cc(tmp_path / "build" / "libmpi.so.40", "int mpi(void) { return 1; }\n", "-Wl,-soname,libmpi.so.40")
+    _cc(
+        sp / "nvidia" / "x" / "lib" / "bootstrap_mpi.so.3",
+        "int mpi(void);\nint f(void) { return mpi(); }\n",
+        f"-L{gone.parent}",
+        "-l:libmpi.so.40",
+    )
     report = check_site_packages(sp, archs=[], cache=cache)
     assert report.state == "pass"
     assert report.findings[0].message == (
         "nvidia/x/lib/bootstrap_mpi.so.3: libmpi.so.40 not found: not in site-packages nor in the system's "
-        "library cache (no extension module loads it)")
+        "library cache (no extension module loads it)"
+    )
 
 
 def test_wheel_tag_lint(tmp_path: Path, cache: ElfCache) -> None:
@@ -248,14 +303,19 @@ def test_arch_coverage(gpu_site: Path, cache: ElfCache) -> None:
     skipped = check_site_packages(gpu_site, archs=["sm_120"], not_needed=["gpu/*"], cache=cache)
     assert skipped.state == "pass"
     assert [f.message for f in skipped.of("note")] == [
-        "gpu/_k.abi3.so: no kernel image for sm_120 (has sm_90; PTX none) (not needed here)"]
+        "gpu/_k.abi3.so: no kernel image for sm_120 (has sm_90; PTX none) (not needed here)"
+    ]
 
 
 def _matrix(kernel_package: str) -> dict[str, Any]:
     """A cell whose sgl-kernel axis is the fake distribution: the stage checks declared packages only."""
     return {
-        "axes": {"torch": ["2.10.0"], "sgl-kernel": [{"version": "0.3.21", "package": kernel_package}],
-                 "flashinfer": ["0.6.4"], "cuda": ["12.8"]},
+        "axes": {
+            "torch": ["2.10.0"],
+            "sgl-kernel": [{"version": "0.3.21", "package": kernel_package}],
+            "flashinfer": ["0.6.4"],
+            "cuda": ["12.8"],
+        },
         "targets": {
             "h200": {"arch": ["sm_90"]},
             "rtx": {"arch": ["sm_120"], "not-needed": ["gpu/*"]},
@@ -267,19 +327,24 @@ def _matrix(kernel_package: str) -> dict[str, Any]:
 def test_stage_uses_every_target(gpu_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
     matrix = parse_matrix(_matrix("gpu"))
-    ctx = CellContext(matrix=matrix, cell=expand(matrix)[0], venv=gpu_site.parents[2],
-                      python=gpu_site.parents[2] / "bin" / "python", site_packages=gpu_site,
-                      work_dir=tmp_path)
+    ctx = CellContext(
+        matrix=matrix,
+        cell=expand(matrix)[0],
+        venv=gpu_site.parents[2],
+        python=gpu_site.parents[2] / "bin" / "python",
+        site_packages=gpu_site,
+        work_dir=tmp_path,
+    )
     result = run_static_stage(ctx)
     assert (result.name, result.state, result.reason) == ("static", "pass", "")
     assert result.details["counts"] == {"fail": 0, "warn": 0, "note": 1}
     assert result.details["findings"][0]["message"] == (
-        "gpu/_k.abi3.so: no kernel image for sm_120 (has sm_90; PTX none) (not needed on target rtx)")
+        "gpu/_k.abi3.so: no kernel image for sm_120 (has sm_90; PTX none) (not needed on target rtx)"
+    )
     json.dumps(result.to_json())
 
 
-def test_stage_reports_the_first_failure_and_counts_the_rest(tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stage_reports_the_first_failure_and_counts_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
     sp = _torch_and_kern(tmp_path, "2.10.0", CHECK_UNSIGNED)
     _cc(sp / "kern" / "_more.abi3.so", CONSUMER, f"-L{tmp_path / 'build'}", "-lc10")
@@ -288,13 +353,20 @@ def test_stage_reports_the_first_failure_and_counts_the_rest(tmp_path: Path,
     _cc(sp / "other" / "_x.abi3.so", CONSUMER, f"-L{tmp_path / 'build'}", "-lc10")
     _dist(sp, "other", "0.1", ["other/_x.abi3.so"])
     matrix = parse_matrix(_matrix("kern"))
-    ctx = CellContext(matrix=matrix, cell=expand(matrix)[0], venv=sp.parents[2],
-                      python=sp.parents[2] / "bin" / "python", site_packages=sp, work_dir=tmp_path)
+    ctx = CellContext(
+        matrix=matrix,
+        cell=expand(matrix)[0],
+        venv=sp.parents[2],
+        python=sp.parents[2] / "bin" / "python",
+        site_packages=sp,
+        work_dir=tmp_path,
+    )
     result = run_static_stage(ctx)
     assert result.state == "fail"
     assert result.reason == (
         "kern/_more.abi3.so needs c10::check(int); torch 2.10.0 (libc10.so) exports "
-        "c10::check(unsigned int): kern was built against another torch. (and 1 more)")
+        "c10::check(unsigned int): kern was built against another torch. (and 1 more)"
+    )
     assert result.details["counts"] == {"fail": 2, "warn": 1, "note": 0}
     assert json.loads(json.dumps(result.details))["cache"]["misses"] >= 3
 
@@ -304,8 +376,14 @@ def test_stage_reports_the_first_failure_and_counts_the_rest(tmp_path: Path,
 
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(SRC), "COMPATLAB_CACHE": str(cache)}
-    return subprocess.run([sys.executable, "-m", "compatlab", "static", *args], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "compatlab", "static", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_cli_exit_1_on_failure(tmp_path: Path) -> None:
@@ -316,7 +394,8 @@ def test_cli_exit_1_on_failure(tmp_path: Path) -> None:
     assert lines[0].startswith(f"static: {sp}: fail (1 failures, 0 warnings, 0 notes; 2 modules in ")
     assert lines[1:] == [
         "fail: kern/_ops.abi3.so needs c10::check(int); torch 2.10.0 (libc10.so) exports "
-        "c10::check(unsigned int): kern was built against another torch."]
+        "c10::check(unsigned int): kern was built against another torch."
+    ]
     assert done.stderr == ""
 
 
@@ -335,10 +414,14 @@ def test_cli_exit_0_and_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--site-packages", "{tmp}/nowhere"],
-         "error: {tmp}/nowhere: no such directory; pass the site-packages directory of an environment\n"),
-        (["--site-packages", "{tmp}", "--target", "hopper"],
-         "error: expected a GPU arch like 'sm_90' or 'sm_120', got 'hopper'\n"),
+        (
+            ["--site-packages", "{tmp}/nowhere"],
+            "error: {tmp}/nowhere: no such directory; pass the site-packages directory of an environment\n",
+        ),
+        (
+            ["--site-packages", "{tmp}", "--target", "hopper"],
+            "error: expected a GPU arch like 'sm_90' or 'sm_120', got 'hopper'\n",
+        ),
         ([], "error: the following arguments are required: --site-packages (see --help)\n"),
     ],
 )

@@ -20,23 +20,30 @@ def _reason(name: str) -> tuple[str, str] | None:
 
 def test_a_module_sglang_imports_at_start() -> None:
     assert _reason("h200-no-ipython.log") == (
-        "fail", "ModuleNotFoundError: No module named 'IPython' (imported by sglang/utils.py:26)")
+        "fail",
+        "ModuleNotFoundError: No module named 'IPython' (imported by sglang/utils.py:26)",
+    )
     assert _reason("h200-no-numpy.log") == (
-        "fail", "ModuleNotFoundError: No module named 'numpy' (imported by sglang/srt/utils/common.py:80)")
+        "fail",
+        "ModuleNotFoundError: No module named 'numpy' (imported by sglang/srt/utils/common.py:80)",
+    )
 
 
 def test_a_kernel_build_missing_for_the_gpu_names_the_package_and_its_message() -> None:
     assert _reason("h200-no-sm90.log") == (
-        "fail", "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library! "
-                "(in sgl_kernel/load_utils.py:197)")
+        "fail",
+        "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library! (in sgl_kernel/load_utils.py:197)",
+    )
 
 
 def test_the_scheduler_s_exception_wins_over_the_launcher_s_wrappers() -> None:
     log = (LOGS / "h200-eagle3-two-layers.log").read_text(encoding="utf-8")
     assert "Scheduler hit an exception" in log
     assert _reason("h200-eagle3-two-layers.log") == (
-        "fail", "RuntimeError: The size of tensor a (3072) must match the size of tensor b (1024) at "
-                "non-singleton dimension 1 (in sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py:1585)")
+        "fail",
+        "RuntimeError: The size of tensor a (3072) must match the size of tensor b (1024) at "
+        "non-singleton dimension 1 (in sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py:1585)",
+    )
 
 
 def test_a_library_without_its_cuda_flavour() -> None:
@@ -79,32 +86,47 @@ RuntimeError: Initialization failed. Please see the error messages above.
 
 def test_a_chained_graph_capture_failure_is_told_by_its_root() -> None:
     chain = tracebacks(CHAINED)
-    assert [(tb.type, tb.chained) for tb in chain] == [("torch.AcceleratorError", False), ("Exception", True),
-                                                        ("RuntimeError", False)]
+    assert [(tb.type, tb.chained) for tb in chain] == [
+        ("torch.AcceleratorError", False),
+        ("Exception", True),
+        ("RuntimeError", False),
+    ]
     cause = find_cause(CHAINED, arch="sm_120")
     assert cause is not None
-    assert (cause.state, cause.reason) == ("fail", (
-        "CUDA graph capture failed: no kernel image for sm_120 in sgl_kernel (in sgl_kernel/elementwise.py:88): "
-        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"))
-    assert cause.outer == ("Exception: Capture cuda graph failed: CUDA error: no kernel image is available for "
-                           "execution on the device")
+    assert (cause.state, cause.reason) == (
+        "fail",
+        (
+            "CUDA graph capture failed: no kernel image for sm_120 in sgl_kernel (in sgl_kernel/elementwise.py:88): "
+            "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"
+        ),
+    )
+    assert cause.outer == (
+        "Exception: Capture cuda graph failed: CUDA error: no kernel image is available for execution on the device"
+    )
 
 
 def test_out_of_memory_and_a_port_in_use_are_the_machine_s() -> None:
-    oom = ("Traceback (most recent call last):\n"
-           '  File "/v/lib/python3.12/site-packages/sglang/srt/mem_cache/memory_pool.py", line 77, in __init__\n'
-           "    self.buffer = torch.zeros(size)\n"
-           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    oom = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/lib/python3.12/site-packages/sglang/srt/mem_cache/memory_pool.py", line 77, in __init__\n'
+        "    self.buffer = torch.zeros(size)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
     cause = find_cause(oom)
     assert cause is not None
-    assert (cause.state, cause.reason) == ("error", "out of GPU memory (in sglang/srt/mem_cache/memory_pool.py:77): "
-                                                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                                                    "2.00 GiB.")
-    port = ("Traceback (most recent call last):\n"
-            '  File "/usr/lib/python3.12/asyncio/base_events.py", line 1578, in create_server\n'
-            "    sock.bind(sa)\n"
-            "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
-            "address already in use\n")
+    assert (cause.state, cause.reason) == (
+        "error",
+        "out of GPU memory (in sglang/srt/mem_cache/memory_pool.py:77): "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "2.00 GiB.",
+    )
+    port = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.12/asyncio/base_events.py", line 1578, in create_server\n'
+        "    sock.bind(sa)\n"
+        "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
+        "address already in use\n"
+    )
     cause = find_cause(port)
     assert cause is not None
     assert cause.state == "error"
@@ -113,8 +135,10 @@ def test_out_of_memory_and_a_port_in_use_are_the_machine_s() -> None:
 
 def test_a_log_without_an_exception_has_no_cause() -> None:
     assert find_cause("[2026-12-03 16:44:32] Load weight begin.\n[2026-12-03 16:44:33] Killed\n") is None
-    only_wrapper = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
-                    "RuntimeError: Initialization failed. Please see the error messages above.\n")
+    only_wrapper = (
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "RuntimeError: Initialization failed. Please see the error messages above.\n"
+    )
     assert find_cause(only_wrapper) is None
 
 
@@ -138,7 +162,11 @@ ninja: build stopped: subcommand failed.
 def test_a_kernel_jit_that_fails_names_nvcc_s_error() -> None:
     cause = find_cause(JIT)
     assert cause is not None
-    assert (cause.state, cause.reason) == ("fail", (
-        "flashinfer JIT: the kernel build failed (in flashinfer/jit/cpp_ext.py:288): "
-        "/v/flashinfer/data/include/flashinfer/attention/prefill.cuh(1021): error: identifier \"__nv_fp8x4_e4m3\" "
-        "is undefined"))
+    assert (cause.state, cause.reason) == (
+        "fail",
+        (
+            "flashinfer JIT: the kernel build failed (in flashinfer/jit/cpp_ext.py:288): "
+            '/v/flashinfer/data/include/flashinfer/attention/prefill.cuh(1021): error: identifier "__nv_fp8x4_e4m3" '
+            "is undefined"
+        ),
+    )
