@@ -175,7 +175,7 @@ def test_no_perf_section_is_none() -> None:
 def test_config_errors_are_listed_whole() -> None:
     perf = {
         "servers": {
-            "baseline": {"argv": "python -m sglang.launch_server", "startup-timout": 10},
+            "baseline": {"argv": "python -m sglang.launch_server", "startup-timout": 10},  # spellchecker:disable-line
             "eagle3": {
                 "argv": ["python", 42, "--port", "{port}", "${DRAFT-MODEL}"],
                 "port": 0,
@@ -193,30 +193,33 @@ def test_config_errors_are_listed_whole() -> None:
     thresholds = {"perf": {"min-speedup": True, "min-tok-s": {"4": 10.0}, "max-sprad": 0.1}}
     with pytest.raises(ConfigError) as info:
         parse_perf(perf, thresholds)
-    assert str(info.value) == "\n".join(
-        [
-            "17 problems in matrix.toml:",
-            "  matrix.toml: perf.warmpu: unknown key; perhaps you meant 'warmup'?",
-            "  matrix.toml: perf.servers.baseline.startup-timout: unknown key; perhaps you meant 'startup-timeout'?",
-            "  matrix.toml: perf.servers.baseline.argv: expected an array of strings (never a shell string), "
-            "got 'python -m sglang.launch_server'",
-            "  matrix.toml: perf.servers.eagle3.argv[1]: expected a string, got 42",
-            "  matrix.toml: perf.servers.eagle3.argv[4]: '${DRAFT-MODEL}' is not a variable reference; "
-            "write ${NAME} with a name of letters, digits and '_'",
-            "  matrix.toml: perf.servers.eagle3.port: expected a port number 1-65535, got 0",
-            "  matrix.toml: perf.servers.eagle3.env.HF_HOME: expected a string, got 1",
-            "  matrix.toml: perf.servers.eagle3.health: expected one of '/health_generate', '/health', got '/ready'",
-            "  matrix.toml: perf.servers.eagle: unknown server; the suite compares baseline and eagle3; "
-            "perhaps you meant 'eagle3'?",
-            '  matrix.toml: perf.protocol: expected "generate" or "openai", got \'grpc\'',
-            "  matrix.toml: perf.concurrency[1]: 1 is listed twice",
-            "  matrix.toml: perf.concurrency[2]: expected a positive integer, got true",
-            "  matrix.toml: perf.trials: expected a positive integer, got 0",
-            "  matrix.toml: perf.output-len: expected a positive integer, got 1.5",
-            "  matrix.toml: thresholds.perf.max-sprad: unknown key; perhaps you meant 'max-spread'?",
-            "  matrix.toml: thresholds.perf.min-speedup: expected a positive number, got true",
-            "  matrix.toml: thresholds.perf.min-tok-s.4: '4' is not a concurrency level of [perf] (1)",
-        ]
+    assert (
+        str(info.value)
+        == "\n".join(
+            [
+                "17 problems in matrix.toml:",
+                "  matrix.toml: perf.warmpu: unknown key; perhaps you meant 'warmup'?",
+                "  matrix.toml: perf.servers.baseline.startup-timout: unknown key; perhaps you meant 'startup-timeout'?",  # spellchecker:disable-line
+                "  matrix.toml: perf.servers.baseline.argv: expected an array of strings (never a shell string), "
+                "got 'python -m sglang.launch_server'",
+                "  matrix.toml: perf.servers.eagle3.argv[1]: expected a string, got 42",
+                "  matrix.toml: perf.servers.eagle3.argv[4]: '${DRAFT-MODEL}' is not a variable reference; "
+                "write ${NAME} with a name of letters, digits and '_'",
+                "  matrix.toml: perf.servers.eagle3.port: expected a port number 1-65535, got 0",
+                "  matrix.toml: perf.servers.eagle3.env.HF_HOME: expected a string, got 1",
+                "  matrix.toml: perf.servers.eagle3.health: expected one of '/health_generate', '/health', got '/ready'",
+                "  matrix.toml: perf.servers.eagle: unknown server; the suite compares baseline and eagle3; "
+                "perhaps you meant 'eagle3'?",
+                '  matrix.toml: perf.protocol: expected "generate" or "openai", got \'grpc\'',
+                "  matrix.toml: perf.concurrency[1]: 1 is listed twice",
+                "  matrix.toml: perf.concurrency[2]: expected a positive integer, got true",
+                "  matrix.toml: perf.trials: expected a positive integer, got 0",
+                "  matrix.toml: perf.output-len: expected a positive integer, got 1.5",
+                "  matrix.toml: thresholds.perf.max-sprad: unknown key; perhaps you meant 'max-spread'?",
+                "  matrix.toml: thresholds.perf.min-speedup: expected a positive number, got true",
+                "  matrix.toml: thresholds.perf.min-tok-s.4: '4' is not a concurrency level of [perf] (1)",
+            ]
+        )
     )
 
 
