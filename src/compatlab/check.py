@@ -29,7 +29,7 @@ from compatlab.cells import Cell, cell_id
 from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
 from compatlab.config.serve import ServeConfig
 from compatlab.errors import ConfigError, LabError, UsageError
-from compatlab.runs.model import CellResult, StageResult
+from compatlab.runs.model import CellResult, InstallRecord, StageResult, StageState
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage
 from compatlab.stages.site import cuda_of_torch
 
@@ -325,7 +325,7 @@ def _suites_cannot_run(env: Environment, stage: Stage) -> Stage:
     required = stage.required
 
     def skipped(_ctx: CellContext) -> StageResult:
-        return StageResult(name=stage.name, state="skip", reason=reason, required=required)
+        return StageResult(name=stage.name, state=StageState.SKIP, reason=reason, required=required)
 
     return dataclasses.replace(stage, run=skipped)
 
@@ -426,7 +426,7 @@ def check_environment(
     rid = run_id or runner.new_run_id()
     run_dir = out / "runs" / rid
     axes = {a.name: a.values[0].version for a in matrix.axes}
-    result = CellResult(id=cell.id, axes=axes, state="n/a", started=runner.now_iso())
+    started = runner.now_iso()
     stages = check_stages(env, nccl=nccl, only=only)
     if on_stage is not None:
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
@@ -439,19 +439,20 @@ def check_environment(
             python=env.python,
             work_dir=run.work_dir(cell.id),
             site_packages=site,
-            freeze=_freeze_before_pytest(env),
-            install={"existing": str(env.prefix), "python": str(env.python)},
-            previous=result.stages,
+            freeze=tuple(_freeze_before_pytest(env)),
+            install=InstallRecord(existing=str(env.prefix), python=str(env.python)),
             say=say,
         )
         t0 = time.monotonic()
-        runner.run_pipeline(ctx, result, stages)
-        result.seconds = round(time.monotonic() - t0, 3)
+        runner.run_pipeline(ctx, stages)
+        result = runner.conclude(
+            ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes
+        )
         written = [run.write_cell(result)]
         run.aggregate(matrix, latest=None)
     written += render_run(run_dir / "results.json", out, history_dir=None)
     rows = package_rows(result, cell) + [
-        PackageRow(name=where, version="?", state="warn", modules=0, messages=(f"metadata: {why}",))
+        PackageRow(name=where, version="?", state=StageState.WARN, modules=0, messages=(f"metadata: {why}",))
         for where, why in env.problems
     ]
     check = CheckRun(environment=env, matrix=matrix, result=result, packages=rows)

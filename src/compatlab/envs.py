@@ -43,6 +43,7 @@ from compatlab.index import (
     version_of,
 )
 from compatlab.proc import Completed, run, which
+from compatlab.runs.model import InstallRecord, StageState
 from compatlab.urls import Credentials, has_credentials, redact, redact_text, split
 
 __all__ = [
@@ -127,7 +128,7 @@ def last_line(text: str) -> str:
 
 def classify_uv_failure(
     done: Completed, plan: InstallPlan | None = None, *, probe_timeout: float = PROBE_TIMEOUT
-) -> tuple[str, str]:
+) -> tuple[StageState, str]:
     """('error'|'fail', one-line reason) for a failed uv command.
 
     With the *plan* of a failed install, an unsatisfiable verdict is checked against the indexes
@@ -136,26 +137,26 @@ def classify_uv_failure(
     """
     text = redact_text(done.stderr + "\n" + done.stdout)
     if done.timed_out:
-        return "error", f"uv did not finish in {done.seconds:.0f} s (killed)"
+        return StageState.ERROR, f"uv did not finish in {done.seconds:.0f} s (killed)"
     # Before the network's words: a placeholder's failed download says "not reachable" too.
     held = resolver.placeholder(text)
     if held is not None:
-        return "fail", held.describe()
+        return StageState.FAIL, held.describe()
     for pattern in _UNSAT_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
             explained = explain_unsatisfiable(plan, timeout=probe_timeout) if plan is not None else None
             if explained is not None:
                 return explained
             if re.search(_AUTH_HINT, text, re.IGNORECASE):
-                return "error", "index refused access: " + _uv_summary(text, keep_hints=True)
-            return "fail", "unsatisfiable: " + _conflict(text)
+                return StageState.ERROR, "index refused access: " + _uv_summary(text, keep_hints=True)
+            return StageState.FAIL, "unsatisfiable: " + _conflict(text)
     for pattern in _INFRA_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
-            return "error", "index or network failure: " + _uv_summary(text)
-    return "error", f"uv failed (exit {done.returncode}): " + _uv_summary(text)
+            return StageState.ERROR, "index or network failure: " + _uv_summary(text)
+    return StageState.ERROR, f"uv failed (exit {done.returncode}): " + _uv_summary(text)
 
 
-def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) -> tuple[str, str] | None:
+def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) -> tuple[StageState, str] | None:
     """Why uv found no solution, asked of each pin's index; None when every pin is where it should be.
 
     A pin whose index answers without it is ``fail`` (the first such pins named, with what the index
@@ -180,11 +181,11 @@ def explain_unsatisfiable(plan: InstallPlan, *, timeout: float = PROBE_TIMEOUT) 
                 f"{pin.package} {pin.version} is not on {pin.index.shown}; " + _has(found.versions, pin.version)
             )
     if missing:
-        return "fail", "; ".join(missing)
+        return StageState.FAIL, "; ".join(missing)
     if broken:
         first, *rest = broken.values()
         more = f" (and {len(rest)} more index{'es' if len(rest) > 1 else ''})" if rest else ""
-        return "error", "index failure: " + first + more
+        return StageState.ERROR, "index failure: " + first + more
     return None
 
 
@@ -298,21 +299,18 @@ class InstallPlan:
     shipped: str = ""
     conflicts: tuple[str, ...] | None = None
 
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "argv": self.argv,
-            "files": self.files,
-            "requirements": self.requirements,
-            "overrides": self.overrides,
-            "forced": self.forced,
-        }
-        if self.pre_argv:
-            out["pre_argv"] = self.pre_argv
-        if self.shipped:
-            out["shipped"] = self.shipped
-        if self.conflicts is not None:
-            out["conflicts"] = list(self.conflicts)
-        return out
+    def record(self) -> InstallRecord:
+        """What a cell's result keeps of this install (no credential is in it)."""
+        return InstallRecord(
+            argv=tuple(self.argv),
+            files=dict(self.files),
+            requirements=tuple(self.requirements),
+            overrides=tuple(self.overrides),
+            forced=self.forced,
+            pre_argv=tuple(self.pre_argv),
+            shipped=self.shipped,
+            conflicts=self.conflicts,
+        )
 
     def env(self) -> dict[str, str]:
         """uv's environment for ``argv``: ``uv_env()`` plus each index's credentials, by index name."""

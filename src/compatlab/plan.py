@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from compatlab.errors import LabError
+from compatlab.runs.model import CellState
 
 __all__ = ["Plan", "duration_words", "previous_seconds"]
 
@@ -29,7 +30,7 @@ def previous_seconds(latest: Path) -> dict[str, float]:
         results = load_results(path)
     except LabError:
         return {}
-    return {c.id: c.seconds for c in results.cells if c.state != "n/a" and c.seconds > 0}
+    return {c.id: c.seconds for c in results.cells if c.state != CellState.NA and c.seconds > 0}
 
 
 def duration_words(seconds: float) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import logging
@@ -20,7 +21,7 @@ from compatlab import envs
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError, UsageError
-from compatlab.runs.model import CellResult, StageResult, cell_state
+from compatlab.runs.model import CellResult, CellState, Expectation, StageResult, StageState, cell_state
 from compatlab.runs.store import RunFolder
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
 from compatlab.stages.base import blocked
@@ -32,6 +33,7 @@ __all__ = [
     "STAGE_SECONDS",
     "StageTimeout",
     "cell_venv",
+    "conclude",
     "find_cell",
     "new_run_id",
     "own_venv",
@@ -39,6 +41,7 @@ __all__ = [
     "run_more_stages",
     "run_pipeline",
     "select_stages",
+    "verdict",
 ]
 
 log = logging.getLogger(__name__)
@@ -196,11 +199,20 @@ def run_cell(
     on the way out, and nothing is written for the interrupted cell.
     """
     started, t0 = now_iso(), time.monotonic()
-    expected = {"state": cell.expect, "reason": cell.expect_reason} if cell.expect and cell.na is None else None
-    result = CellResult(id=cell.id, axes=cell.axes, state="n/a", expected=expected, started=started)
+    expected = (
+        Expectation(state=CellState(cell.expect), reason=cell.expect_reason or "")
+        if cell.expect and cell.na is None
+        else None
+    )
     if cell.na is not None:
-        result.reason = cell.na
-        result.finished = now_iso()
+        result = CellResult(
+            id=cell.id,
+            axes=cell.axes,
+            state=CellState.NA,
+            reason=cell.na,
+            started=started,
+            finished=now_iso(),
+        )
         run.write_cell(result)
         return result
     work = run.work_dir(cell.id)
@@ -211,11 +223,10 @@ def run_cell(
             venv=venv,
             python=envs.venv_python(venv),
             work_dir=work,
-            previous=result.stages,
             say=say,
         )
-        run_pipeline(ctx, result, stages, left_out=left_out, progress=progress)
-    result.seconds = round(time.monotonic() - t0, 3)
+        run_pipeline(ctx, stages, left_out=left_out, progress=progress)
+    result = conclude(ctx, expected=expected, started=started, seconds=round(time.monotonic() - t0, 3))
     run.write_cell(result)
     return result
 
@@ -248,12 +259,10 @@ def run_more_stages(
             progress=progress,
             say=say,
         )
-    result = earlier
-    if result.state == "n/a":
-        return result
+    if earlier.state == CellState.NA:
+        return earlier
     t0 = time.monotonic()
     names = {s.name for s in stages}
-    result.stages = [s for s in result.stages if s.name not in names]
     with own_venv(venv_root, run.id, cell) as venv:
         ctx = CellContext(
             matrix=matrix,
@@ -262,77 +271,112 @@ def run_more_stages(
             python=envs.venv_python(venv),
             work_dir=run.work_dir(cell.id),
             site_packages=envs.site_packages(venv),
-            freeze=result.freeze,
-            install=result.install,
-            previous=result.stages,
+            freeze=earlier.freeze,
+            install=earlier.install,
+            previous=tuple(s for s in earlier.stages if s.name not in names),
             say=say,
         )
-        run_pipeline(ctx, result, stages, progress=progress)
-    result.seconds = round(result.seconds + time.monotonic() - t0, 3)
+        run_pipeline(ctx, stages, progress=progress)
+    result = conclude(
+        ctx,
+        expected=earlier.expected,
+        started=earlier.started,
+        seconds=round(earlier.seconds + time.monotonic() - t0, 3),
+        attempts=earlier.attempts,
+    )
     run.write_cell(result)
     return result
 
 
 def run_pipeline(
     ctx: CellContext,
-    result: CellResult,
     stages: tuple[Stage, ...],
     *,
     left_out: tuple[Stage, ...] = (),
     progress: Progress | None = None,
 ) -> None:
-    """The one loop of `nox -s matrix` and `nox -s gpu8_perf`: every stage in order, then the verdict.
+    """The one loop of `nox -s matrix`, `nox -s gpu8_perf` and `compatlab check`: every stage in order,
+    each result added to ``ctx.previous``, where the next stage reads it.
 
     A stage whose needs did not pass is skipped as blocked; a lab failure inside the loop becomes an
     ``error`` stage, and the cell's result is still written.
     """
     try:
         for stage in stages:
-            result.stages.append(_run_stage(stage, ctx))
+            ctx.previous = (*ctx.previous, _run_stage(stage, ctx))
             if progress is not None:
-                progress(result.stages[-1])
+                progress(ctx.previous[-1])
         if left_out:
             # A preflight: the cell is partial, and says which stages it did not run.
             last = stages[-1].name if stages else "nothing"
-            result.stages.extend(
-                StageResult(name=s.name, state="skip", required=True, reason=f"not run: preflight stopped after {last}")
+            ctx.previous += tuple(
+                StageResult(
+                    name=s.name,
+                    state=StageState.SKIP,
+                    required=True,
+                    reason=f"not run: preflight stopped after {last}",
+                )
                 for s in left_out
             )
     except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
         log.exception("cell %s: lab error", ctx.cell.id)
         why = str(exc) if isinstance(exc, LabError) else repr(exc)
-        result.stages.append(StageResult(name="lab", state="error", reason=f"lab error: {why}"))
+        ctx.previous += (StageResult(name="lab", state=StageState.ERROR, reason=f"lab error: {why}"),)
+
+
+def conclude(
+    ctx: CellContext,
+    *,
+    expected: Expectation | None,
+    started: str,
+    seconds: float,
+    attempts: int | None = None,
+    axes: dict[str, str] | None = None,
+) -> CellResult:
+    """The cell's result, built once from its context after its stages ran; *axes* replaces the cell's own
+    (an existing environment's grid shows its axes, not every package it pins)."""
+    stages = ctx.previous
+    state, reason = verdict(stages)
     inst = ctx.stage("install")
     if inst is not None:
-        result.attempts = int(inst.details.get("attempts", 1))
-    result.install = ctx.install
-    result.freeze = ctx.freeze
-    _conclude(result)
-    result.finished = now_iso()
+        attempts = int(inst.details.get("attempts", 1))
+    return CellResult(
+        id=ctx.cell.id,
+        axes=ctx.cell.axes if axes is None else axes,
+        state=state,
+        expected=expected,
+        unexpected=is_unexpected(state, expected),
+        stages=stages,
+        install=ctx.install,
+        freeze=ctx.freeze,
+        started=started,
+        finished=now_iso(),
+        seconds=seconds,
+        attempts=attempts or 1,
+        reason=reason,
+    )
 
 
-def _conclude(result: CellResult) -> None:
-    result.state = cell_state(result.stages)
-    result.reason = ""
-    if result.state == "partial":
-        bad = next((s for s in result.stages if s.state == "skip" and s.required), None)
-    elif result.state in ("fail", "error"):
-        bad = next((s for s in result.stages if s.state == result.state), None)
-    else:
-        bad = None
-    if bad is not None:
-        result.reason = f"{bad.name}: {bad.reason}"
-    result.reason += _disagreement(result.stages)
-    result.unexpected = is_unexpected(result)
+def verdict(stages: tuple[StageResult, ...]) -> tuple[CellState, str]:
+    """The cell's state from its stages, and its reason: the first stage that decided it, and where the static
+    stage's prediction and the import stage's proof differ, that they do."""
+    state = cell_state(stages)
+    bad: StageResult | None = None
+    if state == CellState.PARTIAL:
+        bad = next((s for s in stages if s.state == StageState.SKIP and s.required), None)
+    elif state in (CellState.FAIL, CellState.ERROR):
+        bad = next((s for s in stages if s.state.value == state.value), None)
+    reason = f"{bad.name}: {bad.reason}" if bad is not None else ""
+    return state, reason + _disagreement(stages)
 
 
-def _disagreement(stages: list[StageResult]) -> str:
+def _disagreement(stages: tuple[StageResult, ...]) -> str:
     """The static stage predicts what the import stage proves; when they differ, the reason says so."""
     by_name = {s.name: s for s in stages}
     static, imported = by_name.get("static"), by_name.get("import")
-    if static is None or imported is None or {static.state, imported.state} != {"fail", "pass"}:
+    if static is None or imported is None or {static.state, imported.state} != {StageState.FAIL, StageState.PASS}:
         return ""
-    if static.state == "fail":
+    if static.state == StageState.FAIL:
         return " [import disagrees: every module loaded]"
     return " [static disagrees: it predicted no load failure]"
 
@@ -340,31 +384,29 @@ def _disagreement(stages: list[StageResult]) -> str:
 def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
     skipped = blocked(stage, ctx)
     if skipped is not None:
-        skipped.required = stage.required
-        return skipped
+        return dataclasses.replace(skipped, required=stage.required)
     s0 = time.monotonic()
     try:
         with _deadline(STAGE_SECONDS.get(stage.name, DEFAULT_STAGE_SECONDS), stage.name):
             sr = stage.run(ctx)
     except StageTimeout as exc:  # the question is unanswered: an error, never a verdict on the stack
         log.error("cell %s: %s", ctx.cell.id, exc)
-        sr = StageResult(name=stage.name, state="error", reason=str(exc))
+        sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(exc))
     except Exception as exc:  # a lab bug in one stage must not lose the cell: logged, the cell goes on
         log.exception("stage %s crashed", stage.name)
         why = str(exc) if isinstance(exc, LabError) else repr(exc)
-        sr = StageResult(name=stage.name, state="error", reason=f"lab error: {why}")
+        sr = StageResult(name=stage.name, state=StageState.ERROR, reason=f"lab error: {why}")
     if not sr.seconds:
-        sr.seconds = round(time.monotonic() - s0, 3)
+        sr = dataclasses.replace(sr, seconds=round(time.monotonic() - s0, 3))
     return sr
 
 
-def is_unexpected(result: CellResult) -> bool:
+def is_unexpected(state: CellState, expected: Expectation | None) -> bool:
     """News for the nightly job: a red cell nobody expected, a known-bad cell that passed, or an error."""
-    if result.state == "n/a":
+    if state == CellState.NA:
         return False
-    if result.state == "error":
+    if state == CellState.ERROR:
         return True
-    known_bad = bool(result.expected) and result.expected.get("state") == "fail"  # type: ignore[union-attr]
-    if known_bad:
-        return result.state in ("pass", "partial")
-    return result.state == "fail"
+    if expected is not None and expected.state == CellState.FAIL:
+        return state in (CellState.PASS, CellState.PARTIAL)
+    return state == CellState.FAIL

@@ -15,6 +15,7 @@ from compatlab.check import Environment, check_environment, check_stages, inspec
 from compatlab.cli import main
 from compatlab.errors import ConfigError, UsageError
 from compatlab.incell import fakecuda
+from compatlab.runs.model import CellState, StageState
 from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
 
 LAYERS = '''
@@ -211,7 +212,7 @@ def test_a_build_named_by_path_that_import_leaves_alone_is_a_warning(tmp_path: P
             f"mapping it, though {NAMED}"
         ),
     )
-    assert done.result.state == "partial"
+    assert done.result.state == CellState.PARTIAL
 
 
 @pytest.mark.slow
@@ -219,15 +220,15 @@ def test_a_build_named_by_path_that_import_loads_stays_red(tmp_path: Path) -> No
     env = inspect_environment(_venv(tmp_path, BY_PATH + '_ops = load("vectorised")\n') / "bin" / "python")
     done = check_environment(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
     stages = {s.name: s for s in done.result.stages}
-    assert stages["static"].state == "warn"  # static cannot tell; the import stage can
-    assert stages["import"].state == "fail"
+    assert stages["static"].state == StageState.WARN  # static cannot tell; the import stage can
+    assert stages["import"].state == StageState.FAIL
     assert stages["import"].details["failures"] == [
         f"{OPT}: missing shared library libabsent.so.1",
         "optpkg: missing shared library libabsent.so.1",
     ]
     entry = next(m for m in stages["import"].details["modules"] if m["module"] == OPT)
     assert entry["needed_why"] == "`import optpkg` did not load, so it may need it"
-    assert done.result.state == "fail"
+    assert done.result.state == CellState.FAIL
 
 
 # Like opencv's cv2.abi3.so: its init refuses any name but the one cv2/__init__.py loads it under, so it fails
@@ -276,7 +277,7 @@ def test_a_module_only_its_package_can_load_counts_as_loaded(tmp_path: Path) -> 
         f"by `import optpkg`, which maps it; loaded alone, optpkg/_native{EXT_SUFFIX}: ImportError: optpkg's "
         "native part loads only as _native, not optpkg._native"
     )
-    assert stages["import"].state == "warn"  # for _opt, which only layers.fast_path() imports
+    assert stages["import"].state == StageState.WARN  # for _opt, which only layers.fast_path() imports
     assert stages["import"].reason.startswith(f"{OPT}: missing shared library libabsent.so.1; ")
 
 

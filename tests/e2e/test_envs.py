@@ -96,7 +96,7 @@ def test_the_plan_writes_no_credential_and_hands_them_to_uv_by_index_name(
         "--default-index",
         f"default={url}/priv/simple/",
     ]
-    written = json.dumps(plan.to_json()) + repr(plan)
+    written = json.dumps(plan.record().to_json()) + repr(plan)
     assert PASSWORD not in written
     assert QUOTED not in written
     env = plan.env()

@@ -20,7 +20,7 @@ from compatlab import envs
 from compatlab.cells import Cell, expand
 from compatlab.cli.lock import resolve, write_lock
 from compatlab.config.matrix import Matrix, load_matrix
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.pins import run_pins_stage
 from compatlab.stages.runtime import blame_broken_pins
@@ -130,11 +130,11 @@ def test_an_sglang_cell_is_forced_its_axis_pins_win_and_torch_still_comes_from_i
     assert plan.overrides == ["torch==2.15.0", "sglang-kernel==0.4.10", "flashinfer-python==0.7.2", "sglang==0.5.23"]
     # uv drops a package's own index once an override names it: torch is installed from it first.
     assert plan.pre_argv[1:5] == ["pip", "install", "--no-deps", "--python"]
-    assert plan.to_json()["conflicts"] == [
+    assert plan.record().to_json()["conflicts"] == [
         "sglang-kernel 0.4.10 pins torch==2.14.1",
         "sglang 0.5.23 pins torch==2.14.1",
     ]
-    assert plan.to_json()["forced"] is True
+    assert plan.record().to_json()["forced"] is True
     assert {k: frozen[k] for k in ("torch", "sglang", "sglang-kernel", "flashinfer-python")} == {
         "torch": "2.15.0",
         "sglang": "0.5.23",
@@ -185,7 +185,7 @@ def test_a_forced_cell_lists_the_pins_its_installed_set_breaks_and_a_failing_mod
     why = "sgl_kernel/common_ops.abi3.so: undefined symbol c10::cuda::foo(unsigned int)"
     failed = StageResult(
         name="import",
-        state="fail",
+        state=StageState.FAIL,
         reason=why + " (and 1 more)",
         details={
             "modules": [

@@ -14,7 +14,7 @@ from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.proc import run
 from compatlab.runs import store
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import CellState, StageResult, StageState
 from compatlab.stages import CellContext, Stage
 from fixtures.hostile import hard_deadline
 
@@ -42,14 +42,14 @@ def test_a_stage_past_its_deadline_is_an_error_and_the_cell_goes_on(
 
     def blocked_open(ctx: CellContext) -> StageResult:
         with fifo.open("rb"):  # no writer ever comes
-            return StageResult(name="fifo", state="pass")
+            return StageResult(name="fifo", state=StageState.PASS)
 
     def hung_child(ctx: CellContext) -> StageResult:
         run(["sleep", "60"], timeout=600)
-        return StageResult(name="sleep", state="pass")
+        return StageResult(name="sleep", state=StageState.PASS)
 
     def fine(ctx: CellContext) -> StageResult:
-        return StageResult(name="after", state="pass")
+        return StageResult(name="after", state=StageState.PASS)
 
     stages = (
         Stage(name="spin", run=spin),
@@ -70,4 +70,4 @@ def test_a_stage_past_its_deadline_is_an_error_and_the_cell_goes_on(
         ("sleep", "error", "the sleep stage ran past its 0.5 s deadline"),
         ("after", "pass", ""),
     ]
-    assert result.state == "error"
+    assert result.state == CellState.ERROR

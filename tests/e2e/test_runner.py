@@ -11,7 +11,7 @@ from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.runner import cell_venv, own_venv, run_cell
 from compatlab.runs import store
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages import PIPELINE, CellContext, Stage
 
 MATRIX = {
@@ -66,7 +66,7 @@ def test_install_is_the_first_stage_and_a_red_install_blocks_the_rest_in_one_spe
     cell = expand(matrix)[0]
 
     def broken_install(ctx: CellContext) -> StageResult:
-        return StageResult(name="install", state="fail", reason="no matching distribution")
+        return StageResult(name="install", state=StageState.FAIL, reason="no matching distribution")
 
     def never(ctx: CellContext) -> StageResult:
         raise AssertionError("a blocked stage ran")

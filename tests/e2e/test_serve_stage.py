@@ -19,6 +19,7 @@ import pytest
 
 from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
+from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.perf.server import group_members, port_is_free
 from compatlab.stages.serve.stage import run_serve_stage
@@ -62,7 +63,7 @@ def _context(tmp_path: Path, venv: Path, *, timeout: float = 60) -> CellContext:
 def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STANDIN_SGLANG_FAULT", raising=False)
     stage = run_serve_stage(_context(tmp_path, gpu_venv))
-    assert stage.state == "pass", stage.reason
+    assert stage.state == StageState.PASS, stage.reason
     assert stage.reason.startswith("SGLang 0.5.17 serves LlamaForCausalLM (4 layers, tp 1, dummy weights): baseline ")
     details = stage.details
     assert details["notes"] == ["the target has 8 GPUs, this machine 1: served with --tp-size 1"]
@@ -135,7 +136,7 @@ def test_a_server_that_never_becomes_healthy_is_an_error(
 ) -> None:
     monkeypatch.setenv("STANDIN_SGLANG_FAULT", "never-healthy")
     stage = run_serve_stage(_context(tmp_path, gpu_venv, timeout=2))
-    assert stage.state == "error"
+    assert stage.state == StageState.ERROR
     assert stage.reason.startswith("baseline server did not become healthy within 2 s (/health_generate on port ")
     assert "its log's last line: " in stage.reason
     assert list(stage.details["servers"]) == ["baseline"]

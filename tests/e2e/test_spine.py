@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from compatlab.runs.model import StageState
 from fixtures.labutil import closed_port, nox, uv_dir
 from fixtures.matrices import EXPECTED_ONLY
 
@@ -341,22 +342,22 @@ def test_adding_pytest_must_not_change_the_stack(tmp_path: Path, index_url: str)
 
 
 def test_static_and_import_disagreeing_is_said_in_the_reason() -> None:
-    from compatlab.runner import _conclude
-    from compatlab.runs.model import CellResult, StageResult
+    from compatlab.runner import verdict
+    from compatlab.runs.model import StageResult
 
-    def cell(static: str, imported: str, why: str) -> CellResult:
-        result = CellResult(
-            id="c",
-            axes={},
-            state="n/a",
-            stages=[
-                StageResult(name="install", state="pass"),
-                StageResult(name="static", state=static, reason=why if static == "fail" else ""),
-                StageResult(name="import", state=imported, reason=why if imported == "fail" else ""),
-            ],
+    class Cell:
+        def __init__(self, reason: str) -> None:
+            self.reason = reason
+
+    def cell(static: str, imported: str, why: str) -> Cell:
+        stages = (
+            StageResult(name="install", state=StageState.PASS),
+            StageResult(name="static", state=StageState(StageState(static)), reason=why if static == "fail" else ""),
+            StageResult(
+                name="import", state=StageState(StageState(imported)), reason=why if imported == "fail" else ""
+            ),
         )
-        _conclude(result)
-        return result
+        return Cell(verdict(stages)[1])
 
     assert (
         cell("fail", "pass", "x.so needs f(int)").reason

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.plan import Plan, duration_words, previous_seconds
-from compatlab.runs.model import CellResult, Results, RunInfo
+from compatlab.runs.model import CellResult, CellState, Results, RunInfo
 
 NOW = dt.datetime(2026, 12, 3, 17, 0, 0, tzinfo=dt.UTC)
 
@@ -53,9 +53,9 @@ def test_the_start_line_sums_what_was_timed_and_says_what_was_not() -> None:
 def test_the_previous_seconds_are_those_of_cells_that_ran(tmp_path: Path) -> None:
     assert previous_seconds(tmp_path) == {}
     cells = (
-        CellResult(id="a", axes={}, state="pass", seconds=12.5),
-        CellResult(id="b", axes={}, state="n/a"),
-        CellResult(id="c", axes={}, state="error", seconds=3.0),
+        CellResult(id="a", axes={}, state=CellState.PASS, seconds=12.5),
+        CellResult(id="b", axes={}, state=CellState.NA),
+        CellResult(id="c", axes={}, state=CellState.ERROR, seconds=3.0),
     )
     (tmp_path / "results.json").write_text(json.dumps(Results(run=RunInfo(id="r0"), cells=cells).to_json()))
     assert previous_seconds(tmp_path) == {"a": 12.5, "c": 3.0}

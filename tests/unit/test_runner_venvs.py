@@ -13,7 +13,7 @@ from compatlab.cells import expand
 from compatlab.cli.matrix import end_line
 from compatlab.config.matrix import parse_matrix
 from compatlab.runner import TRASH, cell_venv, own_venv
-from compatlab.runs.model import CellResult, StageResult
+from compatlab.runs.model import CellResult, CellState, StageResult, StageState
 
 MATRIX = {"axes": {"torch": ["2.9.1"], "sgl-kernel": ["0.3.21"], "flashinfer": ["0.6.4"], "cuda": ["12.8"]}}
 
@@ -45,12 +45,12 @@ def test_the_end_line_says_what_the_cell_spent_outside_its_stages() -> None:
     result = CellResult(
         id="c",
         axes={},
-        state="partial",
+        state=CellState.PARTIAL,
         seconds=60.04,
         reason="cuda: no NVIDIA driver",
-        stages=[
-            StageResult(name="install", state="pass", seconds=30.0),
-            StageResult(name="import", state="pass", seconds=17.5),
-        ],
+        stages=(
+            StageResult(name="install", state=StageState.PASS, seconds=30.0),
+            StageResult(name="import", state=StageState.PASS, seconds=17.5),
+        ),
     )
     assert end_line(result) == "[compatlab] end   c: PARTIAL in 60.0 s (12.5 s outside stages) — cuda: no NVIDIA driver"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compatlab.cli.runs import summary_table
-from compatlab.runs.model import CellResult, Results, RunInfo
+from compatlab.runs.model import CellResult, CellState, Results, RunInfo
 
 BUILT_FOR_13 = "torch 2.9.1+cu130 is built for CUDA 13.0, this column is CUDA 12.8"
 BUILT_FOR_12 = "torch 2.9.1+cu128 is built for CUDA 12.8, this column is CUDA 13.0"
@@ -11,13 +11,13 @@ BUILT_FOR_12 = "torch 2.9.1+cu128 is built for CUDA 12.8, this column is CUDA 13
 
 def test_not_applicable_cells_are_one_line_per_reason() -> None:
     def na(cid: str, why: str) -> CellResult:
-        return CellResult(id=cid, axes={}, state="n/a", reason=why)
+        return CellResult(id=cid, axes={}, state=CellState.NA, reason=why)
 
     cells = (
         CellResult(
             id="torch2.9.1+cu130-cuda13.0",
             axes={},
-            state="partial",
+            state=CellState.PARTIAL,
             seconds=12.34,
             reason="cuda: no NVIDIA driver on this machine (no libcuda.so.1)",
         ),

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compatlab.runs.model import CellState, StageState
+
 __all__ = ["configure_parser", "execute"]
 
 DEFAULT_OUT = "reports/check"
@@ -151,7 +153,7 @@ def _execute(args: argparse.Namespace) -> int:
         serve=serve,
         say=None if args.quiet else _say,
     )
-    shown = [r for r in done.packages if r.state != "pass"]
+    shown = [r for r in done.packages if r.state != StageState.PASS]
     if shown:
         print(f"packages ({len(done.packages)} checked, {len(shown)} not clean):")
         for row in shown:
@@ -162,4 +164,4 @@ def _execute(args: argparse.Namespace) -> int:
     why = f" — {result.reason}" if result.reason else ""
     print(f"verdict {result.id}: {result.state} in {result.seconds:.1f} s{why}")
     print(f"reports: {out / 'index.html'}, {out / 'packages.md'}")
-    return 1 if result.state in ("fail", "error") else 0
+    return 1 if result.state in (CellState.FAIL, CellState.ERROR) else 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from compatlab.errors import UsageError
 from compatlab.runs import store
+from compatlab.runs.model import CellState, StageState
 
 if TYPE_CHECKING:
     from compatlab.config.matrix import Matrix
@@ -64,13 +65,13 @@ def end_line(result: object) -> str:
     assert isinstance(result, CellResult)
     verdict = result.state.upper()
     if result.expected:
-        verdict += " (known)" if result.state == "fail" else " (expected fail!)"
+        verdict += " (known)" if result.state == CellState.FAIL else " (expected fail!)"
     elif result.unexpected:
         verdict += " (unexpected)"
     why = f" — {result.reason}" if result.reason else ""
     # What the cell spent outside its stages: taking its venv, setting older ones aside, waiting for their removal.
     outside = max(0.0, result.seconds - sum(s.seconds for s in result.stages))
-    took = f"{result.seconds:.1f} s" + (f" ({outside:.1f} s outside stages)" if result.state != "n/a" else "")
+    took = f"{result.seconds:.1f} s" + (f" ({outside:.1f} s outside stages)" if result.state != CellState.NA else "")
     return f"[compatlab] end   {result.id}: {verdict} in {took}{why}"
 
 
@@ -80,7 +81,7 @@ def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | N
         return None
 
     def say(stage: StageResult) -> None:
-        why = f" — {stage.reason}" if stage.reason and stage.state != "pass" else ""
+        why = f" — {stage.reason}" if stage.reason and stage.state != StageState.PASS else ""
         print(
             f"[compatlab] {cell_id}: {stage.name} {stage.state} {stage.seconds:.1f} s{why[:160]}",
             file=sys.stderr,

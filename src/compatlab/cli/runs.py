@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from compatlab.cli.matrix import matrix_path
 from compatlab.errors import LabError
 from compatlab.runs import store
+from compatlab.runs.model import CellState
 
 if TYPE_CHECKING:
     from compatlab.runs.model import Results
@@ -28,7 +29,7 @@ def summary_table(results: Results) -> tuple[str, int]:
     unexpected = 0
     not_applicable: dict[str, list[str]] = {}  # reason -> cells: the matrix's rules, one line each
     for c in results.cells:
-        if c.state == "n/a":
+        if c.state == CellState.NA:
             not_applicable.setdefault(c.reason, []).append(c.id)
             continue
         state = c.state + (" (known)" if c.expected else "") + (" !" if c.unexpected or c.unreadable else "")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.errors import ConfigError, UsageError
+from compatlab.runs.model import StageState
 
 __all__ = ["configure_parser"]
 
@@ -34,7 +35,7 @@ def _cmd_static(args: argparse.Namespace) -> int:
     else:
         for line in format_report(report, args.verbose):
             print(line)
-    return 1 if report.state == "fail" else 0
+    return 1 if report.state == StageState.FAIL else 0
 
 
 def _cmd_runtime(args: argparse.Namespace) -> int:
@@ -59,7 +60,7 @@ def _cmd_runtime(args: argparse.Namespace) -> int:
     started = time.monotonic()
     for name in args.stage or ["import", "cuda"]:
         result = stages[name].run(ctx)
-        ctx.previous.append(result)
+        ctx.previous += (result,)
         why = f" — {result.reason}" if result.reason else ""
         print(f"{name}: {result.state} ({result.seconds:.1f} s){why}", flush=True)
         # Written after every stage, so a run cut short still leaves what it found.
@@ -67,9 +68,9 @@ def _cmd_runtime(args: argparse.Namespace) -> int:
             id=ctx.cell.id,
             axes=ctx.cell.axes,
             state=cell_state(ctx.previous),
-            stages=list(ctx.previous),
+            stages=ctx.previous,
             seconds=time.monotonic() - started,
-            reason=next((s.reason for s in ctx.previous if s.state in ("fail", "error")), ""),
+            reason=next((s.reason for s in ctx.previous if s.state in (StageState.FAIL, StageState.ERROR)), ""),
         )
         write_json_atomic(args.out / "results.json", cell.to_json())
     print(f"cell {cell.id}: {cell.state}")
@@ -115,7 +116,7 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
         )
     for line in report_lines(report):
         print(line)
-    return 0 if report.state == "pass" else 1
+    return 0 if report.state == StageState.PASS else 1
 
 
 def _cmd_perf(args: argparse.Namespace) -> int:

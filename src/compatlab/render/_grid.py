@@ -14,7 +14,7 @@ from typing import Any
 
 from compatlab.errors import ConfigError
 from compatlab.runs import store
-from compatlab.runs.model import CELL_STATES, CellResult, Results, ShapeError, StageResult
+from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, ShapeError, StageResult
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def layout(run: Run) -> list[Table]:
 
 def is_known(cell: CellResult) -> bool:
     """A failure the matrix expected (``expect = "fail"``): red, but not news."""
-    return bool(cell.expected) and not cell.unexpected and (cell.expected or {}).get("state") == cell.state
+    return cell.expected is not None and not cell.unexpected and cell.expected.state == cell.state
 
 
 def label(axes: Mapping[str, str]) -> str:
@@ -222,8 +222,8 @@ def reason(cell: CellResult) -> str:
         return stage.reason
     if cell.reason:
         return cell.reason
-    if cell.expected and cell.state != "pass":
-        return str(cell.expected.get("reason", ""))
+    if cell.expected is not None and cell.state != CellState.PASS:
+        return cell.expected.reason
     return ""
 
 
@@ -272,12 +272,9 @@ def install_command(cell: CellResult) -> str | None:
     with their own index are installed first)."""
     import shlex
 
-    parts = [
-        shlex.join(str(a) for a in argv)
-        for key in ("pre_argv", "argv")
-        if isinstance(argv := cell.install.get(key), list) and argv
-    ]
-    return " && ".join(parts) if parts and isinstance(cell.install.get("argv"), list) else None
+    if cell.install is None or not cell.install.argv:
+        return None
+    return " && ".join(shlex.join(argv) for argv in (cell.install.pre_argv, cell.install.argv) if argv)
 
 
 def join_nonempty(parts: Iterable[str], sep: str = " · ") -> str:

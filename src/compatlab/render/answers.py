@@ -71,10 +71,9 @@ def portable_command(cell: CellResult) -> str | None:
     from their own index say so in the cell's install spec. Else the install as the cell ran it."""
     import shlex
 
-    requirements = [r for r in cell.install.get("requirements") or [] if isinstance(r, str)]
-    if not requirements:
+    if cell.install is None or not cell.install.requirements:
         return install_command(cell)
-    overrides = [r for r in cell.install.get("overrides") or [] if isinstance(r, str)]
+    requirements, overrides = cell.install.requirements, cell.install.overrides
     command = shlex.join(["uv", "pip", "install", *requirements])
     if overrides:
         command = (
@@ -85,22 +84,19 @@ def portable_command(cell: CellResult) -> str | None:
 
 def shipped(cell: CellResult) -> str:
     """The release whose own pinned stack this cell is (``sglang 0.5.23``), or ''."""
-    value = cell.install.get("shipped")
-    return value if isinstance(value, str) else ""
+    return cell.install.shipped if cell.install is not None else ""
 
 
 def is_forced(cell: CellResult) -> bool:
     """Installed with its axis pins as overrides, against a pin of its own releases (or pins unknown)."""
-    if cell.install.get("forced") is not True:
+    if cell.install is None or not cell.install.forced:
         return False
-    broken = cell.install.get("conflicts")
-    return broken is None or (isinstance(broken, list) and bool(broken))
+    return cell.install.conflicts is None or bool(cell.install.conflicts)
 
 
 def forced_marks(cell: CellResult) -> list[str]:
     """The pins a forced cell broke, for a tooltip: ``sglang 0.5.23 pins torch==2.14.1``."""
-    broken = cell.install.get("conflicts")
-    return [str(b) for b in broken] if isinstance(broken, list) else []
+    return list(cell.install.conflicts or ()) if cell.install is not None else []
 
 
 def _version(text: str) -> tuple[int, Version | str]:

@@ -163,8 +163,8 @@ def _stage_details(stage: StageResult) -> str:
 def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequence[float]]) -> str:
     parts = [f'<p><b>{_e(label(cell.axes))}</b></p><p class="muted">cell <code>{_e(cell.id)}</code></p>']
     if cell.expected:
-        what = f"expected {cell.expected.get('state', '?')}"
-        why = cell.expected.get("reason", "")
+        what = f"expected {cell.expected.state}"
+        why = cell.expected.reason
         tag = " — <b>unexpected</b>: the result differs" if cell.unexpected else ""
         parts.append(f"<p>{_e(what)}{': ' + _e(why) if why else ''}{tag}</p>")
     elif cell.unexpected:
@@ -188,11 +188,11 @@ def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequenc
         parts += [_stage_details(s) for s in cell.stages]
     parts.append(_figs_table(cell, series))
     cmd = install_command(cell)
-    if cmd or cell.install:
+    if cmd or cell.install is not None:
         parts.append("<h4>Install</h4>")
         if cmd:
             parts.append(f"<pre>{_e(cmd)}</pre>")
-        rest = {k: v for k, v in cell.install.items() if k != "argv"}
+        rest = {k: v for k, v in (cell.install.to_json() if cell.install else {}).items() if k != "argv"}
         if rest:
             rows = "".join(f"<dt>{_e(k)}</dt><dd>{_value(v)}</dd>" for k, v in rest.items())
             parts.append(f'<dl class="details">{rows}</dl>')

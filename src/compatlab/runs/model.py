@@ -35,6 +35,8 @@ __all__ = [
     "UNREADABLE",
     "CellResult",
     "CellState",
+    "Expectation",
+    "InstallRecord",
     "Results",
     "RunInfo",
     "ShapeError",
@@ -192,12 +194,12 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-@dataclasses.dataclass(kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class StageResult:
-    """One stage of one cell. ``state`` takes a StageState or its string value and holds the StageState."""
+    """One stage of one cell, built once by its stage (``dataclasses.replace`` makes a changed copy)."""
 
     name: str
-    state: str
+    state: StageState
     reason: str = ""
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
@@ -205,10 +207,24 @@ class StageResult:
     required: bool = True
 
     def __post_init__(self) -> None:
-        self.state = StageState(self.state)
+        # A state read from a suite's or a rank's JSON arrives as its string; it is held as the enum, and a
+        # value outside it is refused here rather than written into a result.
+        object.__setattr__(self, "state", StageState(self.state))
+
+    @property
+    def ok(self) -> bool:
+        """Passed, with or without something worth reading."""
+        return self.state in (StageState.PASS, StageState.WARN)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "reason": self.reason,
+            "details": self.details,
+            "seconds": self.seconds,
+            "required": self.required,
+        }
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> StageResult:
@@ -227,12 +243,105 @@ class StageResult:
             return None
         return cls(
             name=sh.text("name"),
-            state=sh.choice("state", STAGE_STATES),
+            state=StageState(sh.choice("state", STAGE_STATES)),
             reason=sh.text("reason"),
             details=sh.table("details"),
             seconds=sh.number("seconds"),
             required=sh.flag("required", True),
         )
+
+
+INSTALL_KEYS = (
+    "argv",
+    "files",
+    "requirements",
+    "overrides",
+    "forced",
+    "pre_argv",
+    "shipped",
+    "conflicts",
+    "existing",
+    "python",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class InstallRecord:
+    """What the install stage ran for a cell, credentials never among it (see envs.InstallPlan).
+
+    ``argv`` and ``pre_argv`` (a forced cell's first install) are the commands; ``files`` the spec files
+    written beside the venv, by name; ``requirements`` and ``overrides`` the pins; ``forced`` whether the
+    cell was installed against its packages' own pins; ``shipped`` the shipped stack a forced cell departs
+    from; ``conflicts`` what uv said the pins conflict on (None: not asked). An existing environment
+    (``compatlab check``) installs nothing: ``existing`` is its prefix and ``python`` its interpreter.
+    """
+
+    argv: tuple[str, ...] = ()
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    requirements: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    forced: bool = False
+    pre_argv: tuple[str, ...] = ()
+    shipped: str = ""
+    conflicts: tuple[str, ...] | None = None
+    existing: str = ""
+    python: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        if self.existing:
+            return {"existing": self.existing, "python": self.python}
+        out: dict[str, Any] = {
+            "argv": list(self.argv),
+            "files": dict(self.files),
+            "requirements": list(self.requirements),
+            "overrides": list(self.overrides),
+            "forced": self.forced,
+        }
+        if self.pre_argv:
+            out["pre_argv"] = list(self.pre_argv)
+        if self.shipped:
+            out["shipped"] = self.shipped
+        if self.conflicts is not None:
+            out["conflicts"] = list(self.conflicts)
+        return out
+
+    @classmethod
+    def from_json(cls, data: object, *, where: str = "") -> InstallRecord:
+        problems: list[str] = []
+        record = cls._read(data, where, problems)
+        if problems or record is None:
+            raise ShapeError(problems)
+        return record
+
+    @classmethod
+    def _read(cls, data: object, where: str, problems: list[str]) -> InstallRecord | None:
+        sh = _Shape(data, where, problems, required=(), optional=INSTALL_KEYS)
+        if not sh.ok:
+            return None
+        conflicts = tuple(sh.strings("conflicts")) if sh.data.get("conflicts") is not None else None
+        return cls(
+            argv=tuple(sh.strings("argv")),
+            files=sh.string_table("files"),
+            requirements=tuple(sh.strings("requirements")),
+            overrides=tuple(sh.strings("overrides")),
+            forced=sh.flag("forced", False),
+            pre_argv=tuple(sh.strings("pre_argv")),
+            shipped=sh.text("shipped"),
+            conflicts=conflicts,
+            existing=sh.text("existing"),
+            python=sh.text("python"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Expectation:
+    """A known-bad (or known-good) cell's expected verdict, from matrix.toml's ``[[expect]]``."""
+
+    state: CellState
+    reason: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"state": self.state.value, "reason": self.reason}
 
 
 def cell_state(stages: Iterable[StageResult]) -> CellState:
@@ -252,21 +361,18 @@ def cell_state(stages: Iterable[StageResult]) -> CellState:
     return CellState.PASS
 
 
-@dataclasses.dataclass(kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class CellResult:
-    """One combination's verdict with everything needed to explain it.
-
-    Mutable while its cell runs (the runner appends stages); ``state`` holds a CellState.
-    """
+    """One combination's verdict with everything needed to explain it, built once when its cell ends."""
 
     id: str
     axes: dict[str, str]
-    state: str
-    expected: dict[str, str] | None = None  # {"state": "fail", "reason": ...} for known-bad cells
+    state: CellState
+    expected: Expectation | None = None  # a known-bad cell's expected verdict
     unexpected: bool = False
-    stages: list[StageResult] = dataclasses.field(default_factory=list)
-    install: dict[str, Any] = dataclasses.field(default_factory=dict)  # argv, index, overrides
-    freeze: list[str] = dataclasses.field(default_factory=list)
+    stages: tuple[StageResult, ...] = ()
+    install: InstallRecord | None = None  # None: nothing was installed (an n/a cell, an existing environment)
+    freeze: tuple[str, ...] = ()
     started: str = ""
     finished: str = ""
     seconds: float = 0.0
@@ -276,18 +382,35 @@ class CellResult:
     run: str = ""
 
     def __post_init__(self) -> None:
-        self.state = CellState(self.state)
+        object.__setattr__(self, "state", CellState(self.state))
 
     @property
     def unreadable(self) -> bool:
         """The store could not read this cell's file: the question is unanswered, and the run says so."""
         return self.state == CellState.ERROR and self.reason.startswith(UNREADABLE)
 
+    def stage(self, name: str) -> StageResult | None:
+        """This cell's result of the stage *name*, if it ran."""
+        return next((s for s in self.stages if s.name == name), None)
+
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["stages"] = [s.to_json() for s in self.stages]
-        if not self.run:
-            del data["run"]  # the run of the file it is in
+        data: dict[str, Any] = {
+            "id": self.id,
+            "axes": dict(self.axes),
+            "state": self.state.value,
+            "expected": self.expected.to_json() if self.expected is not None else None,
+            "unexpected": self.unexpected,
+            "stages": [s.to_json() for s in self.stages],
+            "install": self.install.to_json() if self.install is not None else {},
+            "freeze": list(self.freeze),
+            "started": self.started,
+            "finished": self.finished,
+            "seconds": self.seconds,
+            "attempts": self.attempts,
+            "reason": self.reason,
+        }
+        if self.run:  # otherwise the run of the file it is in
+            data["run"] = self.run
         return data
 
     @classmethod
@@ -324,7 +447,11 @@ class CellResult:
         cell_id = sh.text("id")
         if sh.has("id") and not cell_id:
             sh.say("id", "expected a cell id, got ''")
-        expected = sh.string_table("expected") if sh.data.get("expected") is not None else None
+        expected: Expectation | None = None
+        if sh.data.get("expected") is not None:
+            ex = _Shape(sh.data["expected"], sh.path("expected"), problems, required=("state",), optional=("reason",))
+            if ex.ok:
+                expected = Expectation(state=CellState(ex.choice("state", CELL_STATES)), reason=ex.text("reason"))
         raw_stages = sh.data.get("stages", [])
         stages: list[StageResult] = []
         if isinstance(raw_stages, list):
@@ -334,15 +461,18 @@ class CellResult:
                     stages.append(stage)
         else:
             sh.say("stages", f"expected a list of stages, got {_show(raw_stages)}")
+        install = (
+            InstallRecord._read(sh.data["install"], sh.path("install"), problems) if sh.data.get("install") else None
+        )
         return cls(
             id=cell_id,
             axes=sh.string_table("axes"),
-            state=sh.choice("state", CELL_STATES),
+            state=CellState(sh.choice("state", CELL_STATES)),
             expected=expected,
             unexpected=sh.flag("unexpected", False),
-            stages=stages,
-            install=sh.table("install"),
-            freeze=sh.strings("freeze"),
+            stages=tuple(stages),
+            install=install,
+            freeze=tuple(sh.strings("freeze")),
             started=sh.text("started"),
             finished=sh.text("finished"),
             seconds=sh.number("seconds"),

@@ -67,6 +67,7 @@ from compatlab.runs.model import (
     UNREADABLE,
     CellResult,
     CellState,
+    Expectation,
     Results,
     RunInfo,
     ShapeError,
@@ -252,9 +253,15 @@ def _read_cell_file(path: Path) -> CellResult:
     return cell
 
 
+def _expectation(cell: Cell | None) -> Expectation | None:
+    if cell is None or not cell.expect:
+        return None
+    return Expectation(state=CellState(cell.expect), reason=cell.expect_reason or "")
+
+
 def _error_cell(cell_id: str, path: Path, why: str, planned: Mapping[str, Cell]) -> CellResult:
     cell = planned.get(cell_id)
-    expected = {"state": cell.expect, "reason": cell.expect_reason} if cell and cell.expect else None
+    expected = _expectation(cell)
     return CellResult(
         id=cell_id,
         axes=dict(cell.axes) if cell else {},
@@ -432,7 +439,7 @@ class RunFolder:
         # An n/a cell is a fact of the matrix, not of a run: no process is started for it, it is written here.
         have = {c.id for c in found}
         found += [
-            CellResult(id=c.id, axes=c.axes, state="n/a", reason=c.na)
+            CellResult(id=c.id, axes=c.axes, state=CellState.NA, reason=c.na)
             for c in cells
             if c.na is not None and c.id not in have
         ]
@@ -694,7 +701,7 @@ def merge_runs(
                         unexpected=True,
                         finished=now_iso(),
                         reason="missing: no shard produced a result for this cell (lost runner or interrupted shard)",
-                        expected={"state": cell.expect, "reason": cell.expect_reason} if cell.expect else None,
+                        expected=_expectation(cell),
                     )
                 )
         results.extend(chosen.values())  # cells the matrix no longer plans: shown, not dropped

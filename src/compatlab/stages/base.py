@@ -16,11 +16,10 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import InstallRecord, StageResult, StageState
 
 __all__ = ["CellContext", "Stage", "blocked", "cell_env", "incell_path"]
 
@@ -42,9 +41,9 @@ class CellContext:
     python: Path
     work_dir: Path
     site_packages: Path | None = None
-    freeze: list[str] = dataclasses.field(default_factory=list)
-    install: dict[str, Any] = dataclasses.field(default_factory=dict)
-    previous: list[StageResult] = dataclasses.field(default_factory=list)
+    freeze: tuple[str, ...] = ()
+    install: InstallRecord | None = None
+    previous: tuple[StageResult, ...] = ()
     # Where a long stage says how far it is (a line at a time, for people); None: quiet.
     say: Callable[[str], None] | None = None
 
@@ -79,12 +78,12 @@ def blocked(stage: Stage, ctx: CellContext) -> StageResult | None:
         prior = ctx.stage(name)
         if prior is None:
             missing.append(f"{name} did not run")
-        elif prior.state not in ("pass", "warn"):
+        elif prior.state not in (StageState.PASS, StageState.WARN):
             word = {"fail": "failed", "error": "errored", "skip": "was skipped"}.get(prior.state, prior.state)
             missing.append(f"{name} {word}")
     if not missing:
         return None
-    return StageResult(name=stage.name, state="skip", reason="blocked: " + ", ".join(missing))
+    return StageResult(name=stage.name, state=StageState.SKIP, reason="blocked: " + ", ".join(missing))
 
 
 def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

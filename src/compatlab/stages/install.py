@@ -9,13 +9,14 @@ never mistaken for the cell's stack.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from compatlab import envs
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import InstallRecord, StageResult, StageState
 from compatlab.stages.base import CellContext
 
 __all__ = ["COMPLETE", "is_complete", "run_install_stage"]
@@ -30,7 +31,7 @@ def is_complete(venv: Path) -> bool:
     return (venv / COMPLETE).is_file() and envs.venv_python(venv).exists()
 
 
-def _attempt(ctx: CellContext) -> tuple[StageResult, dict[str, Any]]:
+def _attempt(ctx: CellContext) -> tuple[StageResult, InstallRecord]:
     start = time.monotonic()
     python = envs.cell_interpreter(ctx.matrix, ctx.cell)
     made = envs.create_venv(ctx.venv, python=python)
@@ -39,18 +40,18 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, dict[str, Any]]:
         return (
             StageResult(
                 name="install",
-                state="error",
+                state=StageState.ERROR,
                 reason=why,
                 details={"argv": made.argv, "stderr": made.stderr[-4000:]},
                 seconds=time.monotonic() - start,
             ),
-            {"argv": made.argv},
+            InstallRecord(argv=tuple(made.argv)),
         )
     spec_dir = ctx.work_dir / "spec"
     plan = envs.install_plan(ctx.matrix, ctx.cell, python=ctx.python, spec_dir=spec_dir)
     envs.write_plan_files(plan, spec_dir)
     done = envs.run_install(plan, timeout=ctx.matrix.install.timeout)
-    record = plan.to_json()
+    record = plan.record()
     details: dict[str, Any] = {
         "argv": plan.argv,
         "stdout": done.stdout[-4000:],
@@ -62,7 +63,7 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, dict[str, Any]]:
         return StageResult(
             name="install", state=state, reason=why, details=details, seconds=time.monotonic() - start
         ), record
-    return StageResult(name="install", state="pass", details=details, seconds=time.monotonic() - start), record
+    return StageResult(name="install", state=StageState.PASS, details=details, seconds=time.monotonic() - start), record
 
 
 def run_install_stage(ctx: CellContext) -> StageResult:
@@ -73,15 +74,16 @@ def run_install_stage(ctx: CellContext) -> StageResult:
     while True:
         attempts += 1
         result, record = _attempt(ctx)
-        if result.state != "error" or attempts > ctx.matrix.install.retries:
+        if result.state != StageState.ERROR or attempts > ctx.matrix.install.retries:
             break
         log.warning("%s: install errored (%s); retrying", ctx.cell.id, result.reason)
-    result.details["attempts"] = attempts
-    result.seconds = round(time.monotonic() - start, 3)
+    result = dataclasses.replace(
+        result, details={**result.details, "attempts": attempts}, seconds=round(time.monotonic() - start, 3)
+    )
     ctx.install = record
-    if result.state == "pass":
+    if result.state == StageState.PASS:
         ctx.site_packages = envs.site_packages(ctx.venv)
         frozen = envs.freeze(ctx.python)
-        ctx.freeze = frozen.stdout.splitlines() if frozen.ok else []
+        ctx.freeze = tuple(frozen.stdout.splitlines()) if frozen.ok else ()
         (ctx.venv / COMPLETE).write_text("installed by compatlab\n", encoding="utf-8")
     return result

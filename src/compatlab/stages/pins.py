@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from compatlab.incell.cudacompat import FAMILY_MIN_DRIVER
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages import owners
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import SiteDist, dists_by_name, python_version_of, torch_cuda
@@ -275,8 +275,8 @@ def _finish(fails: list[str], warns: list[str], details: dict[str, object]) -> S
     details["warnings"] = warns
     if fails:
         more = f" (and {len(fails) - 1} more)" if len(fails) > 1 else ""
-        return StageResult(name="pins", state="fail", reason=fails[0] + more, details=details)
+        return StageResult(name="pins", state=StageState.FAIL, reason=fails[0] + more, details=details)
     if warns:
         more = f" (and {len(warns) - 1} more)" if len(warns) > 1 else ""
-        return StageResult(name="pins", state="warn", reason=warns[0] + more, details=details)
-    return StageResult(name="pins", state="pass", details=details)
+        return StageResult(name="pins", state=StageState.WARN, reason=warns[0] + more, details=details)
+    return StageResult(name="pins", state=StageState.PASS, details=details)

@@ -8,6 +8,7 @@ runs them on an existing venv without a matrix, e.g. on a GPU box::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from packaging.utils import canonicalize_name
 from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, axis_of_package
 from compatlab.config.thresholds import Thresholds
 from compatlab.errors import UsageError
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import cuda_of_torch
 
@@ -76,31 +77,31 @@ def judge_loaded_by_path(ctx: CellContext, result: StageResult) -> StageResult:
     the static stage saw no extension module load them, so their findings were notes; the import stage saw
     the import map them, after `import torch`. A failure of theirs fails this stage, a warning warns."""
     found = loaded_by_path(result, ctx.stage("static"))
-    if not found or result.state in ("error", "skip"):
+    if not found or result.state in (StageState.ERROR, StageState.SKIP):
         return result
     from compatlab.stages.static.stage import judge_loaded_by_path as judge
 
     targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
     min_drivers = [(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver]
     findings = judge(ctx.site, sorted(found), targets=targets, min_drivers=min_drivers)
-    result.details["loaded_by_path"] = found
+    details = {**result.details, "loaded_by_path": found}
+    state, reason = result.state, result.reason
     said: dict[str, list[str]] = {"fail": [], "warn": []}
     for f in findings:
         if f.severity in said:
             said[f.severity].append(f"{f.message} (`import {found[f.module]}` loads it by path)")
-    result.details["loaded_by_path_findings"] = [f.to_json() for f in findings]
+    details["loaded_by_path_findings"] = [f.to_json() for f in findings]
     if said["fail"]:
-        failures = [*said["fail"], *(result.details.get("failures") or [])]
-        result.details["failures"] = failures
-        if result.state != "fail":
+        details["failures"] = [*said["fail"], *(details.get("failures") or [])]
+        if state != StageState.FAIL:
             more = f" (and {len(said['fail']) - 1} more)" if len(said["fail"]) > 1 else ""
-            result.state, result.reason = "fail", said["fail"][0] + more
+            state, reason = StageState.FAIL, said["fail"][0] + more
     if said["warn"]:
-        result.details["warnings"] = [*(result.details.get("warnings") or []), *said["warn"]]
-        if result.state == "pass":
+        details["warnings"] = [*(details.get("warnings") or []), *said["warn"]]
+        if state == StageState.PASS:
             more = f" (and {len(said['warn']) - 1} more)" if len(said["warn"]) > 1 else ""
-            result.state, result.reason = "warn", said["warn"][0] + more
-    return result
+            state, reason = StageState.WARN, said["warn"][0] + more
+    return dataclasses.replace(result, state=state, reason=reason, details=details)
 
 
 def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageResult:
@@ -109,7 +110,7 @@ def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageRes
     what the failure says the pin was for. sgl-kernel pins torch exactly, and its module failing beside
     another torch is that pin broken: "…: undefined symbol …; sglang-kernel 0.4.10 requires torch==2.14.1;
     torch 2.15.0 is installed"."""
-    if result.state != "fail" or pins is None:
+    if result.state != StageState.FAIL or pins is None:
         return result
     broken = [b for b in pins.details.get("broken_requirements") or [] if isinstance(b, dict)]
     modules = [m for m in result.details.get("modules") or [] if isinstance(m, dict)]
@@ -120,9 +121,11 @@ def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageRes
     blamed = sorted((b for b in broken if b.get("by") in failed), key=lambda b: b.get("by") not in named)
     if not blamed:
         return result
-    result.details["broken_pins"] = [str(b["text"]) for b in blamed]
-    result.reason = f"{first}; {blamed[0]['text']}" + (f" (and {more}" if more else "")
-    return result
+    return dataclasses.replace(
+        result,
+        reason=f"{first}; {blamed[0]['text']}" + (f" (and {more}" if more else ""),
+        details={**result.details, "broken_pins": [str(b["text"]) for b in blamed]},
+    )
 
 
 def run_cuda_stage(ctx: CellContext) -> StageResult:

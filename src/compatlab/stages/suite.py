@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compatlab import envs
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext, cell_env, incell_path
 
 __all__ = ["context_json", "ensure_pytest", "run_suite"]
@@ -61,7 +61,7 @@ def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | Non
         if not done.ok:
             return StageResult(
                 name="suite-setup",
-                state="error",
+                state=StageState.ERROR,
                 reason="could not add pytest to the cell's venv: " + envs.last_line(done.stderr),
                 details={"argv": done.argv, "stderr": done.stderr[-4000:]},
                 seconds=done.seconds,
@@ -75,7 +75,7 @@ def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | Non
     if changed:
         return StageResult(
             name="suite-setup",
-            state="error",
+            state=StageState.ERROR,
             reason="adding pytest changed the stack under test: " + "; ".join(changed),
             details={"changed": changed},
         )
@@ -99,20 +99,24 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
 
     if failed:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return StageResult(name=name, state="fail", reason=why(failed[0]) + more, details=details, seconds=seconds)
+        return StageResult(
+            name=name, state=StageState.FAIL, reason=why(failed[0]) + more, details=details, seconds=seconds
+        )
     if errors:
-        return StageResult(name=name, state="error", reason=why(errors[0]), details=details, seconds=seconds)
+        return StageResult(name=name, state=StageState.ERROR, reason=why(errors[0]), details=details, seconds=seconds)
     if not tests:
         return StageResult(
-            name=name, state="error", reason="the suite collected no tests", details=details, seconds=seconds
+            name=name, state=StageState.ERROR, reason="the suite collected no tests", details=details, seconds=seconds
         )
     if skipped and not passed:
-        return StageResult(name=name, state="skip", reason=why(skipped[0]), details=details, seconds=seconds)
+        return StageResult(name=name, state=StageState.SKIP, reason=why(skipped[0]), details=details, seconds=seconds)
     warnings = details.get("warnings") or []
     if warnings:
         more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
-        return StageResult(name=name, state="warn", reason=str(warnings[0]) + more, details=details, seconds=seconds)
-    return StageResult(name=name, state="pass", reason="", details=details, seconds=seconds)
+        return StageResult(
+            name=name, state=StageState.WARN, reason=str(warnings[0]) + more, details=details, seconds=seconds
+        )
+    return StageResult(name=name, state=StageState.PASS, reason="", details=details, seconds=seconds)
 
 
 @contextlib.contextmanager
@@ -194,7 +198,7 @@ def run_suite(
     if done.timed_out:
         return StageResult(
             name=name,
-            state="fail",
+            state=StageState.FAIL,
             reason=f"the {name} suite hung: killed after {timeout:.0f} s",
             details={"argv": argv, "log": str(work / "pytest.log")},
             seconds=seconds,
@@ -212,13 +216,11 @@ def run_suite(
         )
         return StageResult(
             name=name,
-            state="error" if not sig else "fail",
+            state=StageState.ERROR if not sig else StageState.FAIL,
             reason=reason,
             details={"argv": argv, "log": str(work / "pytest.log")},
             seconds=seconds,
             required=required,
         )
     result = _fold(name, data, seconds)
-    result.required = required
-    result.details["log"] = str(work / "pytest.log")
-    return result
+    return dataclasses.replace(result, required=required, details={**result.details, "log": str(work / "pytest.log")})

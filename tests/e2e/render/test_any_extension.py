@@ -21,7 +21,7 @@ from compatlab.render._grid import AXIS_TITLES, DEFAULT_REPORT, load
 from compatlab.render.answers import answers
 from compatlab.runner import run_cell
 from compatlab.runs import store
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages import CellContext, Stage
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,24 +39,24 @@ cuda = "12.8"
 
 def install(ctx: CellContext) -> StageResult:
     plan = envs.install_plan(ctx.matrix, ctx.cell, python=Path(".venvs/c/bin/python"), spec_dir=Path("spec"))
-    ctx.install = plan.to_json()
+    ctx.install = plan.record()
     axes = ctx.cell.axes
     if TORCHVISION[axes["torchvision"]] != axes["torch"]:
         pin = f"torch=={TORCHVISION[axes['torchvision']]}"
         return StageResult(
-            name="install", state="fail", reason=f"unsatisfiable: torchvision {axes['torchvision']} pins {pin}"
+            name="install", state=StageState.FAIL, reason=f"unsatisfiable: torchvision {axes['torchvision']} pins {pin}"
         )
-    return StageResult(name="install", state="pass")
+    return StageResult(name="install", state=StageState.PASS)
 
 
 def imports(ctx: CellContext) -> StageResult:
     if ctx.cell.axes.get("xformers") == "0.0.33" and ctx.cell.axes["torch"] == "2.8.0":
-        return StageResult(name="import", state="fail", reason=SYMBOL)
-    return StageResult(name="import", state="pass")
+        return StageResult(name="import", state=StageState.FAIL, reason=SYMBOL)
+    return StageResult(name="import", state=StageState.PASS)
 
 
 def no_gpu(ctx: CellContext) -> StageResult:
-    return StageResult(name="cuda", state="skip", reason="no GPU on this machine", required=True)
+    return StageResult(name="cuda", state=StageState.SKIP, reason="no GPU on this machine", required=True)
 
 
 STAGES = (

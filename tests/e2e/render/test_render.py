@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from compatlab.cli import main
 from compatlab.proc import run as run_proc
 from compatlab.render import compat_md_diff, diff_runs, load, publish, render_run
 from compatlab.render.markdown import md_code
-from compatlab.runs.model import SCHEMA, CellResult, StageResult
+from compatlab.runs.model import SCHEMA, CellResult, CellState, Expectation, InstallRecord, StageResult, StageState
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("COMPATLAB_UPDATE_SNAPSHOTS") == "1"
@@ -32,7 +33,9 @@ TITLE_XSS = "<script>document.title='pwned'</script><img src=x onerror=\"documen
 
 
 def stage(name: str, state: str = "pass", reason: str = "", required: bool = True, **details: Any) -> StageResult:
-    return StageResult(name=name, state=state, reason=reason, details=details, seconds=0.5, required=required)
+    return StageResult(
+        name=name, state=StageState(StageState(state)), reason=reason, details=details, seconds=0.5, required=required
+    )
 
 
 def cell(
@@ -60,17 +63,23 @@ def cell(
         f"flashinfer-python=={fi}",
     ]
     if state == "n/a":
-        return CellResult(id=cid, axes=axes, state=state, reason=reason)
+        return CellResult(id=cid, axes=axes, state=CellState(state), reason=reason)
     return CellResult(
         id=cid,
         axes=axes,
-        state=state,
-        stages=stages or [],
+        state=CellState(state),
+        stages=tuple(stages or []),
         reason=reason,
-        expected=expected,
+        expected=Expectation(state=CellState(expected["state"]), reason=expected.get("reason", ""))
+        if expected
+        else None,
         unexpected=unexpected,
-        install={"argv": argv, "index": "https://download.pytorch.org/whl"},
-        freeze=[f"torch=={torch}", f"sgl-kernel=={sgl}", f"flashinfer-python=={fi}"],
+        install=InstallRecord(argv=tuple(argv)),
+        freeze=(
+            f"torch=={torch}",
+            f"sgl-kernel=={sgl}",
+            f"flashinfer-python=={fi}",
+        ),
         started="2026-12-02T10:16:00+00:00",
         finished="2026-12-02T10:17:00+00:00",
         seconds=60.0,
@@ -349,9 +358,10 @@ def test_run_in_progress_without_cells(tmp_path: Path) -> None:
 
 def test_axes_the_report_does_not_place_become_columns(tmp_path: Path) -> None:
     cells = [cell("2.9.1", "0.6.4", "12.8", "pass", ok_stages()) for _ in range(2)]
-    for c, py in zip(cells, ("3.11", "3.12"), strict=True):
-        c.axes["python"] = py
-        c.id += f"-python{py}"
+    cells = [
+        dataclasses.replace(c, id=f"{c.id}-python{py}", axes={**c.axes, "python": py})
+        for c, py in zip(cells, ("3.11", "3.12"), strict=True)
+    ]
     src = write(tmp_path / "results.json", results(cells))
     render_run(src, tmp_path, history_dir=None)
     page = (tmp_path / "index.html").read_text(encoding="utf-8")
@@ -629,8 +639,9 @@ def chromium(tmp_path: Path, *args: str) -> str:
 @needs_chromium
 def test_chromium_renders_the_grid_and_runs_no_injected_script(tmp_path: Path) -> None:
     cells = base_cells()
-    cells[5].reason = TITLE_XSS
-    cells[5].stages[1].reason = TITLE_XSS
+    stages = list(cells[5].stages)
+    stages[1] = dataclasses.replace(stages[1], reason=TITLE_XSS)
+    cells[5] = dataclasses.replace(cells[5], reason=TITLE_XSS, stages=tuple(stages))
     src = write(tmp_path / "results.json", results(cells))
     render_run(src, tmp_path, history_dir=None)
     dom = chromium(tmp_path, "--virtual-time-budget=2000", "--dump-dom", (tmp_path / "index.html").as_uri())

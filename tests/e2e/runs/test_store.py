@@ -26,7 +26,7 @@ import pytest
 
 from compatlab.config.matrix import Matrix, load_matrix
 from compatlab.runs import store
-from compatlab.runs.model import CELL_SCHEMA, CellResult, StageResult
+from compatlab.runs.model import CELL_SCHEMA, CellResult, CellState, StageResult, StageState
 from fixtures.labutil import ROOT, nox, uv_dir
 
 MATRIX = """
@@ -75,12 +75,12 @@ def lab(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def live(state: str = "pass", reason: str = "") -> CellResult:
-    stage = StageResult(name="static", state="fail" if state == "fail" else "pass", reason=reason)
+    stage = StageResult(name="static", state=StageState.FAIL if state == "fail" else StageState.PASS, reason=reason)
     return CellResult(
         id=LIVE,
         axes={"torch": "2.9.1", "sgl-kernel": "0.3.21", "flashinfer": "0.6.4", "cuda": "12.8"},
-        state=state,
-        stages=[stage],
+        state=CellState(state),
+        stages=(stage,),
         reason=f"static: {reason}" if reason else "",
         finished="2026-12-02T10:00:00+00:00",
     )
@@ -90,7 +90,7 @@ def na() -> CellResult:
     return CellResult(
         id=NA,
         axes={"torch": "2.9.1", "sgl-kernel": "0.3.21", "flashinfer": "0.6.4", "cuda": "13.0"},
-        state="n/a",
+        state=CellState.NA,
         reason=NA_REASON,
     )
 
@@ -187,7 +187,7 @@ def test_links_and_folders_in_cells_are_refused_not_followed(tmp_path: Path, mat
         ),
     )
     cells = {c.id: c for c in store.load_results(Path("merged/results.json")).cells}
-    assert cells[LIVE].state == "error"
+    assert cells[LIVE].state == CellState.ERROR
     assert not (tmp_path / "merged" / "cells" / f"{LIVE}.json").is_symlink()
 
 

@@ -21,7 +21,7 @@ from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix, load_matrix
 from compatlab.runner import cell_venv, run_cell
 from compatlab.runs import store
-from compatlab.runs.model import CellResult
+from compatlab.runs.model import CellResult, CellState
 from compatlab.stages import PIPELINE
 from fixtures.labutil import uv_dir
 from fixtures.wheels import build_wheel, serve, write_simple_index
@@ -138,4 +138,4 @@ def test_a_cell_whose_interpreter_cannot_be_found_is_an_error_naming_it(tmp_path
         "its own installs, and downloads none here): install Python 3.99 where uv finds it, or remove 3.99 "
         "from axes.python"
     )
-    assert found.state != "error", found.reason
+    assert found.state != CellState.ERROR, found.reason

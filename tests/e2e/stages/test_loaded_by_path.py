@@ -18,6 +18,7 @@ import pytest
 
 from compatlab.check import check_environment, inspect_environment
 from compatlab.incell import fakecuda
+from compatlab.runs.model import StageState
 from fixtures.sofix import compile_so
 from fixtures.wheels import build_wheel, venv_with
 
@@ -91,7 +92,7 @@ def test_a_library_an_import_loads_by_a_computed_path_is_judged_like_an_extensio
     static = stages["static"]
     # Static sees no extension module load either (no PyInit_: they are libraries), and never calls them not
     # needed: no Python code spells the computed name.
-    assert static.state == "pass"
+    assert static.state == StageState.PASS
     mine = [f for f in static.details["findings"] if f["module"] in (LIB, OPS)]
     assert {f["severity"] for f in mine} == {"note"}
     assert not any("does not need" in f["message"] for f in mine)

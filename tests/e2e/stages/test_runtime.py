@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from compatlab.incell import fakecuda
-from compatlab.runs.model import StageResult, cell_state
+from compatlab.runs.model import StageResult, StageState, cell_state
 from compatlab.stages import runtime
 from fixtures.sofix import EXT_SUFFIX, abi_broken_module, cc, ext_module, provider
 
@@ -280,8 +280,8 @@ def test_a_clean_linking_module_no_code_imports_is_a_warning_when_its_init_fails
     with (pkg.parent / "fakestack-1.0.dist-info" / "RECORD").open("a", encoding="utf-8") as record:
         record.write(f"fakestack/tkish{EXT_SUFFIX},,\n")
     ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
-    assert run_static_stage(ctx).state != "fail"
+    assert run_static_stage(ctx).state != StageState.FAIL
     result = runtime.run_import_stage(ctx)
     entry = next(e for e in result.details["modules"] if e["module"] == f"fakestack/tkish{EXT_SUFFIX}")
     assert entry["needed"] is False
-    assert result.state == "warn"
+    assert result.state == StageState.WARN

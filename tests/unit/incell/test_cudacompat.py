@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compatlab.incell import cudacompat as cc
+from compatlab.runs.model import StageState
 
 
 @pytest.mark.parametrize(
@@ -35,13 +36,13 @@ def test_check_driver_api() -> None:
     assert cc.check_driver_api(13000, "13.0").reason == "the driver supports CUDA 13.0"
     got = cc.check_driver_api(12080, "13.0")
     assert (got.state, got.reason) == ("fail", "the driver supports CUDA 12.8, older than the cell's CUDA 13.0")
-    assert cc.check_driver_api(12040, "12.8").state == "warn"
+    assert cc.check_driver_api(12040, "12.8").state == StageState.WARN
 
 
 def test_check_min_driver() -> None:
     got = cc.check_min_driver("570.86.10", "580.65", "h200x8")
     assert (got.state, got.reason) == ("fail", "driver 570.86.10 is older than target h200x8's min-driver 580.65")
-    assert cc.check_min_driver("580.159.03", "580.65", "h200x8").state == "pass"
+    assert cc.check_min_driver("580.159.03", "580.65", "h200x8").state == StageState.PASS
 
 
 def test_parse_driver_rejects_junk() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from compatlab.render import render_run
 from compatlab.render._grid import run_from_json
 from compatlab.render.answers import answers
+from compatlab.runs.model import CellState, InstallRecord
 
 PY = ".venvs/c/bin/python"
 
@@ -182,12 +183,14 @@ def test_the_answer_is_a_command_for_the_users_own_venv() -> None:
     cell = CellResult(
         id="c",
         axes={"torch": "2.14.1"},
-        state="partial",
-        install={
-            "argv": ["/abs/uv", "pip", "install", "--python", "/abs/venvs/run/c/bin/python", "-r", "/abs/spec"],
-            "requirements": ["sglang==0.5.23", "torch==2.14.1"],
-            "overrides": ["torch==2.14.1"],
-        },
+        state=CellState.PARTIAL,
+        install=InstallRecord.from_json(
+            {
+                "argv": ["/abs/uv", "pip", "install", "--python", "/abs/venvs/run/c/bin/python", "-r", "/abs/spec"],
+                "requirements": ["sglang==0.5.23", "torch==2.14.1"],
+                "overrides": ["torch==2.14.1"],
+            }
+        ),
     )
     assert portable_command(cell) == (
         "printf '%s\\n' torch==2.14.1 > overrides.txt && uv pip install sglang==0.5.23 torch==2.14.1 "

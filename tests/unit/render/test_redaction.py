@@ -13,7 +13,7 @@ from typing import Any
 
 from compatlab.render import publish, render_run
 from compatlab.render.markdown import md_code, md_text, printable
-from compatlab.runs.model import SCHEMA, CellResult, StageResult
+from compatlab.runs.model import SCHEMA, CellResult, CellState, InstallRecord, StageResult, StageState
 
 PASSWORD = "hunter2"
 LEAKY = f"https://bob:{PASSWORD}@pypi.corp.example/simple"
@@ -27,24 +27,29 @@ def leaky_results() -> dict[str, Any]:
     cell = CellResult(
         id="torch2.9.1-sglkernel0.3.21-flashinfer0.6.4-cuda12.8",
         axes=axes,
-        state="error",
+        state=CellState.ERROR,
         reason=f"install: index or network failure: Failed to fetch: {LEAKY}/torch/",
-        stages=[
+        stages=(
             StageResult(
                 name="install",
-                state="error",
+                state=StageState.ERROR,
                 reason=f"Failed to fetch: {LEAKY}/torch/ {SPOOF}",
                 details={
                     "argv": ["uv", "pip", "install", "--index-url", LEAKY],
                     "stderr": f"error: Failed to fetch: {LEAKY}/torch/\n\x1b[31mred\x1b[0m\tTab\u2066hidden\u2069",
                 },
-            )
-        ],
-        install={
-            "argv": ["uv", "pip", "install", "--index-url", LEAKY],
-            "files": {"pyproject.toml": f'[[tool.uv.index]]\nname = "index-1"\nurl = "{LEAKY}"\n'},
-        },
-        freeze=[f"torch @ {LEAKY}/torch-2.9.1-py3-none-any.whl", "sgl-kernel==0.3.21\u200f"],
+            ),
+        ),
+        install=InstallRecord.from_json(
+            {
+                "argv": ["uv", "pip", "install", "--index-url", LEAKY],
+                "files": {"pyproject.toml": f'[[tool.uv.index]]\nname = "index-1"\nurl = "{LEAKY}"\n'},
+            }
+        ),
+        freeze=(
+            f"torch @ {LEAKY}/torch-2.9.1-py3-none-any.whl",
+            "sgl-kernel==0.3.21\u200f",
+        ),
         started="2026-12-02T10:16:00+00:00",
         finished="2026-12-02T10:17:00+00:00",
     )

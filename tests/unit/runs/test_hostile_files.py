@@ -9,6 +9,7 @@ import pytest
 from compatlab.config.lock import load_lock
 from compatlab.errors import ConfigError
 from compatlab.runs import store
+from compatlab.runs.model import CellState
 
 
 def test_deep_json_results_are_one_error_line(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ def test_a_deep_cell_file_is_an_error_cell(tmp_path: Path) -> None:
     (tmp_path / "cells" / "c1.json").write_text('{"a":' * 100_000, encoding="utf-8")
     ((path, cell),) = store.read_cells(tmp_path)
     assert path.name == "c1.json"
-    assert cell.state == "error"
+    assert cell.state == CellState.ERROR
     assert "nested too deeply" in cell.reason
 
 

@@ -9,7 +9,7 @@ import pytest
 from compatlab.config.matrix import Matrix, parse_matrix
 from compatlab.render import render_run
 from compatlab.runs import store
-from compatlab.runs.model import CellResult, StageResult
+from compatlab.runs.model import CellResult, CellState, StageResult, StageState
 
 MATRIX = {
     "name": "box",
@@ -33,9 +33,9 @@ def _cell(cid: str, state: str, seconds: float) -> CellResult:
     return CellResult(
         id=cid,
         axes={},
-        state=state,
+        state=CellState(state),
         seconds=seconds,
-        stages=[StageResult(name="static", state="fail" if state == "fail" else "pass", reason="x")],
+        stages=(StageResult(name="static", state=StageState.FAIL if state == "fail" else StageState.PASS, reason="x"),),
     )
 
 
@@ -51,21 +51,21 @@ def test_a_run_of_one_cell_keeps_the_other_cells_marked_with_their_run(tmp_path:
     _run(tmp_path, matrix, "r2", _cell(NEW, "fail", 21.0))
     latest = store.load_results(tmp_path / "latest" / "results.json")
     assert latest.run.id == "r2"
-    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != "n/a"] == [
+    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != CellState.NA] == [
         (OLD, "pass", "r1"),
         (NEW, "fail", ""),
     ]
-    assert sum(c.state == "n/a" for c in latest.cells) == 2
+    assert sum(c.state == CellState.NA for c in latest.cells) == 2
     # A third run of the other cell: the kept cell still names the run it came from.
     _run(tmp_path, matrix, "r3", _cell(OLD, "pass", 9.0))
     latest = store.load_results(tmp_path / "latest" / "results.json")
-    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != "n/a"] == [
+    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != CellState.NA] == [
         (OLD, "pass", ""),
         (NEW, "fail", "r2"),
     ]
     # The run's own results.json holds only what it ran.
     own = store.load_results(tmp_path / "runs" / "r3" / "results.json")
-    assert [c.id for c in own.cells if c.state != "n/a"] == [OLD]
+    assert [c.id for c in own.cells if c.state != CellState.NA] == [OLD]
     written = render_run(tmp_path / "runs" / "r3" / "results.json", tmp_path / "latest", history_dir=None)
     assert written[0] == tmp_path / "latest" / "index.html"
     html = (tmp_path / "latest" / "index.html").read_text(encoding="utf-8")
@@ -84,4 +84,4 @@ def test_another_matrix_replaces_latest_whole(tmp_path: Path, matrix: Matrix) ->
     other = parse_matrix({**MATRIX, "name": "other"}, str(tmp_path / "other.toml"))
     _run(tmp_path, other, "r2", _cell(NEW, "pass", 20.0))
     latest = store.load_results(tmp_path / "latest" / "results.json")
-    assert [c.id for c in latest.cells if c.state != "n/a"] == [NEW]
+    assert [c.id for c in latest.cells if c.state != CellState.NA] == [NEW]

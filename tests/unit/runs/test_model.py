@@ -23,20 +23,20 @@ from compatlab.runs.model import (
 def test_states_keep_their_string_values() -> None:
     assert [s.value for s in StageState] == ["pass", "warn", "fail", "error", "skip"]
     assert [s.value for s in CellState] == ["pass", "fail", "partial", "error", "n/a"]
-    stage = StageResult(name="pins", state="warn")
+    stage = StageResult(name="pins", state=StageState.WARN)
     assert stage.state is StageState.WARN
     assert json.dumps(stage.to_json()["state"]) == '"warn"'
-    assert cell_state([stage, StageResult(name="cuda", state="skip")]) is CellState.PARTIAL
+    assert cell_state([stage, StageResult(name="cuda", state=StageState.SKIP)]) is CellState.PARTIAL
     with pytest.raises(ValueError, match="'green' is not a valid StageState"):
-        StageResult(name="pins", state="green")
+        StageResult(name="pins", state="green")  # type: ignore[arg-type]
 
 
 def cell_json(**changes: Any) -> dict[str, Any]:
     data = CellResult(
         id="c1",
         axes={"torch": "2.9.1"},
-        state="fail",
-        stages=[StageResult(name="static", state="fail", reason="undefined symbol")],
+        state=CellState.FAIL,
+        stages=(StageResult(name="static", state=StageState.FAIL, reason="undefined symbol"),),
     ).to_json()
     data.update(changes)
     return data

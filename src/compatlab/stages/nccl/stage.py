@@ -36,6 +36,7 @@ from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_byt
 # Importable from here before the worker moved out (tests import MIB); explicit re-exports for mypy.
 from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
 from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
+from compatlab.runs.model import StageState
 from compatlab.stages.base import incell_path
 from compatlab.stages.nccl.ranks import RankProcess, watch_ranks
 from compatlab.stages.nccl.report import (
@@ -198,7 +199,7 @@ def run_nccl(
             "and broadcast move no data, so these figures time launches, not links"
         )
     report = NcclReport(
-        state="pass",
+        state=StageState.PASS,
         reason="",
         world_size=world_size,
         backend=backend,
@@ -268,7 +269,7 @@ def run_nccl(
     except OSError as exc:
         _kill(ranks)
         shutil.rmtree(rdzv_dir, ignore_errors=True)
-        report.state, report.reason = "error", f"cannot start rank {len(ranks)} with {python}: {exc}"
+        report.state, report.reason = StageState.ERROR, f"cannot start rank {len(ranks)} with {python}: {exc}"
         report.seconds = time.monotonic() - start
         return report
 
@@ -317,7 +318,7 @@ def probe(python: Path, env: Mapping[str, str]) -> dict[str, Any]:
 
 
 class _StageStop(Exception):
-    def __init__(self, state: str, reason: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, state: StageState, reason: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.state, self.reason, self.details = state, reason, details or {}
 
@@ -331,7 +332,9 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
         target = next((t for t in targets if t.name == wanted), None)
         if target is None:
             known = ", ".join(t.name for t in targets) or "none"
-            raise _StageStop("error", f"COMPATLAB_TARGET={wanted!r} names no target of {ctx.matrix.path} ({known})")
+            raise _StageStop(
+                StageState.ERROR, f"COMPATLAB_TARGET={wanted!r} names no target of {ctx.matrix.path} ({known})"
+            )
     else:
         target = targets[0] if targets else None
     thresholds = ctx.matrix.thresholds.nccl.for_target(target.name if target else None)
@@ -339,7 +342,7 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
     try:
         seen = probe(ctx.python, env)
     except RuntimeError as exc:
-        raise _StageStop("fail", str(exc)) from None
+        raise _StageStop(StageState.FAIL, str(exc)) from None
     work = ctx.work_dir / "nccl"
     if seen["gpus"] == 0 or not seen["nccl"]:
         why = "no GPU" if seen["gpus"] == 0 else "torch built without NCCL"
@@ -357,8 +360,8 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
             iters=3,
         )
         details = {**report.details(), "skipped": f"{why}: nccl backend skipped, gloo ran"}
-        if report.state == "pass":
-            return "skip", f"{why}: nccl backend skipped, gloo ran", details
+        if report.state == StageState.PASS:
+            return StageState.SKIP, f"{why}: nccl backend skipped, gloo ran", details
         return report.state, f"{why}, gloo ran: {report.reason}", details
     want = target.gpus if target else int(seen["gpus"])
     world = min(want, int(seen["gpus"]))
@@ -372,10 +375,10 @@ def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
         thresholds=thresholds if world == want else None,
         work_dir=work,
     )
-    if report.state == "pass" and world < want:
+    if report.state == StageState.PASS and world < want:
         name = target.name if target else "?"
         reason = f"target {name} wants {want} GPUs, {world} visible: nccl passed on {world}, not judged"
-        return "skip", reason, report.details()
+        return StageState.SKIP, reason, report.details()
     return report.state, report.reason, report.details()
 
 
@@ -395,9 +398,14 @@ def run_nccl_stage(ctx: CellContext) -> StageResult:
     except _StageStop as stop:
         state, reason, details = stop.state, stop.reason, stop.details
     except LabError as exc:
-        state, reason, details = "error", str(exc), {}
+        state, reason, details = StageState.ERROR, str(exc), {}
     return StageResult(
-        name="nccl", state=state, reason=reason, details=details, seconds=time.monotonic() - start, required=True
+        name="nccl",
+        state=StageState(state),
+        reason=reason,
+        details=details,
+        seconds=time.monotonic() - start,
+        required=True,
     )
 
 

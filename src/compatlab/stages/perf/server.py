@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from compatlab.errors import LabError
+from compatlab.runs.model import StageState
 from compatlab.stages.perf.client import get_json, post
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class ServerFailure(LabError):
     cannot tell a broken stack from a slow or busy box.
     """
 
-    def __init__(self, state: str, message: str, tail: str = "") -> None:
+    def __init__(self, state: StageState, message: str, tail: str = "") -> None:
         super().__init__(message)
         self.state = state
         self.tail = tail
@@ -135,7 +136,7 @@ class ServerProcess:
             )
         except OSError as exc:
             self._log.close()
-            raise ServerFailure("fail", f"{self.spec.name} server could not start: {exc}") from None
+            raise ServerFailure(StageState.FAIL, f"{self.spec.name} server could not start: {exc}") from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -161,7 +162,7 @@ class ServerProcess:
             return None
         self.returncode = code
         how = _describe_exit(code)
-        return ServerFailure("fail", f"{self.spec.name} server exited with {how} {when}", self.tail())
+        return ServerFailure(StageState.FAIL, f"{self.spec.name} server exited with {how} {when}", self.tail())
 
     def wait_ready(self) -> dict[str, Any]:
         """Poll health until 200, then the model info, until ``startup-timeout``; return the model info.
@@ -177,7 +178,7 @@ class ServerProcess:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServerFailure(
-                    "error",
+                    StageState.ERROR,
                     f"{self.spec.name} server did not become healthy within "
                     f"{self.spec.startup_timeout:g} s ({self.spec.health} on port "
                     f"{self.port})",
@@ -207,10 +208,12 @@ class ServerProcess:
         try:
             info = self._first_json(SERVER_INFO, timeout=10.0)
         except (OSError, http.client.HTTPException) as exc:
-            raise ServerFailure("error", f"{self.spec.name} server: /server_info failed: {exc}", self.tail()) from None
+            raise ServerFailure(
+                StageState.ERROR, f"{self.spec.name} server: /server_info failed: {exc}", self.tail()
+            ) from None
         if info is None:
             raise ServerFailure(
-                "error",
+                StageState.ERROR,
                 f"{self.spec.name} server answers neither /server_info nor /get_server_info; is it an SGLang server?",
                 self.tail(),
             )
@@ -235,7 +238,7 @@ class ServerProcess:
             status, text = 0, str(exc)
         if status != 200:
             raise ServerFailure(
-                "error",
+                StageState.ERROR,
                 f"{self.spec.name} server did not flush its cache {when}: HTTP {status}: {text.strip()[:300]}",
                 self.tail(),
             )
@@ -323,7 +326,7 @@ def check_speculation(
     info = server.server_info()
     if "speculative_algorithm" not in info:
         raise ServerFailure(
-            "error",
+            StageState.ERROR,
             f"{name} server's /server_info has no speculative_algorithm; cannot tell whether it speculates",
             server.tail(),
         )
@@ -331,7 +334,7 @@ def check_speculation(
     record["speculative_algorithm"] = algorithm
     if name == "eagle3" and str(algorithm).upper() != SPECULATIVE:
         raise ServerFailure(
-            "error",
+            StageState.ERROR,
             f"the eagle3 server does not run {SPECULATIVE}: /server_info reports "
             f"speculative_algorithm {json.dumps(algorithm)}; add "
             f'"--speculative-algorithm", "{SPECULATIVE}" to '
@@ -340,7 +343,7 @@ def check_speculation(
         )
     if name == "baseline" and algorithm not in (None, "", "NONE"):
         raise ServerFailure(
-            "error",
+            StageState.ERROR,
             "the baseline server speculates: /server_info reports "
             f"speculative_algorithm {json.dumps(algorithm)}; drop "
             f"--speculative-algorithm from {argv_key.format(name=name)}",

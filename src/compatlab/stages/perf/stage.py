@@ -31,6 +31,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from compatlab.config.perf import PROTOCOLS as PROTOCOLS  # noqa: PLC0414
 from compatlab.config.perf import SERVERS, PerfConfig, ServerSpec, Thresholds, load_prompts, parse_perf, resolve_argv
 from compatlab.errors import ConfigError
 from compatlab.proc import ProgramNotFound
-from compatlab.runs.model import StageResult, write_json_atomic
+from compatlab.runs.model import StageResult, StageState, write_json_atomic
 from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.perf.client import STATS, LevelResult, Target, run_level
 from compatlab.stages.perf.server import (
@@ -176,7 +177,7 @@ def _life(
                     record["levels"][str(c)]["median_ttft_ms"] or 0.0,
                 )
         if server.leftover:
-            raise ServerFailure("error", server.leftover)
+            raise ServerFailure(StageState.ERROR, server.leftover)
     except ServerFailure as failure:
         if server.leftover:
             log.warning("%s", server.leftover)
@@ -198,7 +199,7 @@ def _check_level(server: ServerProcess, level: LevelResult, when: str) -> None:
     if died:
         raise died
     message = f"{server.spec.name} server failed a request {when}: {first.error}"
-    raise ServerFailure("error", message, server.tail())
+    raise ServerFailure(StageState.ERROR, message, server.tail())
 
 
 # -- verdicts ----------------------------------------------------------------------------------------
@@ -209,15 +210,31 @@ def _spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / mid if mid else 0.0
 
 
-def _judge(lo: float, mid: float, hi: float, floor: float, noisy: bool) -> str:
+class Verdict(StrEnum):
+    """A perf check's answer: the stage's states, plus inconclusive (the trials' noise straddles the floor)
+    and unknown (a figure the server did not give)."""
+
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    FAIL = "fail"
+    ERROR = "error"
+    INCONCLUSIVE = "inconclusive"
+    UNKNOWN = "unknown"
+
+    @property
+    def state(self) -> StageState:
+        """The stage's state for this verdict: no answer (inconclusive, unknown) is an error, never a pass."""
+        return StageState(self.value) if self in (Verdict.PASS, Verdict.FAIL) else StageState.ERROR
+
+
+def _judge(lo: float, mid: float, hi: float, floor: float, noisy: bool) -> Verdict:
     """pass/fail when the trials' whole range is on one side of the floor, or the noise is small."""
     if lo >= floor:
-        return "pass"
+        return Verdict.PASS
     if hi < floor:
-        return "fail"
+        return Verdict.FAIL
     if noisy:
-        return "inconclusive"
-    return "pass" if mid >= floor else "fail"
+        return Verdict.INCONCLUSIVE
+    return Verdict.PASS if mid >= floor else Verdict.FAIL
 
 
 def _verdicts(config: PerfConfig, lives: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, Any]]:
@@ -284,7 +301,12 @@ def _verdicts(config: PerfConfig, lives: list[dict[str, Any]]) -> tuple[dict[str
             else:
                 # /server_info showed EAGLE3 on: no figure means the server has not logged one yet.
                 checks.append(
-                    {"check": "min-accept-length", "floor": th.min_accept_length, "value": None, "verdict": "unknown"}
+                    {
+                        "check": "min-accept-length",
+                        "floor": th.min_accept_length,
+                        "value": None,
+                        "verdict": Verdict.UNKNOWN,
+                    }
                 )
         verdict = _worst({str(ch["verdict"]) for ch in checks})
         verdicts[str(c)] = {"verdict": verdict, "spread": spread, "noisy": noisy, "checks": checks}
@@ -294,7 +316,7 @@ def _verdicts(config: PerfConfig, lives: list[dict[str, Any]]) -> tuple[dict[str
 def _explain(c: int, check: dict[str, Any], figures: Mapping[str, float], max_spread: float) -> str:
     b, e = figures[f"baseline_tok_s_c{c}"], figures[f"eagle3_tok_s_c{c}"]
     name, floor, value, verdict = check["check"], check["floor"], check["value"], check["verdict"]
-    if verdict == "inconclusive":
+    if verdict == Verdict.INCONCLUSIVE:
         lo, hi = check["range"]
         return (
             f"inconclusive at concurrency {c}: the trials spread more than max-spread {max_spread:.0%} "
@@ -323,10 +345,10 @@ def _explain(c: int, check: dict[str, Any], figures: Mapping[str, float], max_sp
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class PerfReport:
-    """What a perf run found; ``state`` is a StageResult state, ``verdict`` adds "inconclusive"."""
+    """What a perf run found: ``state`` the stage's, ``verdict`` the same or inconclusive."""
 
-    state: str
-    verdict: str
+    state: StageState
+    verdict: Verdict
     reason: str
     figures: dict[str, float] = dataclasses.field(default_factory=dict)
     verdicts: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -363,7 +385,7 @@ class PerfReport:
             "trials": trials,
             "accept_length_field": self.accept_length_field,
             "logs": tails,
-            "rerun": self.verdict == "inconclusive",
+            "rerun": self.verdict == Verdict.INCONCLUSIVE,
         }
         if self.out_dir is not None:
             details["outputs"] = {
@@ -396,7 +418,7 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
     order = list(range(len(prompts)))
     random.Random(config.seed).shuffle(order)  # noqa: S311 - a fixed prompt order, not a secret
     lives: list[dict[str, Any]] = []
-    report = PerfReport(state="error", verdict="error", reason="", out_dir=out_dir)
+    report = PerfReport(state=StageState.ERROR, verdict=Verdict.ERROR, reason="", out_dir=out_dir)
     try:
         for trial in range(config.trials):
             # ABBA: baseline first in even trials, EAGLE-3 first in odd ones, so drift cancels out.
@@ -417,13 +439,13 @@ def run_perf(config: PerfConfig, out_dir: Path, *, env: Mapping[str, str] | None
                     record=record,
                 )
     except ServerFailure as failure:
-        report.state, report.verdict, report.reason = failure.state, failure.state, str(failure)
+        report.state, report.verdict, report.reason = failure.state, Verdict(failure.state), str(failure)
         report.log_tail = failure.tail
     else:
         figures, verdicts = _verdicts(config, lives)
         report.figures, report.verdicts = figures, verdicts
         report.verdict = _overall(verdicts)
-        report.state = {"pass": "pass", "fail": "fail", "error": "error", "inconclusive": "error"}[report.verdict]
+        report.state = report.verdict.state
         report.reason = _reason(config, figures, verdicts)
         fields = {
             lv["accept_length_field"]
@@ -448,20 +470,20 @@ def _config_json(config: PerfConfig) -> dict[str, Any]:
     return data
 
 
-def _worst(states: set[str]) -> str:
+def _worst(states: set[str]) -> Verdict:
     """fail (an answer: too slow) over error (no answer) over inconclusive (noise) over pass."""
-    for state in ("fail", "error", "inconclusive"):
-        if state in states or (state == "error" and "unknown" in states):
+    for state in (Verdict.FAIL, Verdict.ERROR, Verdict.INCONCLUSIVE):
+        if state in states or (state == Verdict.ERROR and Verdict.UNKNOWN in states):
             return state
-    return "pass"
+    return Verdict.PASS
 
 
-def _overall(verdicts: Mapping[str, Any]) -> str:
+def _overall(verdicts: Mapping[str, Any]) -> Verdict:
     return _worst({v["verdict"] for v in verdicts.values()})
 
 
 def _reason(config: PerfConfig, figures: Mapping[str, float], verdicts: Mapping[str, Any]) -> str:
-    for want in ("fail", "unknown", "inconclusive"):
+    for want in (Verdict.FAIL, Verdict.UNKNOWN, Verdict.INCONCLUSIVE):
         for c in config.concurrency:
             for check in verdicts[str(c)]["checks"]:
                 if check["verdict"] == want:
@@ -613,18 +635,23 @@ def run_perf_stage(ctx: CellContext) -> StageResult:
     start = time.monotonic()
     config = ctx.matrix.perf
     if config is None:
-        return StageResult(name="perf", state="skip", reason="skipped: matrix.toml has no [perf] section")
+        return StageResult(name="perf", state=StageState.SKIP, reason="skipped: matrix.toml has no [perf] section")
     env = cell_env(ctx.venv)
     try:
         report = run_perf(config, ctx.work_dir / "perf", env=env)
     except ConfigError as exc:
         # A missing ${VAR}: this machine has no model to serve, so the stage cannot run here.
         return StageResult(
-            name="perf", state="skip", reason=f"skipped: {'; '.join(exc.problems)}", seconds=time.monotonic() - start
+            name="perf",
+            state=StageState.SKIP,
+            reason=f"skipped: {'; '.join(exc.problems)}",
+            seconds=time.monotonic() - start,
         )
     except ProgramNotFound as exc:
-        return StageResult(name="perf", state="skip", reason=f"skipped: {exc}", seconds=time.monotonic() - start)
+        return StageResult(
+            name="perf", state=StageState.SKIP, reason=f"skipped: {exc}", seconds=time.monotonic() - start
+        )
     return report.stage_result()
 
 
-EXIT_CODES = {"pass": 0, "fail": 1, "error": 3, "inconclusive": 4}
+EXIT_CODES = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 3, Verdict.INCONCLUSIVE: 4}

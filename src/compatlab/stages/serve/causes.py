@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from compatlab.runs.model import StageState
+
 __all__ = ["Cause", "Traceback", "find_cause", "tracebacks"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -73,7 +75,7 @@ class Traceback:
 class Cause:
     """``state`` fail (the stack's) or error (the machine's); ``reason`` one line; ``exception`` the root."""
 
-    state: str
+    state: StageState
     reason: str
     exception: str = ""
     where: str = ""
@@ -177,7 +179,7 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
     if not real:
         if _OOM.search(log):
             line = next(x for x in log.splitlines() if _OOM.search(x))
-            return Cause(state="error", reason=f"out of GPU memory: {line.strip()[:300]}")
+            return Cause(state=StageState.ERROR, reason=f"out of GPU memory: {line.strip()[:300]}")
         return None
     chain = real[-1]
     root, outer = chain[0], chain[-1]
@@ -186,18 +188,22 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
     at = f" (in {where})" if where else ""
     common = {"exception": root.text, "where": where, "outer": outer.text if outer is not root else ""}
     if _PORT.search(everything):
-        return Cause(state="error", reason=f"the port is in use: {root.text[:300]}", **common)
+        return Cause(state=StageState.ERROR, reason=f"the port is in use: {root.text[:300]}", **common)
     if _OOM.search(everything):
-        return Cause(state="error", reason=f"out of GPU memory{at}: {root.text[:300]}", **common)
+        return Cause(state=StageState.ERROR, reason=f"out of GPU memory{at}: {root.text[:300]}", **common)
     graph = "CUDA graph capture failed: " if _GRAPH.search(everything) else ""
     if _NO_IMAGE.search(everything):
         gpu = f" for {arch}" if arch else " for this GPU"
         pkg = where.split("/", 1)[0] if where else "a kernel"
-        return Cause(state="fail", reason=f"{graph}no kernel image{gpu} in {pkg}{at}: {_inner(root)[:200]}", **common)
+        return Cause(
+            state=StageState.FAIL, reason=f"{graph}no kernel image{gpu} in {pkg}{at}: {_inner(root)[:200]}", **common
+        )
     if root.type.endswith("ModuleNotFoundError"):
-        return Cause(state="fail", reason=f"{root.text[:300]} (imported by {where or 'SGLang at start'})", **common)
+        return Cause(
+            state=StageState.FAIL, reason=f"{root.text[:300]} (imported by {where or 'SGLang at start'})", **common
+        )
     if graph:
-        return Cause(state="fail", reason=f"{graph}{_inner(root)[:300]}{at}", **common)
+        return Cause(state=StageState.FAIL, reason=f"{graph}{_inner(root)[:300]}{at}", **common)
     if _JIT.search(everything) and any(p in where for p in ("jit", "flashinfer", "tvm_ffi", "cpp_extension")):
         pkg = where.split("/", 1)[0]
         lines = log.splitlines()[: max(tb.end for tb in chain)]
@@ -209,5 +215,5 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
             ),
             root.text,
         )
-        return Cause(state="fail", reason=f"{pkg} JIT: the kernel build failed{at}: {detail[:300]}", **common)
-    return Cause(state="fail", reason=f"{root.text[:300]}{at}", **common)
+        return Cause(state=StageState.FAIL, reason=f"{pkg} JIT: the kernel build failed{at}: {detail[:300]}", **common)
+    return Cause(state=StageState.FAIL, reason=f"{root.text[:300]}{at}", **common)

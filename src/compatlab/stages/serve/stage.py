@@ -37,7 +37,7 @@ from compatlab.config.perf import ServerSpec, load_prompts
 from compatlab.config.serve import ServeConfig
 from compatlab.incell.files import read_text
 from compatlab.incell.proc import run
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.perf.client import LevelResult, Target, run_level
 from compatlab.stages.perf.server import ServerFailure, ServerProcess, check_speculation, group_members
@@ -156,7 +156,7 @@ def _argv(ctx: CellContext, config: ServeConfig, files: ModelFiles, name: str, t
 class _Failed(Exception):
     """A server's verdict other than pass: its state, reason and the cause read from its log."""
 
-    def __init__(self, state: str, reason: str, cause: Cause | None = None) -> None:
+    def __init__(self, state: StageState, reason: str, cause: Cause | None = None) -> None:
         super().__init__(reason)
         self.state = state
         self.reason = reason
@@ -174,10 +174,17 @@ def _explain(server: ServerProcess, failure: ServerFailure, arch: str) -> _Faile
     if cause is None:
         last = next((line.strip() for line in reversed(failure.tail.splitlines()) if line.strip()), "")
         return _Failed(failure.state, f"{failure}; its log's last line: {last[:200]}" if last else str(failure))
-    if failure.state == "error" and cause.state == "fail" and server.proc is not None and server.proc.poll() is None:
+    if (
+        failure.state == StageState.ERROR
+        and cause.state == StageState.FAIL
+        and server.proc is not None
+        and server.proc.poll() is None
+    ):
         # Alive but not healthy, with an exception in its log: a child died and the launcher waits.
-        return _Failed("fail", f"{name} server: {cause.reason} (it never became healthy)", cause)
-    return _Failed(cause.state if failure.state == "fail" else "error", f"{name} server: {cause.reason}", cause)
+        return _Failed(StageState.FAIL, f"{name} server: {cause.reason} (it never became healthy)", cause)
+    return _Failed(
+        cause.state if failure.state == StageState.FAIL else StageState.ERROR, f"{name} server: {cause.reason}", cause
+    )
 
 
 def _level(server: ServerProcess, config: ServeConfig, prompts: list[str], concurrency: int) -> LevelResult:
@@ -197,12 +204,13 @@ def _level(server: ServerProcess, config: ServeConfig, prompts: list[str], concu
         if died:
             raise died
         raise _Failed(
-            "fail", f"{name} server failed a request at concurrency {concurrency}: {level.errors[0].error[:300]}"
+            StageState.FAIL,
+            f"{name} server failed a request at concurrency {concurrency}: {level.errors[0].error[:300]}",
         )
     short = [r.tokens for r in level.requests if r.tokens != config.output_len]
     if short:
         raise _Failed(
-            "fail",
+            StageState.FAIL,
             f"{name} server streamed {short[0]} tokens where {config.output_len} were asked "
             f"(max_new_tokens with ignore_eos), at concurrency {concurrency}",
         )
@@ -250,15 +258,15 @@ def _serve(
             try:
                 server.flush_cache("after the requests")
             except ServerFailure as refused:  # the server is up and idle: refusing is the stack's own failure
-                raise _Failed("fail", str(refused)) from None
+                raise _Failed(StageState.FAIL, str(refused)) from None
             if name == "eagle3":
                 record["accept_length"], _ = server.server_accept_length()
         if server.leftover:
-            raise _Failed("error", server.leftover)
+            raise _Failed(StageState.ERROR, server.leftover)
     except ServerFailure as failure:
         raise _explain(server, failure, arch) from None
     except (OSError, http.client.HTTPException) as exc:
-        raise _Failed("error", f"{name} server: the lab's client failed: {exc}") from None
+        raise _Failed(StageState.ERROR, f"{name} server: the lab's client failed: {exc}") from None
     finally:
         record["exit"] = server.returncode
         record["log_tail"] = server.tail(20)
@@ -287,7 +295,7 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     """Serve the target's architecture with the cell's SGLang: baseline, then EAGLE-3 (see the module)."""
     start = time.monotonic()
 
-    def result(state: str, reason: str, details: dict[str, Any], *, required: bool = True) -> StageResult:
+    def result(state: StageState, reason: str, details: dict[str, Any], *, required: bool = True) -> StageResult:
         return StageResult(
             name="serve",
             state=state,
@@ -299,11 +307,11 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
 
     version = _sglang_version(ctx)
     if version is None:
-        return result("skip", "skipped: the cell has no SGLang to serve with", {}, required=False)
+        return result(StageState.SKIP, "skipped: the cell has no SGLang to serve with", {}, required=False)
     env = cell_env(ctx.venv, _ENV)
     gpus, why = probe_gpus(env)
     if not gpus:
-        return result("skip", f"skipped: {why}; SGLang {version} was not started", {"sglang": version})
+        return result(StageState.SKIP, f"skipped: {why}; SGLang {version} was not started", {"sglang": version})
     config = ctx.matrix.serve
     tp, fewer = _tp(ctx, config, gpus)
     out = ctx.work_dir / "serve"
@@ -327,7 +335,7 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
             eagle3=config.eagle3,
         )
     except SetupError as exc:
-        return result("error", f"the serve model could not be made: {exc}", details)
+        return result(StageState.ERROR, f"the serve model could not be made: {exc}", details)
     details.update(architecture=files.architecture, layers=files.layers, model_notes=list(files.notes))
     prompts = load_prompts()
     arch = gpus[0].arch
@@ -348,11 +356,11 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
                 "log": str(out / "logs" / f"{name}.log"),
             }
             failures.append(failed)
-            if failed.state == "error":
+            if failed.state == StageState.ERROR:
                 break  # a time-out or the machine's fault: the next server would meet it again
     details["figures"] = _figures({n: r for n, r in details["servers"].items() if "state" not in r})
     if failures:
-        first = next((f for f in failures if f.state == "fail"), failures[0])
+        first = next((f for f in failures if f.state == StageState.FAIL), failures[0])
         if len(failures) == len(SERVERS) and len({f.reason.split(" server: ", 1)[-1] for f in failures}) == 1:
             return result(first.state, "both servers: " + first.reason.split(" server: ", 1)[-1], details)
         others = [f.reason for f in failures if f is not first]
@@ -366,7 +374,7 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
         for n in served
     ]
     return result(
-        "pass",
+        StageState.PASS,
         f"SGLang {version} serves {files.architecture} ({files.layers} layers, tp {tp}, dummy "
         f"weights): {'; '.join(parts)}",
         details,

@@ -22,7 +22,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from compatlab.errors import LabError, UsageError
 from compatlab.incell.files import read_regular
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, dotted_name, package_of
-from compatlab.runs.model import StageResult
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.site import (
     SiteDist,
@@ -82,21 +83,63 @@ DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "lib
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
 _CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
 _KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "driver-api": 4, "arch": 5}
-_SEVERITIES = ("fail", "warn", "note")
 
 
-@dataclasses.dataclass(kw_only=True, slots=True)
+class Severity(StrEnum):
+    """fail: an import of this environment fails on it; warn: worth reading; note: no import needs it."""
+
+    FAIL = "fail"
+    WARN = "warn"
+    NOTE = "note"
+
+
+class Kind(StrEnum):
+    """What a finding is about."""
+
+    FAMILY = "family"  # two majors of one library family (cu12 beside cu13)
+    LIBRARY = "library"  # a needed library is not found
+    VERSION = "version"  # a needed symbol version is not provided
+    SYMBOL = "symbol"  # a needed symbol is not defined
+    DRIVER_API = "driver-api"  # a CUDA driver API newer than the target's driver
+    ARCH = "arch"  # no code for the target GPU
+    METADATA = "metadata"  # a distribution's metadata is broken
+    DRIVER = "driver"  # the driver a module needs
+    UNREADABLE = "unreadable"  # a file that cannot be read as ELF
+    BY_NAME = "by-name"  # a library loaded by name, not by a DT_NEEDED entry
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
-    """One thing the checker found about one module (or distribution)."""
+    """One thing the checker found about one module (or distribution); ``dataclasses.replace`` changes one."""
 
-    severity: str  # fail | warn | note
+    severity: Severity
     module: str  # path relative to site-packages, or the distribution for metadata findings
-    kind: str  # family | library | version | symbol | arch | metadata | driver | unreadable | by-name
+    kind: Kind
     message: str
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {
+            "severity": self.severity.value,
+            "module": self.module,
+            "kind": self.kind.value,
+            "message": self.message,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """A finding as to_json wrote it (a stage's details); a key or a value it does not know raises."""
+        unknown = set(data) - {"severity", "module", "kind", "message", "details"}
+        if unknown:
+            raise ValueError(f"a static finding has unknown keys: {', '.join(sorted(unknown))}")
+        return cls(
+            severity=Severity(data["severity"]),
+            module=str(data["module"]),
+            kind=Kind(data["kind"]),
+            message=str(data["message"]),
+            details=dict(data.get("details") or {}),
+        )
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -113,19 +156,19 @@ class StaticReport:
     # Modules that cannot load but that `import <package>` does not need: rel path -> package, why, feature.
     not_needed: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
-    def of(self, severity: str) -> list[Finding]:
+    def of(self, severity: Severity) -> list[Finding]:
         return [f for f in self.findings if f.severity == severity]
 
     @property
-    def state(self) -> str:
-        if self.of("fail"):
-            return "fail"
-        return "warn" if self.of("warn") else "pass"
+    def state(self) -> StageState:
+        if self.of(Severity.FAIL):
+            return StageState.FAIL
+        return StageState.WARN if self.of(Severity.WARN) else StageState.PASS
 
     @property
     def reason(self) -> str:
         """One line: the most important failure (else warning) plus how many more there are."""
-        for severity in ("fail", "warn"):
+        for severity in (Severity.FAIL, Severity.WARN):
             found = self.of(severity)
             if found:
                 more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
@@ -133,7 +176,7 @@ class StaticReport:
         return ""
 
     def counts(self) -> dict[str, int]:
-        return {s: len(self.of(s)) for s in _SEVERITIES}
+        return {s.value: len(self.of(s)) for s in Severity}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -264,9 +307,9 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
         why = ck.unreadable.get(mpath, f"{mpath}: not a readable ELF file").replace(mpath, rel)
         return [
             Finding(
-                severity="warn",
+                severity=Severity.WARN,
                 module=rel,
-                kind="unreadable",
+                kind=Kind.UNREADABLE,
                 details={"why": why},
                 message=f"{why}; the static stage cannot check it",
             )
@@ -281,9 +324,9 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
             why = ck.unreadable[unreadable].replace(unreadable, ck.rel(unreadable))
             findings.append(
                 Finding(
-                    severity="warn",
+                    severity=Severity.WARN,
                     module=rel,
-                    kind="unreadable",
+                    kind=Kind.UNREADABLE,
                     details={"library": name, "why": why},
                     message=f"{rel} needs {name}{via}; {why}; the static stage cannot check it",
                 )
@@ -292,9 +335,9 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
         if name in DRIVER_LIBS:
             findings.append(
                 Finding(
-                    severity="note",
+                    severity=Severity.NOTE,
                     module=rel,
-                    kind="driver",
+                    kind=Kind.DRIVER,
                     message=f"{rel}: {name} not found{via}: it comes with the NVIDIA driver, not with a wheel",
                     details={"library": name, "needed_by": ck.rel(needer)},
                 )
@@ -303,9 +346,9 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
         hint, details = ck.library_hint(name, needer, mpath)
         findings.append(
             Finding(
-                severity="fail",
+                severity=Severity.FAIL,
                 module=rel,
-                kind="library",
+                kind=Kind.LIBRARY,
                 message=f"{rel}: {name} not found{via}: {hint}",
                 details={"library": name, "needed_by": ck.rel(needer), **details},
             )
@@ -324,9 +367,9 @@ def _check_module(ck: _Checker, path: Path, *, after_torch: bool = False) -> tup
                 offers = symbol_offers(v, lib.info.version_defs)
                 findings.append(
                     Finding(
-                        severity="fail",
+                        severity=Severity.FAIL,
                         module=rel,
-                        kind="version",
+                        kind=Kind.VERSION,
                         message=f"{rel} needs {v} from {file}; {ck.rel(lib.path)} {offers}",
                         details={
                             "library": file,
@@ -368,9 +411,9 @@ def _symbol_finding(ck: _Checker, rel: str, mod_name: str, sym: UndefinedSymbol,
         )
         details["near_misses"] = [{"demangled": p, "provider": ck.rel(x.path)} for p, x in near]
         return Finding(
-            severity="fail",
+            severity=Severity.FAIL,
             module=rel,
-            kind="symbol",
+            kind=Kind.SYMBOL,
             details=details,
             message=f"{rel} needs {pretty}; {who} ({os.path.basename(lib.path)}) exports {other}: {because}.",
         )
@@ -386,13 +429,13 @@ def _symbol_finding(ck: _Checker, rel: str, mod_name: str, sym: UndefinedSymbol,
         # The module already fails on the missing library, which may well define this symbol.
         details["maybe_from_missing"] = missing
         return Finding(
-            severity="note",
+            severity=Severity.NOTE,
             module=rel,
-            kind="symbol",
+            kind=Kind.SYMBOL,
             details=details,
             message=f"{text} (it may come from the missing {', '.join(missing)})",
         )
-    return Finding(severity="fail", module=rel, kind="symbol", message=text, details=details)
+    return Finding(severity=Severity.FAIL, module=rel, kind=Kind.SYMBOL, message=text, details=details)
 
 
 def _arch_findings(
@@ -407,9 +450,9 @@ def _arch_findings(
     if info.fatbin_error:
         out.append(
             Finding(
-                severity="warn",
+                severity=Severity.WARN,
                 module=rel,
-                kind="arch",
+                kind=Kind.ARCH,
                 message=f"{rel}: cannot read its GPU code: {info.fatbin_error}",
             )
         )
@@ -440,9 +483,9 @@ def _arch_findings(
                     where = " in .nv_fatbin (NVIDIA's libraries load most kernels their own way)"
                 out.append(
                     Finding(
-                        severity="note" if skip or vendor else "fail",
+                        severity=Severity.NOTE if skip or vendor else Severity.FAIL,
                         module=rel,
-                        kind="arch",
+                        kind=Kind.ARCH,
                         message=f"{rel}: {cov.describe()}{where}",
                         details=details,
                     )
@@ -450,9 +493,9 @@ def _arch_findings(
             elif cov.uncovered:
                 out.append(
                     Finding(
-                        severity="note",
+                        severity=Severity.NOTE,
                         module=rel,
-                        kind="arch",
+                        kind=Kind.ARCH,
                         details=details,
                         message=(
                             f"{rel}: {cov.uncovered} of {cov.containers} fatbins have no code for sm_{cov.device}"
@@ -508,9 +551,9 @@ def _driver_floor_findings(ck: _Checker, path: Path, min_drivers: Sequence[tuple
         who = f"target {target}'s" if target else "the"
         out.append(
             Finding(
-                severity="fail",
+                severity=Severity.FAIL,
                 module=rel,
-                kind="driver-api",
+                kind=Kind.DRIVER_API,
                 message=(
                     f"{rel} imports {name} from libcuda, an entry point of CUDA {cuda} (driver {driver} or "
                     f"newer){more}: {who} min-driver {min_driver} is older"
@@ -546,9 +589,9 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
                 if links:
                     out.append(
                         Finding(
-                            severity="warn",
+                            severity=Severity.WARN,
                             module=dist.name,
-                            kind="metadata",
+                            kind=Kind.METADATA,
                             message=(
                                 f"{who}: {ck.rel(os.path.normpath(m))} links {links[0]} but METADATA has no "
                                 "Requires-Dist on torch: a resolver may pair it with any torch"
@@ -562,9 +605,9 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
             if plat.startswith("linux_"):
                 out.append(
                     Finding(
-                        severity="warn",
+                        severity=Severity.WARN,
                         module=dist.name,
-                        kind="metadata",
+                        kind=Kind.METADATA,
                         message=(
                             f"{who}: WHEEL says Tag: {tag}; an index only takes manylinux/musllinux "
                             "wheels, so the file name and WHEEL disagree (renamed without rewriting WHEEL?)"
@@ -578,9 +621,9 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
                 if (abi == "abi3" and built > py) or (abi not in {"abi3", "none"} and built != py):
                     out.append(
                         Finding(
-                            severity="warn",
+                            severity=Severity.WARN,
                             module=dist.name,
-                            kind="metadata",
+                            kind=Kind.METADATA,
                             message=f"{who}: WHEEL says Tag: {tag}, which Python {py[0]}.{py[1]} cannot use",
                             details={"dist": dist.name, "tag": tag},
                         )
@@ -592,9 +635,9 @@ def _metadata_findings(ck: _Checker, modules: Sequence[Path], py: tuple[int, int
                 rel = ck.rel(os.path.normpath(m))
                 out.append(
                     Finding(
-                        severity="note",
+                        severity=Severity.NOTE,
                         module=rel,
-                        kind="metadata",
+                        kind=Kind.METADATA,
                         message=(
                             f"{rel}: built for CPython {built_for.group(1)}.{built_for.group(2)}; this environment's "
                             f"Python is {py[0]}.{py[1]}, so `import` never loads it"
@@ -735,9 +778,9 @@ def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[
         if m and cuda and cuda.split(".")[0] != m.group(2):
             out.append(
                 Finding(
-                    severity="warn",
+                    severity=Severity.WARN,
                     module=first,
-                    kind="by-name",
+                    kind=Kind.BY_NAME,
                     details=details,
                     message=(
                         f"{shown} {verb} {name} {what}: CUDA {m.group(2)}, but this environment's torch is "
@@ -753,9 +796,9 @@ def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[
             details.update(more)
             out.append(
                 Finding(
-                    severity="warn" if in_python else "note",
+                    severity=Severity.WARN if in_python else Severity.NOTE,
                     module=first,
-                    kind="by-name",
+                    kind=Kind.BY_NAME,
                     details=details,
                     message=(f"{shown} {verb} {name} {what}, which ld.so would not find here: {hint}"),
                 )
@@ -763,17 +806,28 @@ def _by_name_findings(ck: _Checker, modules: Sequence[Path], packages: Sequence[
     return _one_per_catalog(out)
 
 
+def _as_needed(f: Finding, need: _Verdict) -> Finding:
+    """A finding of a module that failed, told whether `import <package>` needs that module: an optional
+    one's failure is a warning that says what it costs (the feature)."""
+    details = {**f.details, "import_needs": need.needed, "import_needs_why": need.why}
+    if f.severity != Severity.FAIL or not need.optional:
+        return dataclasses.replace(f, details=details)
+    if need.feature:
+        details["feature"] = need.feature
+    return dataclasses.replace(f, severity=Severity.WARN, message=f"{f.message}; {need.words}", details=details)
+
+
 def _one_symbol_warning(found: list[Finding], rel: str, words: str) -> list[Finding]:
     """A module import does not need that lacks many symbols (cuda-core's cu12/_tensor_bridge, 25 of torch's
     aoti_* symbols): one warning naming them, not one each. Failures stay one a symbol."""
-    missing = [f for f in found if f.kind == "symbol" and f.severity == "warn"]
+    missing = [f for f in found if f.kind == Kind.SYMBOL and f.severity == Severity.WARN]
     if len(missing) < 2:
         return found
     names = [str(f.details.get("demangled") or f.details["symbol"]) for f in missing]
     merged = Finding(
-        severity="warn",
+        severity=Severity.WARN,
         module=rel,
-        kind="symbol",
+        kind=Kind.SYMBOL,
         details={**missing[0].details, "symbols": [f.details["symbol"] for f in missing]},
         message=(
             f"{rel} needs {len(names)} symbols that no library in its load set defines: {', '.join(names[:4])}"
@@ -791,7 +845,7 @@ _CATALOG = 4  # a file naming this many absent libraries is a list of candidates
 def _one_per_catalog(findings: list[Finding]) -> list[Finding]:
     """One finding for a file that names many absent libraries (cuda-pathfinder's descriptor_catalog.py
     names 92 across CUDA 12 and 13): a list of candidates the package looks for, each only when asked."""
-    absent: dict[tuple[str, str], list[Finding]] = {}
+    absent: dict[tuple[str, Severity], list[Finding]] = {}
     for f in findings:
         if f.details.get("found") is None and "which ld.so would not find here" in f.message:
             absent.setdefault((f.module.rsplit(":", 1)[0], f.severity), []).append(f)
@@ -806,7 +860,7 @@ def _one_per_catalog(findings: list[Finding]) -> list[Finding]:
             Finding(
                 severity=severity,
                 module=group[0].module,
-                kind="by-name",
+                kind=Kind.BY_NAME,
                 details={
                     "libraries": names,
                     "named_in": sorted({p for f in group for p in f.details["named_in"]}),
@@ -877,29 +931,30 @@ def _check(
                 loaders.setdefault(lib, []).append(os.path.normpath(path))
     findings: list[Finding] = []
     needs = _Needs(sp, py)
-    for mpath, found in per_module:
+    for mpath, raw in per_module:
         dist = ck.dist_of(mpath)
-        for f in found:
-            if dist is not None:
-                f.details.setdefault("dist", dist.name)
+        found = (
+            raw
+            if dist is None
+            else [dataclasses.replace(f, details={**f.details, "dist": f.details.get("dist", dist.name)}) for f in raw]
+        )
         if mpath not in loaded_by_import:
             # A plugin or a library only dlopen()ed on demand (nvshmem's MPI bootstrap, libcufile_rdma,
             # a module for another Python): worth knowing, but no import of this environment fails on it.
-            for f in found:
-                if f.severity != "note":
-                    f.severity = "note"
-                    f.message += " (no extension module loads it)"
-                    f.details["loaded_by_import"] = False
-        elif any(f.severity == "fail" for f in found):
+            found = [
+                f
+                if f.severity == Severity.NOTE
+                else dataclasses.replace(
+                    f,
+                    severity=Severity.NOTE,
+                    message=f.message + " (no extension module loads it)",
+                    details={**f.details, "loaded_by_import": False},
+                )
+                for f in found
+            ]
+        elif any(f.severity == Severity.FAIL for f in found):
             need = needs.of(ck.rel(mpath), [ck.rel(e) for e in loaders.get(mpath, ())])
-            for f in found:
-                f.details["import_needs"] = need.needed
-                f.details["import_needs_why"] = need.why
-                if f.severity == "fail" and need.optional:
-                    f.severity = "warn"
-                    f.message += f"; {need.words}"
-                    if need.feature:
-                        f.details["feature"] = need.feature
+            found = [_as_needed(f, need) for f in found]
             if need.optional:
                 not_needed[ck.rel(mpath)] = {
                     "package": need.package,
@@ -915,16 +970,16 @@ def _check(
     for mix in family_mixes({d.name: d.version for d in ck.dists}):
         findings.append(
             Finding(
-                severity="fail",
+                severity=Severity.FAIL,
                 module=mix.other[0],
-                kind="family",
+                kind=Kind.FAMILY,
                 message=mix.message,
                 details={"dist": mix.other[0], "family": mix.family.name, "versions": dict([mix.first, mix.other])},
             )
         )
     findings.sort(
         key=lambda f: (
-            _SEVERITIES.index(f.severity),
+            list(Severity).index(f.severity),
             _KIND_ORDER.get(f.kind, 9),
             "shipped_at" not in f.details and "torch_cuda" not in f.details,
             "near_misses" not in f.details,
@@ -1009,7 +1064,7 @@ def run_static_stage(ctx: CellContext) -> StageResult:
             min_drivers=[(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver],
         )
     except LabError as exc:
-        return StageResult(name="static", state="error", reason=str(exc))
+        return StageResult(name="static", state=StageState.ERROR, reason=str(exc))
     details = report.to_json()
     details["modules_by_dist"] = _modules_by_dist(ctx.site, declared)
     # The import stage confirms these with what each package import actually mapped (NOT_NEEDED_FILE).
@@ -1043,7 +1098,7 @@ def format_report(report: StaticReport, verbose: bool) -> Iterator[str]:
     )
     shown: dict[tuple[str, str, str], int] = {}
     for f in report.findings:
-        if f.severity == "note" and not verbose:
+        if f.severity == Severity.NOTE and not verbose:
             continue
         key = (f.severity, f.module, f.kind)
         shown[key] = shown.get(key, 0) + 1

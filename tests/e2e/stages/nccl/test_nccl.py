@@ -19,6 +19,7 @@ import pytest
 from compatlab.cli import main as cli_main
 from compatlab.config.matrix import parse_matrix
 from compatlab.errors import ConfigError, UsageError
+from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.nccl.stage import (
     MIB,
@@ -224,7 +225,7 @@ def test_a_missing_interpreter_is_an_error_not_a_verdict(tmp_path: Path) -> None
         thresholds=None,
         work_dir=tmp_path,
     )
-    assert report.state == "error"
+    assert report.state == StageState.ERROR
     assert report.reason == (
         "cannot start rank 0 with /nonexistent/python: [Errno 2] No such file or directory: '/nonexistent/python'"
     )
@@ -238,7 +239,7 @@ def test_a_missing_interpreter_is_an_error_not_a_verdict(tmp_path: Path) -> None
 def test_gloo_run_passes(torch_python: Path, tmp_path: Path, world_size: int) -> None:
     env = {**os.environ, "NCCL_ALGO": "Ring", "NCCL_NVLS_ENABLE": "1"}
     report = _run(torch_python, tmp_path, world_size=world_size, sizes=SIZES, env=env)
-    assert report.state == "pass", report.reason
+    assert report.state == StageState.PASS, report.reason
     assert report.reason.startswith(f"{world_size} ranks (gloo): 48 checks right, all_reduce busbw ")
     assert report.torch_version
     assert report.init_seconds is not None
@@ -266,7 +267,7 @@ def test_gloo_run_passes(torch_python: Path, tmp_path: Path, world_size: int) ->
 
 def test_wrong_result_names_op_dtype_size_rank_and_values(torch_python: Path, tmp_path: Path) -> None:
     report = _run(torch_python, tmp_path, hook="corrupt:rank1:all_reduce")
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert report.failures[0] == (
         "all_reduce float32 × 1 elements on rank 1: element 0 expected 3, got 4 (1 of 1 elements differ)"
     )
@@ -287,7 +288,7 @@ def test_wrong_result_names_op_dtype_size_rank_and_values(torch_python: Path, tm
 def test_hang_names_the_rank_and_its_stack(torch_python: Path, tmp_path: Path, phase: str) -> None:
     timeouts = NcclTimeouts(init=8 if phase == "init" else 60, correctness=3, bandwidth=60, grace=2, stack=3)
     report = _run(torch_python, tmp_path, hook=f"hang:rank1:{phase}", timeouts=timeouts)
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert report.hang is not None
     assert report.hang["phase"] == phase
     assert report.hang["ranks"] == [1]
@@ -308,7 +309,7 @@ def test_hang_names_the_rank_and_its_stack(torch_python: Path, tmp_path: Path, p
 
 def test_dead_rank_reported_with_exit_code(torch_python: Path, tmp_path: Path) -> None:
     report = _run(torch_python, tmp_path, hook="die:rank0:correctness:7")
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert report.crash is not None
     assert report.crash["rank"] == 0
     assert report.crash["returncode"] == 7
@@ -320,7 +321,7 @@ def test_dead_rank_reported_with_exit_code(torch_python: Path, tmp_path: Path) -
 
 def test_dead_rank_reported_with_signal_and_survivor_stacks(torch_python: Path, tmp_path: Path) -> None:
     report = _run(torch_python, tmp_path, hook="die:rank1:init:SIGKILL")
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert report.crash is not None
     assert report.crash["rank"] == 1
     assert report.crash["signal"] == "SIGKILL"
@@ -333,7 +334,7 @@ def test_dead_rank_reported_with_signal_and_survivor_stacks(torch_python: Path, 
 def test_threshold_judges_all_reduce_at_the_largest_size(torch_python: Path, tmp_path: Path) -> None:
     floor = NcclThresholds(min_busbw_gbps=1e6, source="matrix.toml: thresholds.nccl.min-busbw-gbps")
     report = _run(torch_python, tmp_path, sizes=(4096,), thresholds=floor)
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert re.fullmatch(
         r"all_reduce busbw \d+\.\d GB/s at 4 KiB is below the floor of 1e\+06 GB/s "
         r"\(matrix\.toml: thresholds\.nccl\.min-busbw-gbps\)",

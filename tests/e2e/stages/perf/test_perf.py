@@ -22,6 +22,7 @@ from compatlab.cells import expand
 from compatlab.cli import main
 from compatlab.config.matrix import parse_matrix
 from compatlab.errors import ConfigError
+from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.perf.client import Target, run_level
 from compatlab.stages.perf.stage import (
@@ -286,7 +287,7 @@ def test_pass_eagle3_faster(tmp_path: Path) -> None:
     ]  # ABBA
     stage = report.stage_result()
     assert stage.name == "perf"
-    assert stage.state == "pass"
+    assert stage.state == StageState.PASS
     assert all(isinstance(v, float) for v in stage.details["figures"].values())
     assert "listening on" in stage.details["logs"]["eagle3-trial2"]
     assert stage.details["trials"][0]["levels"]["1"]["tokens"] == 4 * 32
@@ -337,7 +338,7 @@ def test_server_never_healthy(tmp_path: Path) -> None:
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
     port = report.trials[0]["port"]
-    assert report.state == "error"
+    assert report.state == StageState.ERROR
     assert report.reason == (f"baseline server did not become healthy within 1 s (/health_generate on port {port})")
     assert "loading for 30 s" in report.log_tail
     stage = report.stage_result()
@@ -366,7 +367,7 @@ def test_server_dies_mid_run(tmp_path: Path) -> None:
     config = _config(tmp_path, ["--tok-s", "2000"], ["--tok-s", "3000", "--accept-length", "3", "--crash-after", "5"])
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert re.fullmatch(
         r"eagle3 server exited with exit code 3 at concurrency 4 \(stream ended before \[DONE\] "
         r"after \d+ tokens; 0 of 4 requests finished\)",
@@ -385,7 +386,7 @@ def test_server_stalls_mid_stream(tmp_path: Path) -> None:
     )
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state == "error"
+    assert report.state == StageState.ERROR
     assert report.reason == (
         "baseline server failed a request at concurrency 1: no data for 0.5 s (stalled) after 16 tokens"
     )
@@ -400,7 +401,7 @@ def test_openai_protocol(tmp_path: Path) -> None:
     )
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state == "pass", report.reason
+    assert report.state == StageState.PASS, report.reason
     assert report.accept_length_field == FIELD_SERVER
     assert 2.5 < report.figures["accept_length_c2"] <= 3.0
     assert report.trials[0]["levels"]["2"]["tokens"] == 4 * 32
@@ -418,7 +419,7 @@ def test_stop_kills_the_whole_group(tmp_path: Path) -> None:
     )
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state in ("pass", "fail")
+    assert report.state in (StageState.PASS, StageState.FAIL)
     children = [int(m) for t in report.trials for m in re.findall(r"child pid (\d+)", t["log_tail"])]
     assert len(children) == 2
     assert report.trials[0]["exit"] == -9
@@ -525,7 +526,7 @@ def test_a_failed_request_mid_run_names_the_servers_message(tmp_path: Path) -> N
     )
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state == "error"
+    assert report.state == StageState.ERROR
     assert report.reason == (
         "eagle3 server failed a request at concurrency 4: the server sent an error in the "
         "stream after 13 tokens: KV cache pool is full"
@@ -574,7 +575,7 @@ def test_level_records_carry_sglangs_names(tmp_path: Path) -> None:
     )
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state == "pass", report.reason
+    assert report.state == StageState.PASS, report.reason
     latency = {f"{stat}_{what}_ms" for what in ("ttft", "itl", "tpot") for stat in ("mean", "median", "p99")}
     level = report.trials[0]["levels"]["2"]
     assert latency <= set(level)
@@ -591,7 +592,7 @@ def test_the_servers_accept_length_covers_one_level_after_a_flush(tmp_path: Path
     )
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state == "pass", report.reason
+    assert report.state == StageState.PASS, report.reason
     eagle3 = next(t for t in report.trials if t["server"] == "eagle3")
     for c in ("1", "4"):
         level = eagle3["levels"][c]
@@ -663,7 +664,7 @@ def test_current_route_names_first_the_deprecated_ones_as_fallbacks(tmp_path: Pa
     )
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
-    assert report.state == "pass", report.reason
+    assert report.state == StageState.PASS, report.reason
     assert report.accept_length_field == "server_info.internal_states[0].avg_spec_accept_length"
     assert [t["speculative_algorithm"] for t in report.trials] == [None, "EAGLE3"]
     for trial in report.trials:
@@ -795,7 +796,7 @@ def _context(tmp_path: Path, text: str) -> CellContext:
 
 def test_stage_runs_in_the_cell(tmp_path: Path) -> None:
     stage = run_perf_stage(_context(tmp_path, _matrix_text(STANDIN)))
-    assert stage.state == "pass", stage.reason
+    assert stage.state == StageState.PASS, stage.reason
     assert set(stage.details["figures"]) >= {"baseline_tok_s_c1", "eagle3_tok_s_c1", "speedup_c1", "accept_length_c1"}
     assert (tmp_path / "cell" / "perf" / "benchmark.json").is_file()
     _assert_gone([t["pid"] for t in stage.details["trials"]])

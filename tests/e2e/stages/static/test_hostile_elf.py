@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from compatlab.runs.model import StageState
 from compatlab.stages.static.elf import MAX_SECTION_BYTES, ElfCache, NotElf, read_elf
 from compatlab.stages.static.stage import check_site_packages
 from fixtures.hostile import dist, hard_deadline, replace_bytes, section, set_header, set_section, site, versioned_so
@@ -81,7 +82,7 @@ def test_a_module_without_section_headers_is_a_finding_not_a_pass(tmp_path: Path
     set_header(so, e_shoff=0, e_shnum=0, e_shstrndx=0)  # ld.so loads it by its program headers all the same
     dist(sp, "pkg", "1.0", ["pkg/_mod.abi3.so"])
     report = check_site_packages(sp, archs=[], cache=ElfCache(tmp_path / "cache"))
-    assert report.state == "warn"
+    assert report.state == StageState.WARN
     assert [f.message for f in report.findings] == [
         "pkg/_mod.abi3.so: cannot read: it has a PT_DYNAMIC segment but no dynamic section (section headers "
         "stripped or damaged); the static stage cannot check it"
@@ -103,7 +104,7 @@ def test_fifos_are_never_opened(tmp_path: Path) -> None:
         with pytest.raises(NotElf, match=r"_fifo\.abi3\.so: cannot read: a FIFO, not a regular file$"):
             read_elf(sp / "pkg" / "_fifo.abi3.so")
     assert report.modules == 1
-    assert report.state == "pass"
+    assert report.state == StageState.PASS
 
 
 def test_the_cache_is_keyed_by_the_file_not_by_record(tmp_path: Path) -> None:
@@ -113,7 +114,7 @@ def test_the_cache_is_keyed_by_the_file_not_by_record(tmp_path: Path) -> None:
     good = site(tmp_path / "a")
     compile_so(good / "pkg" / "_mod.abi3.so", "int f(void) { return 0; }\n", "-Wl,--no-as-needed", "-lm")
     dist(good, "pkg", "1.0", ["pkg/_mod.abi3.so"])
-    assert check_site_packages(good, archs=[], cache=cache).state == "pass"
+    assert check_site_packages(good, archs=[], cache=cache).state == StageState.PASS
 
     changed = site(tmp_path / "b")
     (changed / "pkg").mkdir()
@@ -121,7 +122,7 @@ def test_the_cache_is_keyed_by_the_file_not_by_record(tmp_path: Path) -> None:
     shutil.copytree(good / "pkg-1.0.dist-info", changed / "pkg-1.0.dist-info")
     replace_bytes(changed / "pkg" / "_mod.abi3.so", b"libm.so.6\0", b"libq.so.6\0")
     report = check_site_packages(changed, archs=[], cache=cache)
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert report.reason == (
         "pkg/_mod.abi3.so: libq.so.6 not found: not in site-packages nor in the system's library cache"
     )

@@ -9,8 +9,9 @@ import pytest
 
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, package_of
+from compatlab.runs.model import StageState
 from compatlab.stages.static.elf import ElfCache
-from compatlab.stages.static.stage import check_site_packages
+from compatlab.stages.static.stage import Severity, check_site_packages
 from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
 
 
@@ -61,12 +62,12 @@ def test_a_module_imported_only_inside_a_function_is_a_warning_naming_the_featur
     ''',
     )
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert report.state == "warn"
+    assert report.state == StageState.WARN
     assert report.reason == (
         f"{MISSING}; `import pkg` does not need it (only imported inside fast_path() (pkg/layers.py:4)); "
         "pkg says it is for: Use the optional vectorised kernels."
     )
-    [warn] = report.of("warn")
+    [warn] = report.of(Severity.WARN)
     assert warn.details["import_needs"] == "no"
     assert warn.details["dist"] == "pkg"
     assert report.not_needed == {
@@ -92,7 +93,7 @@ def test_an_import_under_an_import_error_guard_says_what_the_package_raises(tmp_
     """,
     )
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert report.state == "warn"
+    assert report.state == StageState.WARN
     assert report.reason == (
         f"{MISSING}; `import pkg` does not need it (pkg/__init__.py:4 imports it under try/except ImportError)"
     )
@@ -102,7 +103,7 @@ def test_a_module_that_import_needs_stays_red(tmp_path: Path, cache: ElfCache) -
     sp = _package(tmp_path, "from pkg import helpers\n", helpers="from . import _core, _opt\n")
     report = check_site_packages(sp, archs=[], cache=cache)
     assert (report.state, report.reason) == ("fail", MISSING)
-    [fail] = report.of("fail")
+    [fail] = report.of(Severity.FAIL)
     assert fail.details["import_needs"] == "yes"
     assert fail.details["import_needs_why"] == "`import pkg` imports it: pkg → pkg.helpers → pkg._opt"
     assert report.not_needed == {}
@@ -133,7 +134,7 @@ def test_a_host_module_named_by_a_string_that_import_runs_is_left_to_the_import_
         "warn",
         f"{MISSING}; `import pkg` may not need it ({NAMED}): the import stage decides",
     )
-    assert report.of("warn")[0].details["import_needs"] == "unknown"
+    assert report.of(Severity.WARN)[0].details["import_needs"] == "unknown"
     assert report.not_needed == {
         f"pkg/_opt{EXT_SUFFIX}": {"package": "pkg", "why": NAMED, "feature": "", "needed": "unknown"}
     }
@@ -176,8 +177,8 @@ def test_a_build_the_loader_may_pick_by_gpu_stays_red(tmp_path: Path, cache: Elf
     assert symbols is not None
     assert symbols.device_code is (where == "device code")
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert report.state == "fail"
-    [fail] = report.of("fail")
+    assert report.state == StageState.FAIL
+    [fail] = report.of(Severity.FAIL)
     assert fail.module == f"{rel}/_opt{EXT_SUFFIX}"
     assert fail.details["import_needs"] == "unknown"
     assert report.not_needed == {}
@@ -190,7 +191,7 @@ def test_a_module_no_python_code_imports_or_names_is_a_warning(tmp_path: Path, c
         "warn",
         MISSING + "; `import pkg` does not need it (no Python code of pkg imports it or names it)",
     )
-    assert report.of("warn")[0].details["import_needs"] == "no"
+    assert report.of(Severity.WARN)[0].details["import_needs"] == "no"
 
 
 def test_a_package_without_python_code_stays_red(tmp_path: Path, cache: ElfCache) -> None:
@@ -198,7 +199,7 @@ def test_a_package_without_python_code_stays_red(tmp_path: Path, cache: ElfCache
     (sp / "pkg" / "__init__.py").unlink()  # nothing to read: what `import pkg.…` needs is unknown
     report = check_site_packages(sp, archs=[], cache=cache)
     assert (report.state, report.reason) == ("fail", MISSING)
-    assert report.of("fail")[0].details["import_needs"] == "unknown"
+    assert report.of(Severity.FAIL)[0].details["import_needs"] == "unknown"
 
 
 def test_the_graph_follows_class_bodies_and_skips_type_checking_and_functions(tmp_path: Path) -> None:
@@ -253,7 +254,7 @@ def test_flashinfer_packages_of_different_versions_fail_naming_both(tmp_path: Pa
             "same version: flashinfer compares their versions at import and raises on a mismatch"
         ),
     )
-    [fail] = report.of("fail")
+    [fail] = report.of(Severity.FAIL)
     assert (fail.kind, fail.details["versions"]) == (
         "family",
         {"flashinfer-python": "0.6.4", "flashinfer-jit-cache": "0.6.3+cu130"},
@@ -264,7 +265,7 @@ def test_one_family_at_one_version_is_clean_whatever_the_local_label(tmp_path: P
     sp = _site(tmp_path)
     _dist_info(sp, "flashinfer-python", "0.6.4")
     _dist_info(sp, "flashinfer-jit-cache", "0.6.4+cu130")
-    assert check_site_packages(sp, archs=[], cache=cache).state == "pass"
+    assert check_site_packages(sp, archs=[], cache=cache).state == StageState.PASS
 
 
 def _by_name_site(root: Path) -> Path:
@@ -311,7 +312,7 @@ def test_libraries_loaded_by_name_are_resolved_here(tmp_path: Path, cache: ElfCa
             "this environment's torch is CUDA 13.0, and nothing here provides it",
         ),
     ]
-    assert report.state == "warn"
+    assert report.state == StageState.WARN
 
 
 def test_a_file_naming_many_absent_libraries_is_one_finding(tmp_path: Path, cache: ElfCache) -> None:
@@ -394,7 +395,7 @@ def test_an_entry_point_newer_than_the_min_driver_fails(tmp_path: Path, cache: E
             "(driver 570.26 or newer): the min-driver 550.54 is older"
         ),
     )
-    assert old.of("fail")[0].details["entry_points"] == [
+    assert old.of(Severity.FAIL)[0].details["entry_points"] == [
         {"symbol": "cuTensorMapEncodeIm2colWide", "cuda": "12.8", "driver": "570.26"}
     ]
     assert [

@@ -17,9 +17,10 @@ import pytest
 from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.proc import run
+from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.static.elf import CACHE_SCHEMA, ElfCache
-from compatlab.stages.static.stage import check_site_packages, ld_cache, run_static_stage
+from compatlab.stages.static.stage import Severity, check_site_packages, ld_cache, run_static_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
@@ -100,12 +101,12 @@ def cache(tmp_path: Path) -> ElfCache:
 def test_abi_break_names_the_near_miss(tmp_path: Path, cache: ElfCache) -> None:
     sp = _torch_and_kern(tmp_path, "2.10.0", CHECK_UNSIGNED, kern_requires=("torch",))
     report = check_site_packages(sp, archs=["sm_90"], cache=cache)
-    assert report.state == "fail"
+    assert report.state == StageState.FAIL
     assert report.reason == (
         "kern/_ops.abi3.so needs c10::check(int); torch 2.10.0 (libc10.so) exports c10::check(unsigned int): "
         "kern was built against another torch."
     )
-    [fail] = report.of("fail")
+    [fail] = report.of(Severity.FAIL)
     assert fail.kind == "symbol"
     assert fail.details["symbol"] == "_ZN3c105checkEi"
     assert fail.details["near_misses"] == [{"demangled": "c10::check(unsigned int)", "provider": "torch/lib/libc10.so"}]
@@ -114,18 +115,18 @@ def test_abi_break_names_the_near_miss(tmp_path: Path, cache: ElfCache) -> None:
 def test_matching_torch_passes_but_warns_about_metadata(tmp_path: Path, cache: ElfCache) -> None:
     sp = _torch_and_kern(tmp_path, "2.9.1", CHECK_INT)
     report = check_site_packages(sp, archs=["sm_90"], cache=cache)
-    assert report.state == "warn"
+    assert report.state == StageState.WARN
     assert report.reason == (
         "kern 1.0: kern/_ops.abi3.so links libc10.so but METADATA has no Requires-Dist on torch: a resolver "
         "may pair it with any torch"
     )
-    assert report.of("fail") == []
+    assert report.of(Severity.FAIL) == []
 
 
 def test_cache_makes_the_second_run_read_nothing(tmp_path: Path, cache: ElfCache) -> None:
     sp = _torch_and_kern(tmp_path, "2.9.1", CHECK_INT, kern_requires=("torch>=2.9",))
     first = check_site_packages(sp, archs=[], cache=cache)
-    assert first.state == "pass"
+    assert first.state == StageState.PASS
     assert first.cache_misses > 0
     again = check_site_packages(sp, archs=[], cache=ElfCache(tmp_path / "cache"))
     assert again.cache_misses == 0
@@ -150,8 +151,8 @@ def test_missing_library(tmp_path: Path, cache: ElfCache) -> None:
         "pkg/_ext.abi3.so: libgone.so.1 not found: not in site-packages nor in the system's library cache"
     )
     # The symbol it would have provided is not counted as a second failure.
-    assert [f.kind for f in report.of("fail")] == ["library"]
-    assert [f.details["symbol"] for f in report.of("note") if f.kind == "symbol"] == ["_Z4gonev"]
+    assert [f.kind for f in report.of(Severity.FAIL)] == ["library"]
+    assert [f.details["symbol"] for f in report.of(Severity.NOTE) if f.kind == "symbol"] == ["_Z4gonev"]
 
 
 def test_library_in_site_packages_but_off_the_search_path(tmp_path: Path, cache: ElfCache) -> None:
@@ -189,7 +190,7 @@ def test_origin_runpath_resolves(tmp_path: Path, cache: ElfCache) -> None:
     )
     _dist(sp, "pkg", "0.1", ["pkg/_ext.abi3.so", "pkg/lib/libhelper.so"])
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert report.state == "pass", report.reason
+    assert report.state == StageState.PASS, report.reason
     assert report.modules == 2
     assert report.findings == []
 
@@ -224,7 +225,7 @@ def test_symbol_version_newer_than_the_provider(tmp_path: Path, cache: ElfCache)
     _dist(sp, "ver", "0.1", ["ver/_ext.abi3.so", "ver/lib/libprov.so"])
     report = check_site_packages(sp, archs=[], cache=cache)
     assert report.reason == ("ver/_ext.abi3.so needs VERS_2 from libprov.so; ver/lib/libprov.so offers only VERS_1")
-    [fail] = report.of("fail")
+    [fail] = report.of(Severity.FAIL)
     assert fail.details["symbols"] == ["prov_new"]
 
 
@@ -245,7 +246,7 @@ def test_driver_library_is_a_note_without_a_driver(tmp_path: Path, cache: ElfCac
     )
     _dist(sp, "pkg", "0.1", ["pkg/_ext.abi3.so"])
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert report.state == "pass"
+    assert report.state == StageState.PASS
     assert [f.message for f in report.findings] == [
         "pkg/_ext.abi3.so: libcuda.so.1 not found: it comes with the NVIDIA driver, not with a wheel"
     ]
@@ -261,7 +262,7 @@ def test_plugin_nothing_imports_is_only_a_note(tmp_path: Path, cache: ElfCache) 
         "-l:libmpi.so.40",
     )
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert report.state == "pass"
+    assert report.state == StageState.PASS
     assert report.findings[0].message == (
         "nvidia/x/lib/bootstrap_mpi.so.3: libmpi.so.40 not found: not in site-packages nor in the system's "
         "library cache (no extension module loads it)"
@@ -273,7 +274,7 @@ def test_wheel_tag_lint(tmp_path: Path, cache: ElfCache) -> None:
     _cc(sp / "pkg" / "_ext.abi3.so", "int f(void) { return 1; }\n")
     _dist(sp, "pkg", "0.1", ["pkg/_ext.abi3.so"], tag="cp312-abi3-linux_x86_64")
     report = check_site_packages(sp, archs=[], cache=cache)
-    assert [f.message for f in report.of("warn")] == [
+    assert [f.message for f in report.of(Severity.WARN)] == [
         "pkg 0.1: WHEEL says Tag: cp312-abi3-linux_x86_64; an index only takes manylinux/musllinux wheels, "
         "so the file name and WHEEL disagree (renamed without rewriting WHEEL?)",
         "pkg 0.1: WHEEL says Tag: cp312-abi3-linux_x86_64, which Python 3.11 cannot use",
@@ -295,14 +296,14 @@ def gpu_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_arch_coverage(gpu_site: Path, cache: ElfCache) -> None:
     red = check_site_packages(gpu_site, archs=["sm_120"], cache=cache)
-    assert red.state == "fail"
+    assert red.state == StageState.FAIL
     assert red.reason == "gpu/_k.abi3.so: no kernel image for sm_120 (has sm_90; PTX none)"
-    assert red.of("fail")[0].details["cubins"] == ["sm_90"]
+    assert red.of(Severity.FAIL)[0].details["cubins"] == ["sm_90"]
     green = check_site_packages(gpu_site, archs=["sm_90"], cache=cache)
-    assert green.state == "pass", green.reason
+    assert green.state == StageState.PASS, green.reason
     skipped = check_site_packages(gpu_site, archs=["sm_120"], not_needed=["gpu/*"], cache=cache)
-    assert skipped.state == "pass"
-    assert [f.message for f in skipped.of("note")] == [
+    assert skipped.state == StageState.PASS
+    assert [f.message for f in skipped.of(Severity.NOTE)] == [
         "gpu/_k.abi3.so: no kernel image for sm_120 (has sm_90; PTX none) (not needed here)"
     ]
 
@@ -362,7 +363,7 @@ def test_stage_reports_the_first_failure_and_counts_the_rest(tmp_path: Path, mon
         work_dir=tmp_path,
     )
     result = run_static_stage(ctx)
-    assert result.state == "fail"
+    assert result.state == StageState.FAIL
     assert result.reason == (
         "kern/_more.abi3.so needs c10::check(int); torch 2.10.0 (libc10.so) exports "
         "c10::check(unsigned int): kern was built against another torch. (and 1 more)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compatlab.runs.model import StageState
 from compatlab.stages.serve.causes import find_cause, tracebacks
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "serve_logs"
@@ -129,7 +130,7 @@ def test_out_of_memory_and_a_port_in_use_are_the_machine_s() -> None:
     )
     cause = find_cause(port)
     assert cause is not None
-    assert cause.state == "error"
+    assert cause.state == StageState.ERROR
     assert cause.reason.startswith("the port is in use: OSError: [Errno 98]")
 
 
