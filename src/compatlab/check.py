@@ -46,51 +46,6 @@ __all__ = [
     "parse_pins",
 ]
 
-# Runs with the checked interpreter, standard library only: who it is, and every distribution it sees.
-_INSPECT = r"""
-import importlib.metadata as md, importlib.util, json, sys, sysconfig
-out = {"python": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3], "prefix": sys.prefix,
-       "base_prefix": getattr(sys, "base_prefix", sys.prefix), "purelib": sysconfig.get_paths()["purelib"],
-       "platlib": sysconfig.get_paths()["platlib"], "path": sys.path,
-       "pytest": importlib.util.find_spec("pytest") is not None, "pip": importlib.util.find_spec("pip") is not None,
-       "dists": []}
-out["problems"] = []
-seen = set()
-for d in md.distributions():
-    # One distribution's broken METADATA or RECORD is reported for it; the others are still checked.
-    where = str(getattr(d, "_path", "") or "?").rsplit("/", 1)[-1]
-    try:
-        name = d.metadata["Name"]
-        version = d.version
-    except Exception as exc:
-        out["problems"].append([where, "its METADATA cannot be read (%s: %s)" % (type(exc).__name__, str(exc)[:200])])
-        continue
-    if not name or name.lower() in seen:
-        continue  # the first on sys.path is the one `import` finds
-    seen.add(name.lower())
-    native = []
-    try:
-        files = list(d.files or ())
-    except Exception as exc:
-        out["problems"].append([where, "its RECORD cannot be read (%s: %s); its files were not checked"
-                                % (type(exc).__name__, str(exc)[:200])])
-        files = []
-    for f in files:
-        s = str(f)
-        if (s.endswith(".so") or ".so." in s.rsplit("/", 1)[-1]) and not s.startswith(".."):
-            native.append(s)
-    try:
-        site = str(d.locate_file(""))
-    except Exception:
-        site = ""
-    out["dists"].append({"name": name, "version": version, "native": len(native), "site": site})
-try:  # torch/version.py says which CUDA it was built for, without importing torch
-    out["torch_version_py"] = open(md.distribution("torch").locate_file("torch/version.py"), encoding="utf-8").read()
-except Exception:
-    out["torch_version_py"] = None
-print(json.dumps(out))
-"""
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Environment:
@@ -135,11 +90,14 @@ def _canon(name: str) -> str:
 def inspect_environment(python: Path) -> Environment:
     """Run *python* once and read what it is and sees. UsageError when it is not a usable interpreter."""
     from compatlab.proc import run
+    from compatlab.stages.base import incell_command
 
     if not python.exists():
         raise UsageError(f"{python}: no such interpreter; pass --python PATH or --venv DIR of the environment")
+    # compatlab.incell.inspect_env, with the checked interpreter: who it is, and every distribution it sees.
+    command = incell_command(python, "inspect_env")
     try:
-        done = run([str(python), "-I", "-c", _INSPECT], timeout=120, env=_plain_env())
+        done = run(command.argv, timeout=120, env=_plain_env(), cwd=command.cwd)
     except OSError as exc:
         raise UsageError(f"{python}: cannot run it: {exc.strerror or exc}") from None
     if not done.ok:

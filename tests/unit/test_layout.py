@@ -6,6 +6,8 @@
 - incell/ imports only the standard library and itself (its pytest plugin and suites also pytest, which
   the lab adds to the cell), read from the source here and proven in tests/e2e/test_incell_imports.py by importing
   each module in a fresh interpreter that cannot import the lab's dependencies;
+- no program held in a string and run with ``python -c``: what runs with a cell's interpreter is a module
+  of incell/, run as one (``stages.base.incell_command``), so ruff, mypy and the rules above read it;
 - what an axis kind means is said once, in config/matrix.py's table: no other module spells the name,
   distribution or import name of a kind that is not required (sgl-kernel, flashinfer, sglang …), except
   incell/, which runs in the cell on the standard library alone and cannot read the table, and the stages
@@ -190,4 +192,27 @@ def test_only_the_axis_kind_table_spells_a_kinds_names() -> None:
             for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and node.value in KIND_NAMES and id(node) not in docs
         )
+    assert bad == []
+
+
+def c_programs(source: str) -> list[int]:
+    """The lines of *source* where an argv list or tuple holds ``"-c"``: a program in a string."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.List | ast.Tuple)
+        and any(isinstance(e, ast.Constant) and e.value == "-c" for e in node.elts)
+    )
+
+
+def test_the_program_checker_finds_a_program_in_a_string() -> None:
+    snippet = 'code = "print(1)"\nargv = [python, "-c", code]\nok = (python, "-m", "compatlab.incell.probe")\n'
+    assert c_programs(snippet) == [2]
+    assert c_programs('run((sys.executable, "-I", "-c", "import torch"), timeout=9)') == [1]
+
+
+def test_no_program_runs_from_a_string() -> None:
+    bad = [
+        f"{p.relative_to(SRC)}:{line}" for p in MODULES.values() for line in c_programs(p.read_text(encoding="utf-8"))
+    ]
     assert bad == []

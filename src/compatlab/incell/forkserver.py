@@ -13,10 +13,10 @@ goes on. The child exits the way the probe does (status 0 or 3, through the inte
 a module that crashes at exit is seen here too. The client turns each answer into a ``proc.Completed`` and
 classifies it with ``loadcheck.classify_record``: the same verdicts as the per-process path.
 
-The server is this file run with ``python -c`` by the cell's interpreter: it imports only the standard
-library, and the cell's ``sys.path`` is the probe's. Its protocol is JSON lines on descriptors it takes over
-from stdin and stdout before importing anything (fd 1 then points at stderr, so what the modules print
-cannot corrupt it):
+The server is this module run with the cell's interpreter the way the probe is (``proc.module_command``),
+so the cell's ``sys.path`` is the probe's, and its children do what the probe does (``probe.steps``). Its
+protocol is JSON lines on descriptors it takes over from stdin and stdout before importing the prerequisites
+(fd 1 then points at stderr, so what the modules print cannot corrupt it):
 
     server -> client   {"ready": true}  or  {"ready": false, "step": ..., "type": ..., "message": ...}
     client -> server   {"id": 1, "path": "/x/m.so" or null, "name": "pkg.m", "pre": ["torch"], "timeout": 180}
@@ -34,7 +34,6 @@ import contextlib
 import ctypes
 import gc
 import importlib
-import importlib.util
 import itertools
 import json
 import os
@@ -44,16 +43,14 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-if TYPE_CHECKING:
-    from compatlab.incell.loadcheck import LoadFailure
-    from compatlab.incell.proc import Completed
+from compatlab.incell.loadcheck import LoadFailure, classify_record
+from compatlab.incell.probe import RESULT_TAG, steps
+from compatlab.incell.proc import HERE, Completed, module_command
 
-__all__ = ["ForkServer", "ServerGone", "enabled", "mapped_shared_objects", "root_cause"]
+__all__ = ["ForkServer", "ServerGone", "enabled", "main"]
 
 ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
 _KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
@@ -64,75 +61,6 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
     """True unless $COMPATLAB_IMPORT_FORKSERVER is 0, false, no or off (then every load is a fresh process)."""
     value = (environ if environ is not None else os.environ).get(ENV_SWITCH, "1")
     return value.strip().lower() not in ("0", "false", "no", "off")
-
-
-def _steps(pre: list[str], path: str | None, name: str) -> dict[str, Any]:
-    """What the probe does (loadcheck.PROBE), in this process; the record it reports."""
-    step = ""
-    try:
-        for mod in pre:
-            step = "import " + mod
-            importlib.import_module(mod)
-        if path and name in sys.modules:
-            # Loaded already by a prerequisite (torch._C by `import torch`): it linked and initialised, and
-            # running its init a second time is something no package does.
-            step = "load " + path
-        elif path:
-            step = "load " + path
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:
-                raise ImportError("no loader for " + path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        elif name:
-            step = "import " + name
-            importlib.import_module(name)
-    except BaseException as exc:  # noqa: BLE001 - whatever the import raised is the verdict (SystemExit too)
-        sys.stderr.write(traceback.format_exc())
-        sys.stderr.flush()
-        return {"ok": False, "step": step, **root_cause(exc)}
-    if name and not path:
-        return {"ok": True, "step": step, "mapped": mapped_shared_objects()}
-    return {"ok": True, "step": step}
-
-
-def root_cause(exc: BaseException) -> dict[str, Any]:
-    """The innermost cause of *exc* as {"type", "message"}, with the exceptions around it, outermost first,
-    as "outer": [{"type", "message"}, ...] (absent when *exc* stands alone).
-
-    A wrapper says where, its cause says why: torch's ``load_library`` raises ``OSError("Could not load
-    this library: …")`` from the loader's "undefined symbol: …". The chain follows ``__cause__`` (``raise
-    … from e``), and ``__context__`` (an exception raised while handling another) only where that other
-    is an ImportError or OSError, what a failed load raises: a KeyError a fallback path handled is no cause.
-    loadcheck.PROBE does the same in a fresh interpreter.
-    """
-    chain = [exc]
-    while len(chain) < 16:
-        last = chain[-1]
-        nxt = last.__cause__
-        if nxt is None and not last.__suppress_context__ and isinstance(last.__context__, (ImportError, OSError)):
-            nxt = last.__context__
-        if nxt is None or nxt in chain:
-            break
-        chain.append(nxt)
-    inner = chain[-1]
-    out: dict[str, Any] = {"type": type(inner).__name__, "message": str(inner)}
-    if len(chain) > 1:
-        out["outer"] = [{"type": type(e).__name__, "message": str(e)} for e in chain[:-1]]
-    return out
-
-
-def mapped_shared_objects() -> list[str]:
-    """The shared objects mapped into this process (/proc/self/maps): after `import P`, what P needed.
-
-    In a child of the server that includes what the server's own imports (torch) mapped.
-    """
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            paths = {parts[5].strip() for parts in (line.split(None, 5) for line in fh) if len(parts) == 6}
-    except OSError:
-        return []
-    return sorted(p for p in paths if p.startswith("/") and (p.endswith(".so") or ".so." in p))
 
 
 def _die_with_parent() -> None:
@@ -294,7 +222,7 @@ class _Server:
             # finders cached (directory listings, and path entries that did not exist then).
             importlib.invalidate_caches()
             pre = [str(m) for m in request.get("pre") or []]
-            record = _steps(pre, request.get("path") or None, str(request.get("name") or ""))
+            record = steps(pre, request.get("path") or None, str(request.get("name") or ""))
             _write_all(record_fd, json.dumps(record).encode())
             os.close(record_fd)
         except BaseException:  # noqa: BLE001 - never let a child return into the server's loop
@@ -336,14 +264,17 @@ class _Server:
                     self.send(job.reply())
 
 
-def main(preload: str) -> int:
-    """Run the server: import the prerequisites (comma-separated), say whether that worked, then serve."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """``[PRELOAD]``: run the server: import the prerequisites (comma-separated), say whether that worked,
+    then serve."""
+    args = sys.argv[1:] if argv is None else argv
+    preload = args[0] if args else ""
     requests, replies = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
-    record = _steps([m for m in preload.split(",") if m], None, "")
+    record = steps([m for m in preload.split(",") if m], None, "")
     if record["ok"] and _cuda_initialised():
         record = {
             "ok": False,
@@ -404,8 +335,10 @@ class ForkServer:
     ) -> ForkServer:
         """Start a server that has imported *preload*; ServerGone (with the reason) if it could not."""
         started = time.monotonic()
+        command = module_command(python, "forkserver", ",".join(preload), root=HERE)
         proc = subprocess.Popen(
-            [python, "-c", _source(), ",".join(preload)],
+            command.argv,
+            cwd=command.cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -431,10 +364,6 @@ class ForkServer:
         self, *, path: str | None, name: str, pre_import: Sequence[str] = (), timeout: float = 120.0
     ) -> tuple[LoadFailure | None, Completed]:
         """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter."""
-        # Imported here: this file also runs as a script (python -c), where there is no package to import from.
-        from compatlab.incell.loadcheck import classify_record
-        from compatlab.incell.proc import Completed
-
         ident = next(self._ids)
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         request = {"id": ident, "path": path, "name": name, "pre": list(pre_import), "timeout": timeout}
@@ -530,13 +459,9 @@ def _stderr(reply: dict[str, Any]) -> str:
     text = str(reply["stderr"])
     record = reply.get("record")
     if isinstance(record, dict) and "mapped" in record:
-        text += "COMPATLAB-LOAD-RESULT " + json.dumps(record) + "\n"
+        text += RESULT_TAG + json.dumps(record) + "\n"
     return text
 
 
-def _source() -> str:
-    return Path(__file__).read_text(encoding="utf-8")
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else ""))
+    raise SystemExit(main())

@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compatlab.incell.proc import Completed, run
+from compatlab.incell.probe import RESULT_TAG
+from compatlab.incell.proc import HERE, Completed, InCellCommand, module_command, run
 
 __all__ = [
     "FATBIN_SECTIONS",
-    "PROBE",
     "STACK_KINDS",
     "DynamicSymbols",
     "Installed",
@@ -46,7 +46,7 @@ __all__ = [
     "load_module",
     "mapped_of",
     "package_targets",
-    "probe_argv",
+    "probe_command",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,61 +55,6 @@ log = logging.getLogger(__name__)
 STACK_KINDS = frozenset(
     {"undefined-symbol", "symbol-version", "missing-library", "import-error", "signal", "timeout", "exit"}
 )
-
-_RESULT_TAG = "COMPATLAB-LOAD-RESULT "
-
-# Runs in a fresh interpreter: import the prerequisites, then load one module by file path (or import a
-# package by name), and report what Python said as one tagged JSON line on stderr.
-PROBE = r"""
-import importlib, importlib.util, json, sys, traceback
-target, name, pre = sys.argv[1], sys.argv[2], [m for m in sys.argv[3].split(",") if m]
-step = ""
-try:
-    for mod in pre:
-        step = "import " + mod
-        importlib.import_module(mod)
-    if target and name in sys.modules:
-        # Loaded already by a prerequisite (torch._C by `import torch`): it linked and initialised, and
-        # running its init a second time is something no package does.
-        step = "load " + target
-    elif target:
-        step = "load " + target
-        spec = importlib.util.spec_from_file_location(name, target)
-        if spec is None or spec.loader is None:
-            raise ImportError("no loader for " + target)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        step = "import " + name
-        importlib.import_module(name)
-except BaseException as exc:
-    sys.stderr.write(traceback.format_exc())
-    # The innermost cause, the exceptions around it kept (forkserver.root_cause, the same rule).
-    chain = [exc]
-    while len(chain) < 16:
-        last = chain[-1]
-        nxt = last.__cause__
-        if nxt is None and not last.__suppress_context__ and isinstance(last.__context__, (ImportError, OSError)):
-            nxt = last.__context__
-        if nxt is None or nxt in chain:
-            break
-        chain.append(nxt)
-    record = {"ok": False, "step": step, "type": type(chain[-1]).__name__, "message": str(chain[-1])}
-    if len(chain) > 1:
-        record["outer"] = [{"type": type(e).__name__, "message": str(e)} for e in chain[:-1]]
-    sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps(record) + "\n")
-    sys.stderr.flush()
-    raise SystemExit(3)
-done = {"ok": True, "step": step}
-if not target:  # what the import mapped: the shared objects its package's `import` needs
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            paths = {parts[5].strip() for parts in (line.split(None, 5) for line in fh) if len(parts) == 6}
-        done["mapped"] = sorted(p for p in paths if p.startswith("/") and (p.endswith(".so") or ".so." in p))
-    except OSError:
-        pass
-sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps(done) + "\n")
-"""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,9 +102,9 @@ _DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
 
 def _result_record(stderr: str) -> dict[str, Any] | None:
     for line in reversed(stderr.splitlines()):
-        if line.startswith(_RESULT_TAG):
+        if line.startswith(RESULT_TAG):
             try:
-                data = json.loads(line[len(_RESULT_TAG) :])
+                data = json.loads(line[len(RESULT_TAG) :])
             except json.JSONDecodeError:
                 return None
             return data if isinstance(data, dict) else None
@@ -167,7 +112,7 @@ def _result_record(stderr: str) -> dict[str, Any] | None:
 
 
 def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(_RESULT_TAG)]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(RESULT_TAG)]
     return lines[-1] if lines else ""
 
 
@@ -179,7 +124,7 @@ def mapped_of(completed: Completed) -> list[str] | None:
 
 
 def classify(completed: Completed) -> LoadFailure | None:
-    """Classify a finished probe (see ``probe_argv``); None when the module loaded."""
+    """Classify a finished probe (``probe_command``); None when the module loaded."""
     return classify_record(completed, _result_record(completed.stderr))
 
 
@@ -638,9 +583,10 @@ def importable_here(filename: str) -> bool:
 # --- loading one module in its own process ---------------------------------------------------------------
 
 
-def probe_argv(python: str, *, path: str | None, name: str, pre_import: Sequence[str] = ()) -> list[str]:
-    """argv that loads *path* as module *name* (or imports package *name* when path is None)."""
-    return [python, "-c", PROBE, path or "", name, ",".join(pre_import)]
+def probe_command(python: str, *, path: str | None, name: str, pre_import: Sequence[str] = ()) -> InCellCommand:
+    """The probe (``compatlab.incell.probe``) that loads *path* as module *name* (or imports package *name*
+    when path is None) with *python*, after importing *pre_import*."""
+    return module_command(python, "probe", path or "", name, ",".join(pre_import), root=HERE)
 
 
 def load_module(
@@ -653,11 +599,8 @@ def load_module(
     env: Mapping[str, str] | None = None,
 ) -> tuple[LoadFailure | None, Completed]:
     """Load one module in a fresh interpreter with a timeout, in its own process group; classify it."""
-    done = run(
-        probe_argv(python, path=path, name=name, pre_import=pre_import),
-        timeout=timeout,
-        env=env if env is not None else dict(os.environ),
-    )
+    command = probe_command(python, path=path, name=name, pre_import=pre_import)
+    done = run(command.argv, timeout=timeout, env=env if env is not None else dict(os.environ), cwd=command.cwd)
     return classify(done), done
 
 

@@ -1,9 +1,8 @@
 """The NCCL suite's rank worker: the code that runs inside each rank's process.
 
 It runs in a cell's venv with torch and the standard library only, so the module's top level imports
-nothing else, and ``compatlab.stages.nccl.stage`` loads it by file path: importing the ``compatlab`` package there would
-pull in the lab's own dependencies, which a cell's venv does not have. The parent side imports the
-constants and the test hook from here, so both halves agree on them.
+nothing else: ``python -m compatlab.incell.nccl_worker CONFIG RANK`` (``stages.base.incell_command``). The
+parent side imports the constants and the test hook from here, so both halves agree on them.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import math
 import os
 import re
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -314,11 +314,15 @@ class _Worker:
                         self.ev.emit("bw", op=op, size=size, sweep=sweep, seconds=timed[0], bytes=timed[1])
 
 
-def worker_main(argv: Sequence[str]) -> int:
-    """``worker CONFIG RANK``: one rank of the suite. Its progress goes to events; crashes to stderr."""
-    config, rank = Path(argv[1]), int(argv[2])
+def main(argv: Sequence[str] | None = None) -> int:
+    """``CONFIG RANK``: one rank of the suite. Its progress goes to events; crashes to stderr.
+
+    It works in the config's ``work_dir`` (it is started in the folder it is imported from)."""
+    config_arg, rank_arg = sys.argv[1:3] if argv is None else argv
+    config, rank = Path(config_arg), int(rank_arg)
     cfg = json.loads(config.read_text(encoding="utf-8"))
     work = Path(cfg["work_dir"])
+    os.chdir(work)
     # Before anything slow: a SIGUSR1 from the parent must find the handler installed.
     stack_file = (work / f"rank{rank}.stack").open("w", encoding="utf-8")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
@@ -346,3 +350,7 @@ def worker_main(argv: Sequence[str]) -> int:
     if w.dist is not None and w.dist.is_initialized():
         w.dist.destroy_process_group()
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

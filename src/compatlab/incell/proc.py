@@ -15,8 +15,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-__all__ = ["Completed", "run"]
+__all__ = ["Completed", "InCellCommand", "module_command", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,46 @@ class Completed:
             except ValueError:
                 return f"signal {-self.returncode}"
         return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class InCellCommand:
+    """A module of ``compatlab.incell`` as a command: run *argv* with *cwd* as its working directory."""
+
+    argv: list[str]
+    cwd: str
+
+
+# The folder this compatlab.incell was imported from: in a cell, the lab's copy of the package (stages/base.py's
+# ``incell_path``), which holds nothing else of the lab.
+HERE = str(Path(__file__).resolve().parents[2])
+
+
+def module_command(
+    python: str | os.PathLike[str], module: str, *args: str, root: str | os.PathLike[str]
+) -> InCellCommand:
+    """The one way a program of ``compatlab.incell`` runs in a cell: ``python -E -s -B -u -m
+    compatlab.incell.<module> ARGS`` in the folder *root*, which holds ``compatlab/incell`` and nothing else of
+    the lab (the lab passes ``stages.base.incell_path()``; code already in a cell passes ``HERE``).
+
+    The interpreter sees the standard library, its own site-packages and *root*, nothing else:
+
+    - ``-E`` ignores every PYTHON* variable: the user's PYTHONPATH and PYTHONHOME, and PYTHONSAFEPATH too, so
+      ``-m`` puts the working directory, *root*, first on ``sys.path``, on Python 3.10 to 3.14 alike. ``-I``
+      would also imply ``-P`` on 3.11+ (no working directory on ``sys.path``: *root* could not be found), and
+      3.10 has no ``-P``; putting *root* on PYTHONPATH instead would need the variables ``-E`` drops.
+    - ``-s``: no user site directory (``-E`` ignores PYTHONNOUSERSITE). ``-E -s`` is ``-I`` without ``-P``.
+    - ``-B``: no bytecode written: an existing environment (``compatlab check``) is read, never changed, as
+      the suites' PYTHONDONTWRITEBYTECODE keeps it.
+    - ``-u``: unbuffered output (``-E`` ignores PYTHONUNBUFFERED): a program killed at its timeout, or a rank
+      hung in NCCL, leaves all it wrote.
+
+    The working directory is *root*, so a program that needs another (a rank writes its files beside its
+    config) takes that directory as an argument and changes to it itself. A child the program starts without
+    these flags (torch's own helpers) sees the environment it was given.
+    """
+    argv = [os.fspath(python), "-E", "-s", "-B", "-u", "-m", f"compatlab.incell.{module}", *args]
+    return InCellCommand(argv=argv, cwd=os.fspath(root))
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

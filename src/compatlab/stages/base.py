@@ -1,7 +1,8 @@
 """The stage interface: each stage reads a CellContext and returns a StageResult.
 
-Also what every stage that runs code in the cell shares: the cell's environment (``cell_env``) and the
-folder that puts ``compatlab.incell`` alone on the cell's ``PYTHONPATH`` (``incell_path``).
+Also what every stage that runs code in the cell shares: the cell's environment (``cell_env``), the
+folder that holds ``compatlab.incell`` alone (``incell_path``), and the command that runs one of its modules
+with the cell's interpreter (``incell_command``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from pathlib import Path
 
 from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
+from compatlab.incell.proc import InCellCommand, module_command
 from compatlab.runs.model import InstallRecord, StageResult, StageState
 
-__all__ = ["CellContext", "Stage", "blocked", "cell_env", "incell_path"]
+__all__ = ["CellContext", "InCellCommand", "Stage", "blocked", "cell_env", "incell_command", "incell_path"]
 
 log = logging.getLogger(__name__)
 _FALLBACK: list[Path] = []  # this process's private copy when the cache cannot be written
@@ -104,8 +106,16 @@ def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def incell_command(python: str | os.PathLike[str], module: str, *args: str) -> InCellCommand:
+    """``compatlab.incell.<module>`` run by *python* (a cell's, or the checked one) on the standard library,
+    its own packages and ``compatlab.incell`` only: ``incell.proc.module_command`` (which says how) in the
+    folder ``incell_path()``. Run its ``argv`` with its ``cwd``."""
+    return module_command(python, module, *args, root=incell_path())
+
+
 def incell_path(cache: Path | None = None) -> Path:
-    """A folder holding ``compatlab/incell`` and nothing else of the lab, for a cell's ``PYTHONPATH``.
+    """A folder holding ``compatlab/incell`` and nothing else of the lab: a cell's ``PYTHONPATH`` for the
+    suites, the working directory of ``incell_command``.
 
     The cell's interpreter must see the standard library and ``compatlab.incell`` only (never the lab's
     dependencies, nor the rest of compatlab), from a checkout or an installed compatlab alike. The copy is

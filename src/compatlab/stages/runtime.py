@@ -20,7 +20,7 @@ from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, axis_of_package
 from compatlab.config.thresholds import Thresholds
 from compatlab.errors import UsageError
 from compatlab.runs.model import StageResult, StageState
-from compatlab.stages.base import CellContext
+from compatlab.stages.base import CellContext, incell_command
 from compatlab.stages.site import cuda_of_torch
 
 __all__ = [
@@ -138,22 +138,6 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
     return run_suite(ctx, "cuda", required=True)
 
 
-_INSPECT = r"""
-import importlib.metadata as md, json, sys, sysconfig
-out = {"purelib": sysconfig.get_paths()["purelib"], "packages": {}, "python": sys.executable}
-for d in sys.argv[1:]:
-    try:
-        out["packages"][d] = md.version(d)
-    except md.PackageNotFoundError:
-        out["packages"][d] = None
-try:  # torch/version.py says which CUDA it was built for, without importing torch
-    out["torch_version_py"] = open(md.distribution("torch").locate_file("torch/version.py"), encoding="utf-8").read()
-except Exception:
-    out["torch_version_py"] = None
-print(json.dumps(out))
-"""
-
-
 def context_for_venv(
     venv: Path,
     *,
@@ -173,7 +157,8 @@ def context_for_venv(
     py = python or venv / "bin" / "python"
     if not py.exists():
         raise UsageError(f"{py} does not exist; give --venv a virtual environment (or --python)")
-    done = run([str(py), "-c", _INSPECT, *packages], timeout=120)
+    command = incell_command(py, "inspect_env", *packages)
+    done = run(command.argv, timeout=120, cwd=command.cwd)
     if not done.ok:
         raise UsageError(f"could not inspect {py}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     info = json.loads(done.stdout)
@@ -221,7 +206,8 @@ def installed_defaults(venv: Path, python: Path | None) -> list[str]:
 
     py = python or venv / "bin" / "python"
     wanted = [kind.package for kind in AXIS_KINDS.values() if kind.package is not None]
-    done = run([str(py), "-c", _INSPECT, *wanted], timeout=120)
+    command = incell_command(py, "inspect_env", *wanted)
+    done = run(command.argv, timeout=120, cwd=command.cwd)
     if not done.ok:
         raise UsageError(f"could not inspect {py}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     return [d for d, v in json.loads(done.stdout)["packages"].items() if v is not None]

@@ -56,7 +56,7 @@ def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | Non
     before = envs.parse_freeze(ctx.freeze)
     # A venv that already sees pytest (an earlier suite added it, or a GPU box's system packages) needs
     # nothing installed; the stack is compared all the same, every time.
-    if not run([str(ctx.python), "-c", "import pytest"], timeout=120, env=cell_env(ctx.venv)).ok:
+    if not run([str(ctx.python), "-m", "pytest", "--version"], timeout=120, env=cell_env(ctx.venv)).ok:
         done = envs.uv_install_tools(ctx.python, ["pytest"], timeout=timeout)
         if not done.ok:
             return StageResult(
@@ -175,7 +175,7 @@ def run_suite(
         str(suites / f"test_{name}.py"),
         "--rootdir",
         str(suites),
-        "-c",
+        "--config-file",
         str(suites / "pytest.ini"),
         "-p",
         "compatlab.incell.plugin",

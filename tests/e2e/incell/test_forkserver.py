@@ -19,6 +19,7 @@ import pytest
 from compatlab.incell import loadcheck
 from compatlab.incell.forkserver import ForkServer, ServerGone, enabled
 from fixtures.sofix import abi_broken_module, compile_so, ext_module
+from fixtures.venvs import python_seeing
 
 _CRASH = ("raise(SIGSEGV);", "#include <signal.h>")
 _HANG = ("for (;;) sleep(1);", "#include <unistd.h>")
@@ -118,17 +119,24 @@ def _fields(failure: loadcheck.LoadFailure | None) -> dict[str, Any] | None:
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tmp_path / "pypath"), "COMPATLAB_TEST_PIDS": str(tmp_path / "pids")}
+    return {**os.environ, "COMPATLAB_TEST_PIDS": str(tmp_path / "pids")}
 
 
 @pytest.fixture
-def server(env: dict[str, str]) -> Iterator[ForkServer]:
-    with ForkServer.start(sys.executable, preload=["json"], env=env, timeout=120) as srv:
+def python(tmp_path: Path) -> str:
+    """A cell's interpreter whose packages are the folder pypath/ (made here, filled by the test)."""
+    (tmp_path / "pypath").mkdir(exist_ok=True)
+    return python_seeing(tmp_path / "venv", tmp_path / "pypath")
+
+
+@pytest.fixture
+def server(python: str, env: dict[str, str]) -> Iterator[ForkServer]:
+    with ForkServer.start(python, preload=["json"], env=env, timeout=120) as srv:
         yield srv
 
 
 def test_each_module_is_classified_as_in_its_own_process(
-    tmp_path: Path, env: dict[str, str], server: ForkServer
+    tmp_path: Path, python: str, env: dict[str, str], server: ForkServer
 ) -> None:
     """All at once through one server: a crash, a hang and an exit among them take only themselves down."""
     cases = _cases(tmp_path)
@@ -139,7 +147,7 @@ def test_each_module_is_classified_as_in_its_own_process(
 
     def per_process(case: Case) -> loadcheck.LoadFailure | None:
         failure, _ = loadcheck.load_module(
-            sys.executable, path=case.path, name=case.name, pre_import=case.pre, timeout=case.timeout, env=env
+            python, path=case.path, name=case.name, pre_import=case.pre, timeout=case.timeout, env=env
         )
         return failure
 
@@ -192,16 +200,16 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_prerequisite_that_fails_to_import_keeps_the_server_from_starting(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, python: str, env: dict[str, str]
 ) -> None:
     with pytest.raises(ServerGone) as info:
-        ForkServer.start(sys.executable, preload=["compatlab_no_such_module"], env=env)
+        ForkServer.start(python, preload=["compatlab_no_such_module"], env=env)
     assert str(info.value) == (
         "import compatlab_no_such_module failed: ModuleNotFoundError: No module named 'compatlab_no_such_module'"
     )
     ext_module(tmp_path / "pypath", "crash", _CRASH[0], prelude=_CRASH[1])
     with pytest.raises(ServerGone) as info:
-        ForkServer.start(sys.executable, preload=["crash"], env=env)
+        ForkServer.start(python, preload=["crash"], env=env)
     assert str(info.value).startswith("the server died while importing crash: exit status -11")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from compatlab.incell import loadcheck
 from compatlab.proc import Completed
 from fixtures.sofix import EXT_SUFFIX, abi_broken_module, compile_so, ext_module
+from fixtures.venvs import python_seeing
 
 
 def _load(path: Path, name: str, **kw: object) -> loadcheck.LoadFailure | None:
@@ -171,9 +171,8 @@ def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None
     pkg = tmp_path / "deep_gemm"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("import setuptools_that_is_not_there\n")
-    failure, _ = loadcheck.load_module(
-        sys.executable, path=None, name="deep_gemm", timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)}
-    )
+    python = python_seeing(tmp_path / "venv", tmp_path)
+    failure, _ = loadcheck.load_module(python, path=None, name="deep_gemm", timeout=60)
     assert failure is not None
     assert failure.kind == "missing-dependency"
     assert loadcheck.describe("deep_gemm", failure) == (
@@ -181,9 +180,7 @@ def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None
     )
     # A module missing from the package itself stays a broken import.
     (pkg / "__init__.py").write_text("from deep_gemm import _gone\n")
-    failure, _ = loadcheck.load_module(
-        sys.executable, path=None, name="deep_gemm", timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)}
-    )
+    failure, _ = loadcheck.load_module(python, path=None, name="deep_gemm", timeout=60)
     assert failure is not None
     assert failure.kind == "import-error"
 

@@ -1,8 +1,8 @@
 """cuda stage: driver against the cell's CUDA, the device's arch against torch's, one real op per library.
 
 Runs inside the cell (see conftest.py) and needs an NVIDIA driver and GPU; elsewhere every test skips with
-the reason. Each GPU operation runs in its own process with a timeout, so a hung or crashing kernel fails
-the cell, not the run.
+the reason. Each GPU operation (compatlab.incell.cuda_ops) runs in its own process with a timeout, so a hung
+or crashing kernel fails the cell, not the run.
 """
 
 from __future__ import annotations
@@ -18,156 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.incell import cudacompat, fakecuda, loadcheck
-from compatlab.incell.proc import run
-
-_TAG = "COMPATLAB-LOAD-RESULT "  # the probe's tag: loadcheck.classify reads crashes and import errors
-
-_PRELUDE = r"""
-import json, sys, time
-def report(**kw):
-    kw.setdefault("ok", True)
-    sys.stderr.write("COMPATLAB-LOAD-RESULT " + json.dumps(kw) + "\n"); sys.stderr.flush()
-def main():
-"""
-_EPILOGUE = r"""
-try:
-    main()
-except BaseException as exc:
-    import traceback; traceback.print_exc()
-    report(ok=False, step=STEP, type=type(exc).__name__, message=str(exc))
-    raise SystemExit(3)
-"""
-
-_INFO = r"""
-    global STEP
-    out = {}
-    STEP = "cuDriverGetVersion"
-    import ctypes
-    try:
-        lib = ctypes.CDLL("libcuda.so.1"); v = ctypes.c_int()
-        rc = lib.cuDriverGetVersion(ctypes.byref(v))
-        out["driver_api"] = v.value if rc == 0 else None
-    except OSError as exc:
-        out["driver_api_error"] = str(exc)
-    STEP = "import torch"
-    import torch
-    out.update(torch=torch.__version__, torch_cuda=torch.version.cuda, available=torch.cuda.is_available())
-    STEP = "torch.cuda"
-    if out["available"]:
-        out.update(count=torch.cuda.device_count(), capability=list(torch.cuda.get_device_capability(0)),
-                   name=torch.cuda.get_device_name(0), arch_list=torch.cuda.get_arch_list())
-    else:
-        try:
-            torch.cuda.init()
-        except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {exc}"
-    report(**out)
-"""
-
-_MATMUL = r"""
-    global STEP
-    STEP = "import torch"
-    import torch
-    STEP = "matmul"
-    torch.manual_seed(0)
-    a, b = torch.randn(256, 512), torch.randn(512, 128)
-    ref = a @ b
-    t = time.monotonic()
-    got = (a.cuda() @ b.cuda())
-    torch.cuda.synchronize()
-    seconds = time.monotonic() - t
-    err = (got.cpu() - ref).abs().max().item()
-    scale = ref.abs().max().item()
-    report(ok=err <= 1e-3 * max(scale, 1.0), max_abs_err=err, scale=scale, seconds=seconds,
-           message=f"torch matmul on the GPU differs from the CPU by {err:.3g} (scale {scale:.3g})")
-"""
-
-_REF_RMSNORM = r"""
-def ref_rmsnorm(x, w, eps):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
-"""
-
-_SGL = r"""
-    global STEP, torch
-    STEP = "import torch"
-    import torch
-    STEP = "import sgl_kernel"
-    import sgl_kernel
-    torch.manual_seed(0)
-    x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
-    if hasattr(sgl_kernel, "rmsnorm"):
-        STEP = "sgl_kernel.rmsnorm"
-        w = torch.randn(1024, device="cuda", dtype=torch.float16)
-        got = sgl_kernel.rmsnorm(x, w, 1e-6)
-        ref = ref_rmsnorm(x, w, 1e-6)
-    elif hasattr(sgl_kernel, "silu_and_mul"):
-        STEP = "sgl_kernel.silu_and_mul"
-        got = sgl_kernel.silu_and_mul(x)
-        ref = (torch.nn.functional.silu(x[:, :512].float()) * x[:, 512:].float()).to(x.dtype)
-    else:
-        report(ok=False, skip=True, message="sgl_kernel has neither rmsnorm nor silu_and_mul")
-        return
-    torch.cuda.synchronize()
-    err = (got.float() - ref.float()).abs().max().item()
-    report(ok=err <= 2e-2, op=STEP, max_abs_err=err,
-           message=f"{STEP} differs from the torch reference by {err:.3g}")
-"""
-
-_FLASHINFER = r"""
-    global STEP, torch
-    import os
-    STEP = "import torch"
-    import torch
-    STEP = "import flashinfer"
-    t = time.monotonic()
-    import flashinfer
-    import_s = time.monotonic() - t
-    cache = None
-    try:
-        from flashinfer.jit import env as jit_env
-        cache = str(getattr(jit_env, "FLASHINFER_JIT_DIR", None) or getattr(jit_env, "FLASHINFER_WORKSPACE_DIR"))
-    except Exception:
-        cache = os.environ.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~/.cache/flashinfer")
-    STEP = "flashinfer.norm.rmsnorm"
-    try:
-        from flashinfer.norm import rmsnorm
-    except ImportError:
-        rmsnorm = flashinfer.rmsnorm
-    torch.manual_seed(0)
-    x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
-    w = torch.randn(1024, device="cuda", dtype=torch.float16)
-    t = time.monotonic()
-    got = rmsnorm(x, w, eps=1e-6)
-    torch.cuda.synchronize()
-    first_s = time.monotonic() - t
-    t = time.monotonic()
-    rmsnorm(x, w, eps=1e-6)
-    torch.cuda.synchronize()
-    again_s = time.monotonic() - t
-    err = (got.float() - ref_rmsnorm(x, w, 1e-6).float()).abs().max().item()
-    report(ok=err <= 2e-2, op=STEP, max_abs_err=err, import_seconds=import_s, first_call_seconds=first_s,
-           jit_seconds=max(first_s - again_s, 0.0), again_seconds=again_s, jit_cache=cache,
-           version=getattr(flashinfer, "__version__", None),
-           message=f"{STEP} differs from the torch reference by {err:.3g}")
-"""
-
-
-def _script(body: str, extra: str = "") -> str:
-    return "STEP = ''\n" + _PRELUDE.replace("def main():\n", extra + "def main():\n") + body + _EPILOGUE
+from compatlab.incell.probe import RESULT_TAG
+from compatlab.incell.proc import HERE, module_command, run
 
 
 def _record(stderr: str) -> dict[str, Any]:
     for line in reversed(stderr.splitlines()):
-        if line.startswith(_TAG):
-            data: dict[str, Any] = json.loads(line[len(_TAG) :])
+        if line.startswith(RESULT_TAG):
+            data: dict[str, Any] = json.loads(line[len(RESULT_TAG) :])
             return data
     return {}
 
 
-def _run_op(stage: Any, what: str, script: str, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run one GPU script in its own process; fail the stage with a classified reason if it broke."""
-    done = run([sys.executable, "-c", script], timeout=timeout, env=env or dict(os.environ))
+def _run_op(stage: Any, what: str, op: str, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one GPU operation (compatlab.incell.cuda_ops *op*) in its own process; fail the stage with a
+    classified reason if it broke."""
+    command = module_command(sys.executable, "cuda_ops", op, root=HERE)
+    done = run(command.argv, timeout=timeout, env=env or dict(os.environ), cwd=command.cwd)
     record = _record(done.stderr)
     if not (done.ok and record):  # it crashed, hung, or raised: say why as the import stage would
         failure = loadcheck.classify(done) or loadcheck.LoadFailure(kind="exit", message="wrote no result")
@@ -215,7 +82,7 @@ _INFO_CACHE: dict[str, dict[str, Any]] = {}
 
 def _info(stage: Any, ctx: dict[str, Any]) -> dict[str, Any]:
     if "info" not in _INFO_CACHE:
-        _INFO_CACHE["info"] = _run_op(stage, "torch.cuda", _script(_INFO), _thresholds(ctx, "cuda-op-timeout", 180))
+        _INFO_CACHE["info"] = _run_op(stage, "torch.cuda", "info", _thresholds(ctx, "cuda-op-timeout", 180))
     return _INFO_CACHE["info"]
 
 
@@ -291,7 +158,7 @@ def test_device_arch(compat_context: dict[str, Any], stage: Any) -> None:
 
 def test_torch_matmul(compat_context: dict[str, Any], stage: Any) -> None:
     _need_gpu(stage, compat_context)
-    rec = _run_op(stage, "torch matmul", _script(_MATMUL), _thresholds(compat_context, "cuda-op-timeout", 180))
+    rec = _run_op(stage, "torch matmul", "matmul", _thresholds(compat_context, "cuda-op-timeout", 180))
     stage.note(torch_matmul=rec)
     if not rec.get("ok"):
         stage.fail(rec.get("message", "torch matmul gave a wrong result"))
@@ -301,9 +168,7 @@ def test_sgl_kernel_op(compat_context: dict[str, Any], stage: Any) -> None:
     if "sgl-kernel" not in compat_context.get("packages", {}):
         stage.skip("the cell declares no sgl-kernel")
     _need_gpu(stage, compat_context)
-    rec = _run_op(
-        stage, "sgl_kernel op", _script(_SGL, _REF_RMSNORM), _thresholds(compat_context, "cuda-op-timeout", 180)
-    )
+    rec = _run_op(stage, "sgl_kernel op", "sgl-kernel", _thresholds(compat_context, "cuda-op-timeout", 180))
     stage.note(sgl_kernel_op=rec)
     if rec.get("skip"):
         stage.skip(rec.get("message", "no known sgl_kernel op"))
@@ -322,7 +187,7 @@ def test_flashinfer_op(compat_context: dict[str, Any], stage: Any) -> None:
     rec = _run_op(
         stage,
         "flashinfer op",
-        _script(_FLASHINFER, _REF_RMSNORM),
+        "flashinfer",
         _thresholds(compat_context, "jit-timeout", 900),
         env=env,
     )

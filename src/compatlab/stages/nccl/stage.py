@@ -7,9 +7,9 @@ parent asks every rank for its Python stack (faulthandler on SIGUSR1), kills eve
 and says which rank was stuck where. Without GPUs the same suite runs on the gloo backend.
 
 This module has two halves. The parent (``run_nccl``, ``run_nccl_stage``, ``main``) runs in the lab. The
-worker (``_nccl_worker.py``) runs in a cell's venv with torch and the standard library only, so that
-module's top level imports nothing else, and the worker is loaded by file path: importing the
-``compatlab`` package there would pull in the lab's own dependencies, which a cell's venv does not have.
+worker (``compatlab.incell.nccl_worker``) runs in a cell's venv with torch and the standard library only,
+started as every in-cell program is (``stages.base.incell_command``), as is the probe of what torch sees
+(``compatlab.incell.nccl_probe``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_byt
 from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
 from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
 from compatlab.runs.model import StageState
-from compatlab.stages.base import incell_path
+from compatlab.stages.base import incell_command
 from compatlab.stages.nccl.ranks import RankProcess, watch_ranks
 from compatlab.stages.nccl.report import (
     NcclReport,
@@ -98,10 +98,6 @@ def _child_env(env: Mapping[str, str], notes: list[str]) -> dict[str, str]:
         if child.get(key, value) != value:
             notes.append(f"{key}={child[key]} overridden to {value}: NVLink multicast stays off")
         child[key] = value
-    src = str(incell_path())
-    old = child.get("PYTHONPATH")
-    child["PYTHONPATH"] = src if not old else f"{src}{os.pathsep}{old}"
-    child["PYTHONUNBUFFERED"] = "1"
     return child
 
 
@@ -130,16 +126,6 @@ def _kill(ranks: Iterable[RankProcess]) -> None:
             r.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             log.warning("rank %d (pid %d) survived SIGKILL", r.rank, r.proc.pid)
-
-
-# Loads the worker's file under a private name: importing the compatlab package would need the lab's own
-# dependencies, which a cell's venv does not have.
-_BOOTSTRAP = (
-    "import importlib.util as u, sys\n"
-    "s = u.spec_from_file_location('_compatlab_nccl_worker', sys.argv[1])\n"
-    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
-    "sys.exit(m.worker_main(sys.argv[2:]))\n"
-)
 
 
 def run_nccl(
@@ -240,10 +226,11 @@ def run_nccl(
     config.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
 
     ranks: list[RankProcess] = []
-    worker = incell_path() / "compatlab" / "incell" / "nccl_worker.py"
     try:
         for r in range(world_size):
-            argv = [str(python), "-c", _BOOTSTRAP, str(worker), "worker", str(config), str(r)]
+            # The rank changes to work_dir itself (the command starts it in the folder it is imported from).
+            command = incell_command(python, "nccl_worker", str(config), str(r))
+            argv = command.argv
             log.info("$ %s", shlex.join(argv))
             logfile = work_dir / f"rank{r}.log"
             with logfile.open("wb") as out:
@@ -253,7 +240,7 @@ def run_nccl(
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env=child_env,
-                    cwd=work_dir,
+                    cwd=command.cwd,
                     start_new_session=True,
                 )
             ranks.append(
@@ -297,19 +284,12 @@ def run_nccl(
 # The stage and the command line
 
 
-_PROBE = (
-    "import json, torch, torch.distributed as d\n"
-    "c = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
-    "print(json.dumps({'gpus': c, 'nccl': bool(d.is_available() and d.is_nccl_available()),"
-    " 'gloo': bool(d.is_available() and d.is_gloo_available()), 'torch': torch.__version__}))\n"
-)
-
-
 def probe(python: Path, env: Mapping[str, str]) -> dict[str, Any]:
     """What the interpreter's torch sees: GPUs and backends. Raises RuntimeError with its stderr."""
     from compatlab import proc
 
-    done = proc.run([str(python), "-c", _PROBE], timeout=180, env=env)
+    command = incell_command(python, "nccl_probe")
+    done = proc.run(command.argv, timeout=180, env=env, cwd=command.cwd)
     if not done.ok:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         why = "timed out" if done.timed_out else tail

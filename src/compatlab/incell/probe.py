@@ -1,0 +1,113 @@
+"""Load one module and say what Python said: the probe of the import stage, in a fresh interpreter or a fork.
+
+``python -m compatlab.incell.probe PATH NAME PRE`` (``loadcheck.probe_command``) imports the prerequisites
+PRE (comma-separated), then loads the extension module at PATH as NAME, or imports the package NAME when
+PATH is empty, and writes what happened as one tagged JSON line on stderr, the last it writes::
+
+    COMPATLAB-LOAD-RESULT {"ok": true, "step": "import torch", "mapped": [...]}
+    COMPATLAB-LOAD-RESULT {"ok": false, "step": "load /x/m.so", "type": "OSError", "message": "...", "outer": [...]}
+
+It exits 0 when the module loaded and 3 when it did not, through the interpreter's finalisation (a module
+that crashes at exit is seen too). The fork server (``forkserver``) runs the same ``steps`` in its children;
+``loadcheck.classify`` and ``loadcheck.classify_record`` read the record of either.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["RESULT_TAG", "main", "mapped_shared_objects", "root_cause", "steps"]
+
+RESULT_TAG = "COMPATLAB-LOAD-RESULT "
+
+
+def steps(pre: Sequence[str], path: str | None, name: str) -> dict[str, Any]:
+    """Import *pre*, then load *path* as module *name* (or import package *name*), in this process; the
+    record to report. A failure's traceback goes to stderr."""
+    step = ""
+    try:
+        for mod in pre:
+            step = "import " + mod
+            importlib.import_module(mod)
+        if path and name in sys.modules:
+            # Loaded already by a prerequisite (torch._C by `import torch`): it linked and initialised, and
+            # running its init a second time is something no package does.
+            step = "load " + path
+        elif path:
+            step = "load " + path
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError("no loader for " + path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        elif name:
+            step = "import " + name
+            importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - whatever the import raised is the verdict (SystemExit too)
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.flush()
+        return {"ok": False, "step": step, **root_cause(exc)}
+    record: dict[str, Any] = {"ok": True, "step": step}
+    if name and not path:  # what the import mapped: the shared objects its package's `import` needs
+        mapped = mapped_shared_objects()
+        if mapped is not None:
+            record["mapped"] = mapped
+    return record
+
+
+def root_cause(exc: BaseException) -> dict[str, Any]:
+    """The innermost cause of *exc* as {"type", "message"}, with the exceptions around it, outermost first,
+    as "outer": [{"type", "message"}, ...] (absent when *exc* stands alone).
+
+    A wrapper says where, its cause says why: torch's ``load_library`` raises ``OSError("Could not load
+    this library: …")`` from the loader's "undefined symbol: …". The chain follows ``__cause__`` (``raise
+    … from e``), and ``__context__`` (an exception raised while handling another) only where that other
+    is an ImportError or OSError, what a failed load raises: a KeyError a fallback path handled is no cause.
+    """
+    chain = [exc]
+    while len(chain) < 16:
+        last = chain[-1]
+        nxt = last.__cause__
+        if nxt is None and not last.__suppress_context__ and isinstance(last.__context__, (ImportError, OSError)):
+            nxt = last.__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+    inner = chain[-1]
+    out: dict[str, Any] = {"type": type(inner).__name__, "message": str(inner)}
+    if len(chain) > 1:
+        out["outer"] = [{"type": type(e).__name__, "message": str(e)} for e in chain[:-1]]
+    return out
+
+
+def mapped_shared_objects() -> list[str] | None:
+    """The shared objects mapped into this process (/proc/self/maps): after `import P`, what P needed.
+    None when that cannot be read.
+
+    In a child of the fork server that includes what the server's own imports (torch) mapped.
+    """
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            paths = {parts[5].strip() for parts in (line.split(None, 5) for line in fh) if len(parts) == 6}
+    except OSError:
+        return None
+    return sorted(p for p in paths if p.startswith("/") and (p.endswith(".so") or ".so." in p))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``PATH NAME PRE``: the probe (the module's docstring)."""
+    path, name, pre = sys.argv[1:4] if argv is None else argv
+    record = steps([m for m in pre.split(",") if m], path or None, name)
+    sys.stderr.write(RESULT_TAG + json.dumps(record) + "\n")
+    sys.stderr.flush()
+    return 0 if record["ok"] else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
