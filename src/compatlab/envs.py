@@ -1,4 +1,6 @@
-"""uv virtualenvs for cells: create, install the cell's pins with the right index per package, freeze.
+"""Environments: the uv virtualenvs the lab makes for cells (create, install the cell's pins with the right
+index per package, freeze), and the existing ones ``compatlab check`` is pointed at (``inspect_environment``
+reads what one is and sees; ``existing_cell`` makes it a one-cell matrix).
 
 Credentials of an index URL never reach a file or an argv: the spec and the command name each index
 (``index-1`` … for per-package indexes, ``default`` for ``install.index-url``) by its URL without
@@ -17,9 +19,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import logging
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -29,9 +33,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from compatlab import resolver
-from compatlab.cells import Cell
-from compatlab.config.matrix import PYTHON_AXIS, Matrix
-from compatlab.errors import LabError
+from compatlab.cells import Cell, cell_id
+from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
+from compatlab.errors import LabError, UsageError
 from compatlab.index import (
     ACCEPT_PROJECT,
     ACCEPT_ROOT,
@@ -48,16 +52,22 @@ from compatlab.urls import Credentials, has_credentials, redact, redact_text, sp
 
 __all__ = [
     "PYPI",
+    "Environment",
     "Index",
     "InstallPlan",
     "Listing",
     "Pin",
+    "canon",
     "cell_interpreter",
     "classify_uv_failure",
+    "count_gpus",
     "create_venv",
     "credential_variable",
+    "existing_cell",
     "explain_unsatisfiable",
     "freeze",
+    "freeze_before_pytest",
+    "inspect_environment",
     "install_plan",
     "last_line",
     "parse_freeze",
@@ -562,3 +572,196 @@ def _has(versions: Sequence[str], pinned: str, shown: int = 10) -> str:
     near = versions[lo : lo + shown]
     more = len(versions) - len(near)
     return "it has " + ", ".join(near) + (f" (and {more} more)" if more else "")
+
+
+# An existing environment (compatlab check).
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Environment:
+    """An interpreter and what it sees, read by running it once."""
+
+    python: Path
+    version: str
+    prefix: Path
+    is_venv: bool
+    site: Path  # the site directory holding most of the distributions with native code
+    dists: dict[str, str]  # name as its METADATA spells it -> version
+    native: tuple[str, ...]  # distributions whose RECORD lists a shared object
+    sites: dict[str, str]  # distribution -> the site directory it is installed in
+    has_pytest: bool
+    has_pip: bool
+    torch_version_py: str | None = None
+    # (the *.dist-info folder, what is wrong with it): distributions whose METADATA or RECORD cannot be read
+    problems: tuple[tuple[str, str], ...] = ()
+
+    def version_of(self, name: str) -> str | None:
+        want = canon(name)
+        return next((v for d, v in self.dists.items() if canon(d) == want), None)
+
+    def site_for(self, names: Sequence[str]) -> Path:
+        """The site directory holding most of *names* (the static stage reads one site directory)."""
+        counts: dict[str, int] = {}
+        for name in names:
+            site = self.sites.get(self.spelled(name) or name, "")
+            if site:
+                counts[site] = counts.get(site, 0) + 1
+        return Path(max(counts, key=lambda s: counts[s])) if counts else self.site
+
+    def spelled(self, name: str) -> str | None:
+        want = canon(name)
+        return next((d for d in self.dists if canon(d) == want), None)
+
+
+def canon(name: str) -> str:
+    """A distribution name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def inspect_environment(python: Path) -> Environment:
+    """Run *python* once and read what it is and sees. UsageError when it is not a usable interpreter."""
+    from compatlab.stages.base import incell_command
+
+    if not python.exists():
+        raise UsageError(f"{python}: no such interpreter; pass --python PATH or --venv DIR of the environment")
+    # compatlab.incell.inspect_env, with the checked interpreter: who it is, and every distribution it sees.
+    command = incell_command(python, "inspect_env")
+    try:
+        done = run(command.argv, timeout=120, env=_plain_env(), cwd=command.cwd)
+    except OSError as exc:
+        raise UsageError(f"{python}: cannot run it: {exc.strerror or exc}") from None
+    if not done.ok:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise UsageError(f"{python}: could not read its environment: {last}")
+    info = json.loads(done.stdout)
+    dists = {d["name"]: d["version"] for d in info["dists"]}
+    native = tuple(sorted((d["name"] for d in info["dists"] if d["native"]), key=str.lower))
+    sites = {d["name"]: d["site"] for d in info["dists"]}
+    counts: dict[str, int] = {}
+    for d in info["dists"]:
+        if d["native"] and d["site"]:
+            counts[d["site"]] = counts.get(d["site"], 0) + 1
+    site = max(counts, key=lambda s: counts[s]) if counts else info["purelib"]
+    return Environment(
+        python=Path(info["python"] or python),
+        version=info["version"],
+        prefix=Path(info["prefix"]),
+        is_venv=info["prefix"] != info["base_prefix"],
+        site=Path(site),
+        dists=dists,
+        native=native,
+        sites=sites,
+        has_pytest=bool(info["pytest"]),
+        has_pip=bool(info["pip"]),
+        torch_version_py=info.get("torch_version_py"),
+        problems=tuple(sorted((str(w), str(why)) for w, why in info.get("problems", []))),
+    )
+
+
+def _plain_env() -> dict[str, str]:
+    dropped = ("PYTHONPATH", "PYTHONHOME", "LD_PRELOAD")
+    return {k: v for k, v in os.environ.items() if k not in dropped}
+
+
+def count_gpus() -> int:
+    """NVIDIA GPUs this machine has, from the driver's /proc entries (else nvidia-smi -L); 0 without a driver."""
+    proc = Path("/proc/driver/nvidia/gpus")
+    if proc.is_dir():
+        return sum(1 for _ in proc.iterdir())
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        done = run([smi, "-L"], timeout=60)
+    except OSError:
+        return 0
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")) if done.ok else 0
+
+
+def _stack_values(env: Environment, pins: dict[str, str]) -> list[AxisValue]:
+    """The axes of the grid: the stack packages the environment has (pinned ones at their pin)."""
+    values: list[AxisValue] = []
+    for axis, kind in AXIS_KINDS.items():
+        if kind.package is None:
+            continue
+        spelled = env.spelled(kind.package)
+        pinned = next((v for n, v in pins.items() if canon(n) == canon(kind.package)), None)
+        if spelled is None and pinned is None:
+            continue
+        version = pinned or env.dists[spelled or kind.package]
+        values.append(AxisValue(axis=axis, version=version, package=spelled or kind.package))
+    return values
+
+
+def existing_cell(
+    env: Environment,
+    *,
+    packages: Sequence[str] = (),
+    pins: dict[str, str] | None = None,
+    archs: Sequence[str] = (),
+    min_driver: str | None = None,
+    gpus: int = 0,
+    not_needed: Sequence[str] = (),
+) -> tuple[Matrix, Cell]:
+    """The one-cell matrix of an existing environment, and its cell.
+
+    The cell's packages are *packages* (every distribution with native code when empty), the pinned
+    ones and the stack; a pinned one carries its pin as the declared version, so that the pins stage
+    compares the environment against it.
+    """
+    pins = dict(pins or {})
+    if packages:
+        unknown = [p for p in packages if env.spelled(p) is None]
+        if unknown:
+            raise UsageError(
+                f"--package {unknown[0]}: not installed for {env.python}"
+                + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+                + "; `compatlab check` without --package checks every distribution with native code"
+            )
+        chosen = [env.spelled(p) or p for p in packages]
+    else:
+        chosen = list(env.native)
+    stack = _stack_values(env, pins)
+    from compatlab.stages.site import cuda_of_torch
+
+    cuda = cuda_of_torch(env.torch_version_py, env.version_of("torch"))
+    axis_values = list(stack)
+    if cuda:
+        axis_values.append(AxisValue(axis=CUDA_AXIS, version=cuda))
+    if not axis_values:
+        axis_values.append(AxisValue(axis=PYTHON_AXIS, version=env.version))
+    in_stack = {canon(v.package) for v in stack if v.package}
+    extra: list[AxisValue] = []
+    for name in [*chosen, *pins]:
+        if canon(name) in in_stack or any(canon(name) == canon(v.axis) for v in extra):
+            continue
+        pinned = next((v for n, v in pins.items() if canon(n) == canon(name)), None)
+        version = pinned or env.version_of(name)
+        if version is None:  # a pin of something not installed: the pins stage says so
+            version = "?"
+        extra.append(AxisValue(axis=name, version=version, package=env.spelled(name) or name))
+    target = Target(
+        name="this-box", arch=tuple(archs), gpus=max(1, gpus), min_driver=min_driver, not_needed=tuple(not_needed)
+    )
+    rows = (axis_values[0].axis,)
+    columns = tuple(v.axis for v in axis_values[1:] if v.axis != CUDA_AXIS)
+    matrix = Matrix(
+        path="<compatlab check>",
+        name=f"check {env.prefix}",
+        axes=tuple(Axis(name=v.axis, values=(v,)) for v in axis_values),
+        targets=(target,),
+        report=Report(rows=rows, columns=columns, tables=(CUDA_AXIS,) if cuda else ()),
+    )
+    cell = Cell(id=cell_id(tuple(axis_values)), values=(*axis_values, *extra))
+    return matrix, cell
+
+
+def freeze_before_pytest(env: Environment) -> tuple[str, ...]:
+    """What the suites compare the stack with after adding pytest to a venv that lacks it (as uv lists it,
+    which is how they list it after); nothing when pytest is there already, since nothing is installed."""
+    if env.has_pytest or not env.is_venv:
+        return ()
+    done = freeze(env.python)
+    if not done.ok:
+        raise LabError(f"cannot list the packages of {env.python} before adding pytest: {last_line(done.stderr)}")
+    return tuple(done.stdout.splitlines())

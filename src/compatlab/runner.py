@@ -13,15 +13,27 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
 from compatlab import envs
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix
+from compatlab.config.serve import ServeConfig
+from compatlab.config.thresholds import Thresholds
+from compatlab.envs import Environment
 from compatlab.errors import LabError, UsageError
-from compatlab.runs.model import CellResult, CellState, Expectation, StageResult, StageState, cell_state
+from compatlab.runs import store
+from compatlab.runs.model import (
+    CellResult,
+    CellState,
+    Expectation,
+    InstallRecord,
+    StageResult,
+    StageState,
+    cell_state,
+)
 from compatlab.runs.store import RunFolder
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
 from compatlab.stages.base import blocked
@@ -34,10 +46,13 @@ __all__ = [
     "StageTimeout",
     "cell_venv",
     "conclude",
+    "existing_context",
+    "existing_stages",
     "find_cell",
     "new_run_id",
     "own_venv",
     "run_cell",
+    "run_existing",
     "run_more_stages",
     "run_pipeline",
     "select_stages",
@@ -179,6 +194,131 @@ def select_stages(
     if only:
         keep = [n for n in keep if n in only]
     return tuple(s for s in stages if s.name in keep), tuple(s for s in stages if s.name not in keep)
+
+
+# An existing environment (compatlab check): the same stages, through the same loop.
+
+
+def _suites_cannot_run(env: Environment, stage: Stage) -> Stage:
+    """The import and cuda suites need pytest; a Python that is not a venv is never installed into."""
+    if env.has_pytest or env.is_venv or stage.name not in ("import", "cuda"):
+        return stage
+    reason = (
+        f"{env.python} is not a virtual environment and has no pytest, which the {stage.name} suite runs "
+        "with; compatlab check installs nothing into it: install pytest for that interpreter "
+        f"({env.python} -m pip install pytest, or the distribution's python3-pytest), or check a venv"
+    )
+    required = stage.required
+
+    def skipped(_ctx: CellContext) -> StageResult:
+        return StageResult(name=stage.name, state=StageState.SKIP, reason=reason, required=required)
+
+    return dataclasses.replace(stage, run=skipped)
+
+
+def existing_stages(env: Environment, *, nccl: bool = False, only: Sequence[str] = ()) -> tuple[Stage, ...]:
+    """The matrix's stages without ``install`` (its need dropped: the environment is there), nccl if asked;
+    only those named in *only* when it is given."""
+    chosen = [s for s in PIPELINE if s.name != "install"]
+    if nccl or "nccl" in only:
+        chosen += [s for s in GPU8 if s.name == "nccl"]
+    if only:
+        chosen = [s for s in chosen if s.name in only]
+    out = []
+    for stage in chosen:
+        bare = dataclasses.replace(stage, needs=tuple(n for n in stage.needs if n != "install"))
+        out.append(_suites_cannot_run(env, bare))
+    return tuple(out)
+
+
+def existing_context(
+    env: Environment,
+    *,
+    work_dir: Path,
+    packages: Sequence[str] = (),
+    pins: dict[str, str] | None = None,
+    archs: Sequence[str] = (),
+    min_driver: str | None = None,
+    gpus: int = 0,
+    serve: ServeConfig | None = None,
+    thresholds: Thresholds | None = None,
+    say: Callable[[str], None] | None = None,
+) -> CellContext:
+    """The context of *env* as a one-cell matrix (``envs.existing_cell``): nothing to install, the stack as it is."""
+    matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
+    if serve is not None:
+        matrix = dataclasses.replace(matrix, serve=serve)
+    if thresholds is not None:
+        matrix = dataclasses.replace(matrix, thresholds=thresholds)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return CellContext(
+        matrix=matrix,
+        cell=cell,
+        venv=env.prefix,
+        python=env.python,
+        work_dir=work_dir,
+        site_packages=env.site_for([v.package for v in cell.packages if v.package]),
+        freeze=envs.freeze_before_pytest(env),
+        install=InstallRecord(existing=str(env.prefix), python=str(env.python)),
+        say=say,
+    )
+
+
+def run_existing(
+    env: Environment,
+    *,
+    run_dir: Path,
+    packages: Sequence[str] = (),
+    pins: dict[str, str] | None = None,
+    archs: Sequence[str] = (),
+    min_driver: str | None = None,
+    nccl: bool = False,
+    gpus: int = 0,
+    on_stage: Callable[[StageResult], None] | None = None,
+    only: Sequence[str] = (),
+    serve: ServeConfig | None = None,
+    thresholds: Thresholds | None = None,
+    say: Callable[[str], None] | None = None,
+) -> tuple[CellContext, CellResult]:
+    """Run the stages of ``existing_stages`` on *env* through ``run_pipeline``, into the run folder *run_dir*
+    (``runs/<run-id>/`` as for a matrix run: the cell's work files in ``cells/<id>/``, its results.json)."""
+    started = now_iso()
+    stages = existing_stages(env, nccl=nccl, only=only)
+    if on_stage is not None:
+        stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
+    matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
+    with store.claim_run(run_dir, run_id=run_dir.name, matrix=matrix) as run:
+        ctx = existing_context(
+            env,
+            work_dir=run.work_dir(cell.id),
+            packages=packages,
+            pins=pins,
+            archs=archs,
+            min_driver=min_driver,
+            gpus=gpus,
+            serve=serve,
+            thresholds=thresholds,
+            say=say,
+        )
+        t0 = time.monotonic()
+        run_pipeline(ctx, stages)
+        # The grid shows the environment's axes, not every package it pins.
+        axes = {a.name: a.values[0].version for a in ctx.matrix.axes}
+        result = conclude(ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes)
+        run.write_cell(result)
+        run.aggregate(ctx.matrix, latest=None)
+    return ctx, result
+
+
+def _reporting(
+    run: Callable[[CellContext], StageResult], told: Callable[[StageResult], None]
+) -> Callable[[CellContext], StageResult]:
+    def wrapped(ctx: CellContext) -> StageResult:
+        out = run(ctx)
+        told(out)
+        return out
+
+    return wrapped
 
 
 def run_cell(

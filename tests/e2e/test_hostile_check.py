@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.check import inspect_environment
+from compatlab.envs import inspect_environment
 from compatlab.incell import loadcheck
 
 

@@ -25,6 +25,15 @@ from compatlab.stages.perf.server import group_members, port_is_free
 from compatlab.stages.serve.stage import run_serve_stage
 from fixtures.fakesglang import fake_sglang_venv
 
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_sglang"
+
+
+def _line(rel: str, text: str) -> int:
+    """The stand-in's line that a traceback names: the first holding *text* (so that its layout may change)."""
+    lines = (FAKE / rel).read_text(encoding="utf-8").splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 MATRIX = """
 [[axes.torch]]
@@ -89,13 +98,18 @@ def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, m
     [
         (
             "ipython",
-            ("fail", "both servers: ModuleNotFoundError: No module named 'IPython' (imported by sglang/utils.py:5)"),
+            (
+                "fail",
+                "both servers: ModuleNotFoundError: No module named 'IPython' (imported by "
+                f"sglang/utils.py:{_line('sglang/utils.py', 'from IPython')})",
+            ),
         ),
         (
             "no-kernel-image",
             (
                 "fail",
-                "both servers: no kernel image for sm_90 in sgl_kernel (in sgl_kernel/elementwise.py:5): "
+                "both servers: no kernel image for sm_90 in sgl_kernel (in "
+                f"sgl_kernel/elementwise.py:{_line('sgl_kernel/elementwise.py', 'raise RuntimeError(')}): "
                 "RuntimeError: CUDA error: no kernel image is available for execution on the device",
             ),
         ),
@@ -104,7 +118,8 @@ def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, m
             (
                 "fail",
                 "both servers: CUDA graph capture failed: no kernel image for sm_90 in sgl_kernel (in "
-                "sgl_kernel/elementwise.py:5): RuntimeError: CUDA error: no kernel image is available for "
+                f"sgl_kernel/elementwise.py:{_line('sgl_kernel/elementwise.py', 'raise RuntimeError(')}): "
+                "RuntimeError: CUDA error: no kernel image is available for "
                 "execution on the device",
             ),
         ),
@@ -112,7 +127,9 @@ def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, m
             "oom",
             (
                 "error",
-                "baseline server: out of GPU memory (in sglang/launch_server.py:53): torch.OutOfMemoryError: "
+                "baseline server: out of GPU memory (in "
+                f"sglang/launch_server.py:{_line('sglang/launch_server.py', 'raise OutOfMemoryError(')}): "
+                "torch.OutOfMemoryError: "
                 "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of "
                 "which 1.06 GiB is free.",
             ),

@@ -18,6 +18,12 @@ from compatlab.errors import LabError, UsageError
 __all__ = ["main"]
 
 VERBS = (matrix, lock, runs, stages, check)
+# Verbs that went, and what to run instead.
+GONE = {
+    "runtime": "`compatlab runtime` is gone: `compatlab check` runs the same stages on an existing environment, "
+    "e.g. compatlab check --venv DIR --stage import --stage cuda --target sm_90 --threshold jit-timeout=900 "
+    "--out reports/adhoc",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args_list
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        verb = next((a for a in args_list if not a.startswith("-")), None)
+        if verb in GONE:
+            raise UsageError(GONE[verb])
         args = _parser().parse_args(args_list)
         result: int = args.func(args)
         return result

@@ -7,14 +7,17 @@ Exit status: 0 when the environment passes (or passes what this machine can chec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from compatlab.runs.model import CellState, StageState
+from compatlab.envs import Environment
+from compatlab.render.packages import PackageRow
+from compatlab.runs.model import CellResult, CellState, StageState
 
-__all__ = ["configure_parser", "execute"]
+__all__ = ["CheckRun", "configure_parser", "execute", "run_check"]
 
 DEFAULT_OUT = "reports/check"
 
@@ -69,10 +72,48 @@ def configure_parser(sub: Any) -> argparse.ArgumentParser:
         help="serve the model of this TOML file's [serve] table (a matrix.toml will do); default: "
         "the built-in Llama and its EAGLE-3 draft",
     )
+    s.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="KEY=SECONDS",
+        help="a suite's time limit (repeatable): import-timeout, cuda-op-timeout, jit-timeout",
+    )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines while a stage runs")
     s.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"report folder (default: {DEFAULT_OUT})")
     s.set_defaults(func=execute)
     return s
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CheckRun:
+    """What ``compatlab check`` found: the one cell's result, the per-package table, the files written."""
+
+    result: CellResult
+    packages: tuple[PackageRow, ...]
+    files: tuple[Path, ...]
+
+
+def run_check(env: Environment, *, out: Path, **options: Any) -> CheckRun:
+    """Run the pipeline on *env* (``runner.run_existing``, *options* are its) into ``out/runs/<run-id>/`` and
+    write the reports into *out*: the one-cell grid (index.html, compat.md, results.json, answers.json) and
+    the per-package table (packages.md, packages.json)."""
+    from compatlab import runner
+    from compatlab.render import render_run
+    from compatlab.render.packages import package_rows, packages_json, packages_md
+
+    run_dir = out / "runs" / runner.new_run_id()
+    ctx, result = runner.run_existing(env, run_dir=run_dir, **options)
+    files = render_run(run_dir / "results.json", out, history_dir=None)
+    checked = [(v.package, v.version) for v in ctx.cell.packages if v.package]
+    rows = package_rows(result, checked) + [
+        PackageRow(name=where, version="?", state=StageState.WARN, modules=0, messages=(f"metadata: {why}",))
+        for where, why in env.problems
+    ]
+    md, js = out / "packages.md", out / "packages.json"
+    md.write_text(packages_md(rows), encoding="utf-8")
+    js.write_text(packages_json(result.id, str(result.state), rows), encoding="utf-8")
+    return CheckRun(result=result, packages=tuple(rows), files=(*files, md, js))
 
 
 def _python(args: argparse.Namespace) -> Path:
@@ -108,7 +149,10 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    from compatlab.check import check_environment, count_gpus, inspect_environment, load_serve, parse_pins
+    from compatlab.config.pins import parse_pins
+    from compatlab.config.serve import load_serve
+    from compatlab.config.thresholds import parse_threshold_args, suite_thresholds
+    from compatlab.envs import count_gpus, inspect_environment
     from compatlab.errors import UsageError
     from compatlab.incell.cudacompat import parse_arch, parse_driver
     from compatlab.runs.model import StageResult
@@ -125,6 +169,9 @@ def _execute(args: argparse.Namespace) -> int:
             raise UsageError(f"--min-driver {args.min_driver}: {exc}; e.g. --min-driver 580.65") from None
     pins = parse_pins(args.pin, args.constraints)
     serve = load_serve(Path(args.serve_from)) if args.serve_from is not None else None
+    thresholds = (
+        suite_thresholds(parse_threshold_args(args.threshold), source="--threshold") if args.threshold else None
+    )
     env = inspect_environment(_python(args))
     gpus = count_gpus()
     kind = "venv" if env.is_venv else "not a venv"
@@ -139,7 +186,7 @@ def _execute(args: argparse.Namespace) -> int:
         print(f"  {stage.name}: {stage.state} ({stage.seconds:.1f} s){why}", flush=True)
 
     out = Path(args.out).absolute()  # resolved once, where the user ran the command
-    done = check_environment(
+    done = run_check(
         env,
         out=out,
         packages=args.package,
@@ -151,16 +198,17 @@ def _execute(args: argparse.Namespace) -> int:
         on_stage=told,
         only=args.stage,
         serve=serve,
+        thresholds=thresholds,
         say=None if args.quiet else _say,
     )
-    shown = [r for r in done.packages if r.state != StageState.PASS]
+    result, rows = done.result, done.packages
+    shown = [r for r in rows if r.state != StageState.PASS]
     if shown:
-        print(f"packages ({len(done.packages)} checked, {len(shown)} not clean):")
+        print(f"packages ({len(rows)} checked, {len(shown)} not clean):")
         for row in shown:
             print(f"  {row.state} {row.name} {row.version}:")
             for msg in row.messages:
                 print(f"    {msg}")
-    result = done.result
     why = f" — {result.reason}" if result.reason else ""
     print(f"verdict {result.id}: {result.state} in {result.seconds:.1f} s{why}")
     print(f"reports: {out / 'index.html'}, {out / 'packages.md'}")

@@ -1,4 +1,6 @@
-"""Stages outside a matrix: `static`, `runtime` (import and cuda), `nccl` and `perf` on an existing env."""
+"""Stages outside a matrix: `static` on a site-packages folder, `nccl` and `perf` on the GPUs present.
+
+The import, cuda and serve stages on an existing environment are `compatlab check --stage NAME`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import logging
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,45 +37,6 @@ def _cmd_static(args: argparse.Namespace) -> int:
         for line in format_report(report, args.verbose):
             print(line)
     return 1 if report.state == StageState.FAIL else 0
-
-
-def _cmd_runtime(args: argparse.Namespace) -> int:
-    from compatlab.config.thresholds import suite_thresholds
-    from compatlab.runs.model import CellResult, cell_state, write_json_atomic
-    from compatlab.stages import PIPELINE
-    from compatlab.stages.runtime import context_for_venv, installed_defaults, parse_thresholds
-
-    stages = {s.name: s for s in PIPELINE}
-    thresholds = suite_thresholds(parse_thresholds(args.threshold), source="--threshold")
-    packages = args.package or installed_defaults(args.venv, args.python)
-    ctx = context_for_venv(
-        args.venv.absolute(),
-        packages=packages,
-        work_dir=args.out.absolute() / "work",
-        cuda=args.cuda,
-        target_archs=args.arch,
-        min_driver=args.min_driver,
-        python=args.python,
-        thresholds=thresholds,
-    )
-    started = time.monotonic()
-    for name in args.stage or ["import", "cuda"]:
-        result = stages[name].run(ctx)
-        ctx.previous += (result,)
-        why = f" — {result.reason}" if result.reason else ""
-        print(f"{name}: {result.state} ({result.seconds:.1f} s){why}", flush=True)
-        # Written after every stage, so a run cut short still leaves what it found.
-        cell = CellResult(
-            id=ctx.cell.id,
-            axes=ctx.cell.axes,
-            state=cell_state(ctx.previous),
-            stages=ctx.previous,
-            seconds=time.monotonic() - started,
-            reason=next((s.reason for s in ctx.previous if s.state in (StageState.FAIL, StageState.ERROR)), ""),
-        )
-        write_json_atomic(args.out / "results.json", cell.to_json())
-    print(f"cell {cell.id}: {cell.state}")
-    return 0
 
 
 def _cmd_nccl(args: argparse.Namespace) -> int:
@@ -186,29 +148,6 @@ def configure_parser(sub: Any) -> None:
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("-v", "--verbose", action="store_true", help="list notes and every finding")
     s.set_defaults(func=_cmd_static)
-
-    s = sub.add_parser("runtime", help="the import and cuda stages on an existing venv")
-    s.add_argument("--venv", type=Path, required=True, help="the cell's virtual environment")
-    s.add_argument("--python", type=Path, default=None, help="its interpreter (default VENV/bin/python)")
-    s.add_argument("--stage", action="append", choices=("cuda", "import"), help="repeatable; default both")
-    s.add_argument(
-        "--package",
-        action="append",
-        default=None,
-        help="a distribution of the stack (repeatable); default torch, sgl-kernel, flashinfer-python, those installed",
-    )
-    s.add_argument("--cuda", default=None, help="the cell's CUDA version (default: from torch's +cuXY)")
-    s.add_argument("--arch", action="append", default=[], help="target SM arch, e.g. sm_90 (repeatable)")
-    s.add_argument("--min-driver", default=None, help="the target's minimum driver, e.g. 580.65")
-    s.add_argument(
-        "--threshold",
-        action="append",
-        default=[],
-        metavar="KEY=SECONDS",
-        help="e.g. import-timeout=120, cuda-op-timeout=180, jit-timeout=900 (repeatable)",
-    )
-    s.add_argument("--out", type=Path, required=True, help="folder for results.json and the logs")
-    s.set_defaults(func=_cmd_runtime)
 
     s = sub.add_parser("nccl", help="the NCCL suite with this interpreter's torch, and its figures")
     s.add_argument("--world-size", type=int, default=None, help="ranks (default: every visible GPU; gloo: 2)")

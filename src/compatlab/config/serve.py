@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.config.check import Checker
+from compatlab.errors import ConfigError, UsageError
 
-__all__ = ["ServeConfig", "parse_serve_section"]
+__all__ = ["ServeConfig", "load_serve", "parse_serve_section"]
 
 _KEYS = frozenset(
     {
@@ -113,3 +114,19 @@ def parse_serve_section(ck: Checker, serve: Mapping[str, Any], base_dir: Path) -
         else:
             ck.error("serve.eagle3", f"expected true or false, got {serve['eagle3']!r}")
     return ServeConfig(**fields)
+
+
+def load_serve(path: Path) -> ServeConfig:
+    """The ``[serve]`` table of a TOML file (a matrix.toml will do): what ``check --serve-from`` serves."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--serve-from {path}: cannot read it: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"invalid TOML: {exc}"]) from None
+    ck = Checker()
+    config = parse_serve_section(ck, ck.table(data, "", "serve"), path.resolve().parent)
+    ck.raise_if_any(str(path))
+    return config

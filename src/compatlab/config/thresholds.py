@@ -15,8 +15,9 @@ from typing import Any
 from compatlab.config.check import Checker, field_default
 from compatlab.config.nccl import NcclFloors, parse_nccl_thresholds
 from compatlab.config.perf import PerfConfig, PerfThresholds, parse_perf_thresholds
+from compatlab.errors import UsageError
 
-__all__ = ["SUITE_KEYS", "Thresholds", "parse_thresholds", "suite_thresholds"]
+__all__ = ["SUITE_KEYS", "Thresholds", "parse_threshold_args", "parse_thresholds", "suite_thresholds"]
 
 # TOML key -> field of Thresholds; the in-cell suites read them by the TOML key (context.json).
 SUITE_KEYS = {"import-timeout": "import_timeout", "cuda-op-timeout": "cuda_op_timeout", "jit-timeout": "jit_timeout"}
@@ -47,6 +48,21 @@ def _suite_fields(ck: Checker, raw: Mapping[str, Any], where: str) -> dict[str, 
         if got is not None:
             fields[field] = float(got)
     return fields
+
+
+def parse_threshold_args(items: Sequence[str]) -> dict[str, float]:
+    """``KEY=SECONDS`` items of the command line (``compatlab check --threshold``) as a table for
+    ``suite_thresholds``; a UsageError names an item that is not one."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            raise UsageError(f"--threshold {item!r}: expected KEY=SECONDS, e.g. jit-timeout=600")
+    return out
 
 
 def suite_thresholds(raw: Mapping[str, Any], *, source: str) -> Thresholds:

@@ -11,8 +11,8 @@
 
 Every distribution is listed once, the first on ``sys.path`` (the one ``import`` finds); one whose METADATA
 or RECORD cannot be read is a problem of its own, and the others are still listed. ``compatlab check``
-reads all of it; ``compatlab runtime`` the versions of the names it passes. torch/version.py says which CUDA torch
-was built for, read without importing torch.
+reads all of it (a caller that names distributions gets their versions in ``packages``). torch/version.py
+says which CUDA torch was built for, read without importing torch.
 """
 
 from __future__ import annotations

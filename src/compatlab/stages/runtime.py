@@ -1,35 +1,25 @@
 """The runtime stages: import (every extension module loaded, in the cell) and cuda (driver, arch, real ops).
 
-Both run a compat suite with the cell's own interpreter (``suite.run_suite``). ``compatlab runtime``
-runs them on an existing venv without a matrix, e.g. on a GPU box::
+Both run a compat suite with the cell's own interpreter (``suite.run_suite``). ``compatlab check`` runs
+them on an existing environment, e.g. on a GPU box::
 
-    compatlab runtime --venv /tmp/cell --stage import --stage cuda --out reports/adhoc
+    compatlab check --venv /tmp/cell --stage import --stage cuda --out reports/adhoc
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-from collections.abc import Sequence
-from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, axis_of_package
-from compatlab.config.thresholds import Thresholds
-from compatlab.errors import UsageError
 from compatlab.runs.model import StageResult, StageState
-from compatlab.stages.base import CellContext, incell_command
-from compatlab.stages.site import cuda_of_torch
+from compatlab.stages.base import CellContext
 
 __all__ = [
     "blame_broken_pins",
-    "context_for_venv",
-    "installed_defaults",
     "judge_loaded_by_path",
     "loaded_by_path",
-    "parse_thresholds",
     "run_cuda_stage",
     "run_import_stage",
 ]
@@ -136,78 +126,3 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
     from compatlab.stages.suite import run_suite
 
     return run_suite(ctx, "cuda", required=True)
-
-
-def context_for_venv(
-    venv: Path,
-    *,
-    packages: Sequence[str],
-    work_dir: Path,
-    cuda: str | None = None,
-    target_archs: Sequence[str] = (),
-    min_driver: str | None = None,
-    python: Path | None = None,
-    thresholds: Thresholds | None = None,
-) -> CellContext:
-    """A CellContext for an existing venv, with the installed versions of *packages* as the cell's axes."""
-    from compatlab.cells import Cell, cell_id
-    from compatlab.config.matrix import Axis, AxisValue, Matrix, Target
-    from compatlab.proc import run
-
-    py = python or venv / "bin" / "python"
-    if not py.exists():
-        raise UsageError(f"{py} does not exist; give --venv a virtual environment (or --python)")
-    command = incell_command(py, "inspect_env", *packages)
-    done = run(command.argv, timeout=120, cwd=command.cwd)
-    if not done.ok:
-        raise UsageError(f"could not inspect {py}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    info = json.loads(done.stdout)
-    missing = [d for d, v in info["packages"].items() if v is None]
-    if missing:
-        raise UsageError(f"not installed in {venv}: {', '.join(missing)}")
-    values = [AxisValue(axis=axis_of_package(d), version=v, package=d) for d, v in info["packages"].items()]
-    cuda = cuda or cuda_of_torch(info.get("torch_version_py"), info["packages"].get("torch"))
-    if cuda:
-        values.append(AxisValue(axis=CUDA_AXIS, version=cuda))
-    targets: tuple[Target, ...] = ()
-    if target_archs or min_driver:
-        targets = (Target(name="this-box", arch=tuple(target_archs), min_driver=min_driver),)
-    matrix = Matrix(
-        path="<command line>",
-        name="adhoc",
-        axes=tuple(Axis(name=v.axis, values=(v,)) for v in values),
-        targets=targets,
-        thresholds=thresholds or Thresholds(),
-    )
-    cell = Cell(id=cell_id(tuple(values)), values=tuple(values))
-    work_dir.mkdir(parents=True, exist_ok=True)
-    return CellContext(
-        matrix=matrix, cell=cell, venv=venv, python=py, site_packages=Path(info["purelib"]), work_dir=work_dir
-    )
-
-
-def parse_thresholds(items: Sequence[str]) -> dict[str, float]:
-    """``KEY=SECONDS`` items of the command line as a table for ``suite_thresholds``."""
-    out: dict[str, float] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not key.strip():
-            raise UsageError(f"--threshold {item!r}: expected KEY=SECONDS, e.g. jit-timeout=600")
-    return out
-
-
-def installed_defaults(venv: Path, python: Path | None) -> list[str]:
-    """The stack's distributions that *venv* has: those of the axis kinds (torch, sgl-kernel, flashinfer-python …)."""
-    from compatlab.proc import run
-
-    py = python or venv / "bin" / "python"
-    wanted = [kind.package for kind in AXIS_KINDS.values() if kind.package is not None]
-    command = incell_command(py, "inspect_env", *wanted)
-    done = run(command.argv, timeout=120, cwd=command.cwd)
-    if not done.ok:
-        raise UsageError(f"could not inspect {py}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    return [d for d, v in json.loads(done.stdout)["packages"].items() if v is not None]

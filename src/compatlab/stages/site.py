@@ -2,7 +2,7 @@
 
 The one reader of a site-packages folder for every stage: the pins stage reads its distributions and
 requirements here, the static stage its files and hashes, and both ask ``torch_cuda`` which CUDA torch was
-built for (torch/version.py, else the +cuXY local tag), as the import stage's ``compatlab runtime`` does.
+built for (torch/version.py, else the +cuXY local tag), as ``compatlab check`` does for an existing environment.
 """
 
 from __future__ import annotations

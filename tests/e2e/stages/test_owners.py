@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.check import inspect_environment, plan_cell
+from compatlab.envs import existing_cell, inspect_environment
 from compatlab.stages.base import CellContext
 from compatlab.stages.pins import run_pins_stage
 from fixtures.wheels import build_wheel, venv_with
@@ -61,7 +61,7 @@ def test_a_file_two_distributions_own_is_a_failure_on_code_and_a_warning_on_data
     clashing_venv: Path, tmp_path: Path
 ) -> None:
     env = inspect_environment(clashing_venv / "bin" / "python")
-    matrix, cell = plan_cell(env, packages=["flashinfer-python", "cuda-bindings"])
+    matrix, cell = existing_cell(env, packages=["flashinfer-python", "cuda-bindings"])
     ctx = CellContext(
         matrix=matrix, cell=cell, venv=clashing_venv, python=env.python, work_dir=tmp_path, site_packages=env.site
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.stages import runtime
+from fixtures.existing import context_for
 from fixtures.sofix import cc, ext_module
 
 
@@ -41,7 +42,7 @@ def test_the_import_stage_prints_its_progress_unless_quiet(tmp_path: Path, monke
     monkeypatch.setenv("COMPATLAB_PROGRESS_SECONDS", "0.25")  # 10 s in a cell
     venv = _slow_venv(tmp_path)
     heard: list[str] = []
-    ctx = runtime.context_for_venv(venv, packages=["slowpkg"], work_dir=tmp_path / "work")
+    ctx = context_for(venv, packages=["slowpkg"], work_dir=tmp_path / "work")
     result = runtime.run_import_stage(dataclasses.replace(ctx, say=heard.append))
     assert result.details["total"] == 2, result.reason
     assert heard, "no progress line in 1.5 s"

@@ -15,6 +15,7 @@ import pytest
 from compatlab.incell import fakecuda
 from compatlab.runs.model import StageResult, StageState, cell_state
 from compatlab.stages import runtime
+from fixtures.existing import context_for
 from fixtures.sofix import EXT_SUFFIX, abi_broken_module, cc, ext_module, provider
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -62,10 +63,11 @@ def _make_cell(tmp: Path) -> tuple[Path, Path]:
     return venv, pkg
 
 
-def test_context_for_venv_reads_the_cuda_of_torch(cell: tuple[Path, Path], tmp_path: Path) -> None:
+def test_an_existing_venvs_context_reads_the_cuda_of_torch(cell: tuple[Path, Path], tmp_path: Path) -> None:
     venv, _ = cell
-    ctx = runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path)
-    assert (ctx.cell.id, ctx.cell.cuda) == ("torch2.10.0-fakestack1.0-cuda13.0", "13.0")
+    ctx = context_for(venv, packages=["torch", "fakestack"], work_dir=tmp_path)
+    assert (ctx.cell.id, ctx.cell.cuda) == ("torch2.10.0-cuda13.0", "13.0")
+    assert [(v.axis, v.version) for v in ctx.cell.packages] == [("torch", "2.10.0"), ("fakestack", "1.0")]
     assert ctx.site.name == "site-packages"
 
 
@@ -79,7 +81,7 @@ def test_import_stage_names_the_abi_break(cell: tuple[Path, Path], tmp_path: Pat
     if fakecuda.real_driver() is not None:
         pytest.skip("this machine has a real NVIDIA driver: the stand-in path cannot be shown here")
     venv, _ = cell
-    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+    ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "work")
     result = runtime.run_import_stage(ctx)
     assert (result.state, result.reason) == ("fail", f"fakestack/sm90/ops{EXT_SUFFIX}: undefined symbol ns::check(int)")
     assert result.details["driver"] == "stand-in (CUDA_ERROR_NO_DEVICE)"
@@ -104,7 +106,7 @@ def test_cuda_stage_skips_without_a_driver_and_the_cell_is_partial(cell: tuple[P
     venv, pkg = cell
     provider(pkg / "sm90", "_ZN2ns5checkEi")  # mend the ABI break: now everything loads
     try:
-        ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+        ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "work")
         imported = runtime.run_import_stage(ctx)
         assert (imported.state, imported.reason) == ("pass", "")
         cuda = runtime.run_cuda_stage(ctx)
@@ -119,24 +121,13 @@ def test_cuda_stage_skips_without_a_driver_and_the_cell_is_partial(cell: tuple[P
 
 
 @pytest.mark.slow
-def test_command_line(cell: tuple[Path, Path], tmp_path: Path) -> None:
+def test_check_runs_the_import_stage_alone(cell: tuple[Path, Path], tmp_path: Path) -> None:
+    """What `compatlab runtime --stage import` did, `compatlab check --stage import` does."""
     venv, _ = cell
     out = tmp_path / "out"
+    argv = ["--venv", str(venv), "--package", "fakestack", "--stage", "import", "-q", "--out", str(out)]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compatlab",
-            "runtime",
-            "--venv",
-            str(venv),
-            "--package",
-            "fakestack",
-            "--stage",
-            "import",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", "compatlab", "check", *argv],
         capture_output=True,
         text=True,
         timeout=600,
@@ -144,28 +135,19 @@ def test_command_line(cell: tuple[Path, Path], tmp_path: Path) -> None:
         check=False,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
     )
-    assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
-    assert first.startswith("import: fail (")
-    assert first.endswith(f"s) — fakestack/sm90/ops{EXT_SUFFIX}: undefined symbol ns::check(int)")
+    assert done.returncode == 1, done.stderr
+    [line] = [s for s in done.stdout.splitlines() if s.startswith("  import: ")]
+    assert line.startswith("  import: fail (")
+    assert line.endswith(f"s) — fakestack/sm90/ops{EXT_SUFFIX}: undefined symbol ns::check(int)")
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert (data["id"], data["state"]) == ("fakestack1.0-cuda13.0", "fail")
+    [result] = data["cells"]
+    assert (result["id"], result["state"]) == ("torch2.10.0-cuda13.0", "fail")
+    assert [s["name"] for s in result["stages"]] == ["import"]
 
 
-def test_command_line_error_is_one_line(tmp_path: Path) -> None:
+def test_runtime_is_gone_and_says_what_to_run(tmp_path: Path) -> None:
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compatlab",
-            "runtime",
-            "--venv",
-            str(tmp_path / "nope"),
-            "--package",
-            "torch",
-            "--out",
-            str(tmp_path / "out"),
-        ],
+        [sys.executable, "-m", "compatlab", "runtime", "--venv", str(tmp_path / "nope"), "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -173,10 +155,11 @@ def test_command_line_error_is_one_line(tmp_path: Path) -> None:
         check=False,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
     )
-    assert (done.returncode, done.stderr) == (
-        2,
-        f"error: {tmp_path / 'nope' / 'bin' / 'python'} does not exist; "
-        "give --venv a virtual environment (or --python)\n",
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "error: `compatlab runtime` is gone: `compatlab check` runs the same stages on an existing environment, "
+        "e.g. compatlab check --venv DIR --stage import --stage cuda --target sm_90 --threshold jit-timeout=900 "
+        "--out reports/adhoc\n"
     )
 
 
@@ -194,13 +177,14 @@ def test_import_stage_judges_alike_through_the_fork_server_and_one_process_per_m
     cell: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     venv, _ = cell
-    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "fork")
+    ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "fork")
     forked = runtime.run_import_stage(ctx)
     monkeypatch.setenv("COMPATLAB_IMPORT_FORKSERVER", "0")
-    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "alone")
+    ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "alone")
     alone = runtime.run_import_stage(ctx)
+    # The venv has a torch (its version.py only): check's cell carries the stack, so the server imports it.
     assert re.fullmatch(
-        r"fork server: children of 1 interpreter\(s\) that imported nothing once \([0-9.]+ s\)",
+        r"fork server: children of 1 interpreter\(s\) that imported torch once \([0-9.]+ s\)",
         forked.details["loader"],
     )
     assert forked.details["loader_problems"] == []
@@ -222,12 +206,10 @@ def test_a_torch_that_will_not_import_falls_back_to_one_process_per_module(
     )
     record = site / "torch-2.10.0.dist-info" / "RECORD"
     record.write_text(record.read_text(encoding="utf-8") + "torch/__init__.py,,\n", encoding="utf-8")
-    ctx = runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path / "fork")
+    ctx = context_for(venv, packages=["torch", "fakestack"], work_dir=tmp_path / "fork")
     forked = runtime.run_import_stage(ctx)
     monkeypatch.setenv("COMPATLAB_IMPORT_FORKSERVER", "0")
-    alone = runtime.run_import_stage(
-        runtime.context_for_venv(venv, packages=["torch", "fakestack"], work_dir=tmp_path / "alone")
-    )
+    alone = runtime.run_import_stage(context_for(venv, packages=["torch", "fakestack"], work_dir=tmp_path / "alone"))
     assert forked.details["loader"] == "one process per module"
     assert forked.details["loader_problems"] == [
         "fork server could not start (import torch failed: ImportError: libtorch_cuda.so: cannot open shared "
@@ -257,7 +239,7 @@ def test_a_module_that_crashes_loaded_alone_but_not_through_its_package_is_fine(
     )
     with (pkg.parent / "fakestack-1.0.dist-info" / "RECORD").open("a", encoding="utf-8") as record:
         record.write(f"fakestack/needs_setup{EXT_SUFFIX},,\n")
-    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+    ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "work")
     result = runtime.run_import_stage(ctx)
     entry = next(e for e in result.details["modules"] if e["module"].startswith("fakestack/needs_setup"))
     assert entry["ok"] is True
@@ -279,7 +261,7 @@ def test_a_clean_linking_module_no_code_imports_is_a_warning_when_its_init_fails
     ext_module(pkg, "tkish", 'PyErr_SetString(PyExc_ImportError, "initialization failed"); return NULL;')
     with (pkg.parent / "fakestack-1.0.dist-info" / "RECORD").open("a", encoding="utf-8") as record:
         record.write(f"fakestack/tkish{EXT_SUFFIX},,\n")
-    ctx = runtime.context_for_venv(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+    ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "work")
     assert run_static_stage(ctx).state != StageState.FAIL
     result = runtime.run_import_stage(ctx)
     entry = next(e for e in result.details["modules"] if e["module"] == f"fakestack/tkish{EXT_SUFFIX}")

@@ -369,8 +369,10 @@ def test_server_dies_mid_run(tmp_path: Path) -> None:
     _assert_gone(report.pids)
     assert report.state == StageState.FAIL
     assert re.fullmatch(
-        r"eagle3 server exited with exit code 3 at concurrency 4 \(stream ended before \[DONE\] "
-        r"after \d+ tokens; 0 of 4 requests finished\)",
+        # What the client sees of a server that dies mid-stream depends on timing: the stream cut short, or
+        # the connection reset under it. Both are real, and both name the exit.
+        r"eagle3 server exited with exit code 3 at concurrency 4 \((stream ended before \[DONE\] after \d+ "
+        r"tokens|ConnectionResetError: \[Errno 104\] Connection reset by peer); 0 of 4 requests finished\)",
         report.reason,
     ), report.reason
     assert re.search(r"crashing in request [6-9] as told", report.log_tail)
