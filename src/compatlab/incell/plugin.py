@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from compatlab.incell.context import SuiteContext
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("compatlab")
@@ -57,12 +59,11 @@ _OUTCOMES: dict[str, dict[str, Any]] = {}
 
 
 @pytest.fixture
-def compat_context(request: pytest.FixtureRequest) -> dict[str, Any]:
+def compat_context(request: pytest.FixtureRequest) -> SuiteContext:
     path = request.config.getoption("--compatlab-context")
     if not path:
         pytest.skip("not running inside a compatlab cell (no --compatlab-context)")
-    data: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
-    return data
+    return SuiteContext.read(Path(path))
 
 
 @pytest.fixture

@@ -13,40 +13,41 @@ from collections.abc import Iterator
 from typing import Any
 
 from compatlab import envs
+from compatlab.incell.context import PreviousStage, SuiteContext, TargetInfo
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext, cell_env, incell_path
 
-__all__ = ["context_json", "ensure_pytest", "run_suite"]
+__all__ = ["ensure_pytest", "run_suite", "suite_context"]
 
 log = logging.getLogger(__name__)
 
 
-def context_json(ctx: CellContext) -> dict[str, Any]:
-    """What a compat test may know about its cell."""
-    return {
-        "cell": ctx.cell.id,
-        "axes": ctx.cell.axes,
-        "cuda": ctx.cell.cuda,
-        "packages": {v.package: v.version for v in ctx.cell.packages},
-        "site_packages": str(ctx.site),
-        "venv": str(ctx.venv),
-        "work_dir": str(ctx.work_dir),
-        "archs": list(ctx.matrix.archs),
-        "targets": [
-            {
-                "name": t.name,
-                "gpu": t.gpu,
-                "arch": list(t.arch),
-                "gpus": t.gpus,
-                "min_driver": t.min_driver,
-                "nccl_env": dict(t.nccl_env),
-                "not_needed": list(t.not_needed),
-            }
+def suite_context(ctx: CellContext) -> SuiteContext:
+    """What a compat test may know about its cell (context.json)."""
+    return SuiteContext(
+        cell=ctx.cell.id,
+        axes=ctx.cell.axes,
+        cuda=ctx.cell.cuda,
+        packages={v.package: v.version for v in ctx.cell.packages if v.package},
+        site_packages=str(ctx.site),
+        venv=str(ctx.venv),
+        work_dir=str(ctx.work_dir),
+        archs=tuple(ctx.matrix.archs),
+        targets=tuple(
+            TargetInfo(
+                name=t.name,
+                gpu=t.gpu,
+                arch=tuple(t.arch),
+                gpus=t.gpus,
+                min_driver=t.min_driver,
+                nccl_env=dict(t.nccl_env),
+                not_needed=tuple(t.not_needed),
+            )
             for t in ctx.matrix.targets
-        ],
-        "thresholds": ctx.matrix.thresholds.for_suites(),
-        "previous": {s.name: {"state": s.state, "reason": s.reason} for s in ctx.previous},
-    }
+        ),
+        thresholds=ctx.matrix.thresholds.for_suites(),
+        previous={s.name: PreviousStage(state=s.state.value, reason=s.reason) for s in ctx.previous},
+    )
 
 
 def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | None:
@@ -160,7 +161,7 @@ def run_suite(
     work = ctx.work_dir / name
     work.mkdir(parents=True, exist_ok=True)
     ctx_file = work / "context.json"
-    ctx_file.write_text(json.dumps(context_json(ctx), indent=2), encoding="utf-8")
+    ctx_file.write_text(json.dumps(suite_context(ctx).to_json(), indent=2), encoding="utf-8")
     out_file = work / "suite-result.json"
     out_file.unlink(missing_ok=True)
     shim = incell_path()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.incell import cudacompat, fakecuda, loadcheck
+from compatlab.incell.context import SuiteContext
 from compatlab.incell.probe import RESULT_TAG
 from compatlab.incell.proc import HERE, module_command, run
 
@@ -43,8 +44,8 @@ def _run_op(stage: Any, what: str, op: str, timeout: float, env: dict[str, str] 
     return record
 
 
-def _thresholds(ctx: dict[str, Any], key: str, default: float) -> float:
-    return float(ctx.get("thresholds", {}).get(key, default))
+def _thresholds(ctx: SuiteContext, key: str, default: float) -> float:
+    return ctx.threshold(key, default)
 
 
 @functools.cache
@@ -80,13 +81,13 @@ def _driver_version() -> tuple[str | None, str]:
 _INFO_CACHE: dict[str, dict[str, Any]] = {}
 
 
-def _info(stage: Any, ctx: dict[str, Any]) -> dict[str, Any]:
+def _info(stage: Any, ctx: SuiteContext) -> dict[str, Any]:
     if "info" not in _INFO_CACHE:
         _INFO_CACHE["info"] = _run_op(stage, "torch.cuda", "info", _thresholds(ctx, "cuda-op-timeout", 180))
     return _INFO_CACHE["info"]
 
 
-def _need_gpu(stage: Any, ctx: dict[str, Any]) -> dict[str, Any]:
+def _need_gpu(stage: Any, ctx: SuiteContext) -> dict[str, Any]:
     _need_driver(stage)
     info = _info(stage, ctx)
     if not info.get("available"):
@@ -94,10 +95,10 @@ def _need_gpu(stage: Any, ctx: dict[str, Any]) -> dict[str, Any]:
     return info
 
 
-def test_driver(compat_context: dict[str, Any], stage: Any) -> None:
+def test_driver(compat_context: SuiteContext, stage: Any) -> None:
     _need_driver(stage)
     info = _info(stage, compat_context)
-    cuda = compat_context.get("cuda") or info.get("torch_cuda")
+    cuda = compat_context.cuda or info.get("torch_cuda")
     version, source = _driver_version()
     stage.note(
         driver=version,
@@ -111,9 +112,9 @@ def test_driver(compat_context: dict[str, Any], stage: Any) -> None:
         checks.append(cudacompat.check_driver(version, cuda))
     if info.get("driver_api") and cuda:
         checks.append(cudacompat.check_driver_api(int(info["driver_api"]), cuda))
-    for target in compat_context.get("targets", []):
-        if target.get("min_driver") and version:
-            checks.append(cudacompat.check_min_driver(version, target["min_driver"], target["name"]))
+    for target in compat_context.targets:
+        if target.min_driver and version:
+            checks.append(cudacompat.check_min_driver(version, target.min_driver, target.name))
     stage.note(driver_checks=[{"state": c.state, "reason": c.reason} for c in checks])
     failed = [c for c in checks if c.state == "fail"]
     if failed:
@@ -124,7 +125,7 @@ def test_driver(compat_context: dict[str, Any], stage: Any) -> None:
         stage.note(driver_warnings=warns)
 
 
-def test_device_arch(compat_context: dict[str, Any], stage: Any) -> None:
+def test_device_arch(compat_context: SuiteContext, stage: Any) -> None:
     _need_driver(stage)
     info = _info(stage, compat_context)
     if not info.get("available"):
@@ -151,12 +152,12 @@ def test_device_arch(compat_context: dict[str, Any], stage: Any) -> None:
         )
     assert covered is not None  # stage.fail does not return
     stage.note(arch_coverage=f"{covered.kind} ({covered.by})")
-    archs = compat_context.get("archs") or []
+    archs = list(compat_context.archs)
     if archs and not cudacompat.arch_covers((cap[0], cap[1]), list(archs)):
         stage.note(target_arch_warning=f"{device} is not among the matrix targets' archs {archs}")
 
 
-def test_torch_matmul(compat_context: dict[str, Any], stage: Any) -> None:
+def test_torch_matmul(compat_context: SuiteContext, stage: Any) -> None:
     _need_gpu(stage, compat_context)
     rec = _run_op(stage, "torch matmul", "matmul", _thresholds(compat_context, "cuda-op-timeout", 180))
     stage.note(torch_matmul=rec)
@@ -164,8 +165,8 @@ def test_torch_matmul(compat_context: dict[str, Any], stage: Any) -> None:
         stage.fail(rec.get("message", "torch matmul gave a wrong result"))
 
 
-def test_sgl_kernel_op(compat_context: dict[str, Any], stage: Any) -> None:
-    if "sgl-kernel" not in compat_context.get("packages", {}):
+def test_sgl_kernel_op(compat_context: SuiteContext, stage: Any) -> None:
+    if "sgl-kernel" not in compat_context.packages:
         stage.skip("the cell declares no sgl-kernel")
     _need_gpu(stage, compat_context)
     rec = _run_op(stage, "sgl_kernel op", "sgl-kernel", _thresholds(compat_context, "cuda-op-timeout", 180))
@@ -176,8 +177,8 @@ def test_sgl_kernel_op(compat_context: dict[str, Any], stage: Any) -> None:
         stage.fail(rec.get("message", "the sgl_kernel op gave a wrong result"))
 
 
-def test_flashinfer_op(compat_context: dict[str, Any], stage: Any) -> None:
-    if "flashinfer-python" not in compat_context.get("packages", {}):
+def test_flashinfer_op(compat_context: SuiteContext, stage: Any) -> None:
+    if "flashinfer-python" not in compat_context.packages:
         stage.skip("the cell declares no flashinfer-python")
     _need_gpu(stage, compat_context)
     env = dict(os.environ)

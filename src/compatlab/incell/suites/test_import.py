@@ -18,10 +18,12 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from compatlab.incell import fakecuda, forkserver, loadcheck, reach
+from compatlab.incell.context import SuiteContext, TargetInfo
 from compatlab.incell.proc import Completed
 
 _DRIVER_SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
@@ -37,11 +39,11 @@ def _jobs(*, fork: bool) -> int:
         return max(1, min(16, cpus) if fork else min(4, cpus // 2))
 
 
-def _ignored(label: str, targets: list[dict[str, Any]]) -> bool:
+def _ignored(label: str, targets: Sequence[TargetInfo]) -> bool:
     """True when every target says this module need not run there (e.g. sm100/ builds on an H100 box)."""
     if not targets:
         return False
-    return all(any(fnmatch.fnmatch(label, g) for g in t.get("not_needed", [])) for t in targets)
+    return all(any(fnmatch.fnmatch(label, g) for g in t.not_needed) for t in targets)
 
 
 class _Driver:
@@ -354,10 +356,10 @@ def _confirm_not_needed(
     return out
 
 
-def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
-    packages: dict[str, str] = compat_context.get("packages", {})
-    targets = compat_context.get("targets", [])
-    timeout = float(compat_context.get("thresholds", {}).get("import-timeout", 180))
+def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
+    packages = dict(compat_context.packages)
+    targets = compat_context.targets
+    timeout = compat_context.threshold("import-timeout", 180)
     missing: list[str] = []
     surveyed: dict[str, loadcheck.Installed] = {}
     for dist, version in packages.items():
@@ -366,7 +368,7 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
         except importlib.metadata.PackageNotFoundError:
             missing.append(f"{dist} {version} is declared but not installed in the cell")
     installed = {dist: survey.version for dist, survey in surveyed.items()}
-    driver = _Driver(compat_context.get("work_dir"), [f for s in surveyed.values() for f in s.elf_files])
+    driver = _Driver(compat_context.work_dir, [f for s in surveyed.values() for f in s.elf_files])
     stage.note(driver=driver.describe(), installed=installed, python=sys.executable)
     if missing:
         stage.fail(missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), missing=missing)
@@ -413,8 +415,8 @@ def test_stack_imports(compat_context: dict[str, Any], stage: Any) -> None:
     _own_mapped(entries, owned)
     _loaded_by_package(entries)
     paths = {t.label: t.path for t in plan if t.path is not None}
-    predicted = _predicted(compat_context.get("work_dir"))
-    optional = {id(e) for e in _confirm_not_needed(predicted, entries, compat_context.get("site_packages"), paths)}
+    predicted = _predicted(compat_context.work_dir)
+    optional = {id(e) for e in _confirm_not_needed(predicted, entries, compat_context.site_packages, paths)}
     broken: list[dict[str, Any]] = []
     ignored: list[dict[str, Any]] = []
     unjudged: list[dict[str, Any]] = []
