@@ -260,9 +260,6 @@ def demangle(symbol: str) -> str | None:
     return text if text and text != symbol else None
 
 
-# --- the little ELF reading the import stage needs ------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class DynamicSymbols:
     """Names in an ELF file's dynamic symbol table, and the libraries it names as DT_NEEDED."""
@@ -410,9 +407,6 @@ def _has_elf_magic(path: str | os.PathLike[str]) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-# --- what to load -----------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -580,9 +574,6 @@ def importable_here(filename: str) -> bool:
     )
 
 
-# --- loading one module in its own process ---------------------------------------------------------------
-
-
 def probe_command(python: str, *, path: str | None, name: str, pre_import: Sequence[str] = ()) -> InCellCommand:
     """The probe (``compatlab.incell.probe``) that loads *path* as module *name* (or imports package *name*
     when path is None) with *python*, after importing *pre_import*."""
@@ -602,8 +593,3 @@ def load_module(
     command = probe_command(python, path=path, name=name, pre_import=pre_import)
     done = run(command.argv, timeout=timeout, env=env if env is not None else dict(os.environ), cwd=command.cwd)
     return classify(done), done
-
-
-def current_python() -> str:
-    """The interpreter to probe with: the one running (inside a cell, the cell's own)."""
-    return sys.executable

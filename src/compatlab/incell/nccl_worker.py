@@ -38,7 +38,6 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-# ---------------------------------------------------------------------------------------------------
 # Test hook: COMPATLAB_NCCL_TEST_HOOK=corrupt:rank1[:op] | hang:rankN:phase | die:rankN:phase[:code|SIGNAME]
 
 
@@ -89,7 +88,6 @@ def parse_test_hook(text: str) -> NcclHook:
     raise ValueError(usage)
 
 
-# ---------------------------------------------------------------------------------------------------
 # Worker: runs in the cell's venv, torch and the standard library only.
 
 

@@ -88,7 +88,6 @@ _RECORDED_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "GL
 _RECORDED_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 
-# ---------------------------------------------------------------------------------------------------
 # Parent: running the ranks
 
 
@@ -280,7 +279,6 @@ def run_nccl(
     return report
 
 
-# ---------------------------------------------------------------------------------------------------
 # The stage and the command line
 
 

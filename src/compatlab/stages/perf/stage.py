@@ -80,9 +80,6 @@ FIELD_SERVER = "server_info.internal_states[0].avg_spec_accept_length"
 LATENCY = tuple(f"{stat}_{what}_ms" for what in ("ttft", "itl", "tpot") for stat in STATS)
 
 
-# -- trials ------------------------------------------------------------------------------------------
-
-
 def _level_record(level: LevelResult, server_accept: float | None, note: str | None) -> dict[str, Any]:
     accept, field = level.accept_length, FIELD_META
     if accept is None and server_accept is not None:
@@ -200,9 +197,6 @@ def _check_level(server: ServerProcess, level: LevelResult, when: str) -> None:
         raise died
     message = f"{server.spec.name} server failed a request {when}: {first.error}"
     raise ServerFailure(StageState.ERROR, message, server.tail())
-
-
-# -- verdicts ----------------------------------------------------------------------------------------
 
 
 def _spread(values: Sequence[float]) -> float:
@@ -338,9 +332,6 @@ def _explain(c: int, check: dict[str, Any], figures: Mapping[str, float], max_sp
             "requests"
         )
     return f"EAGLE-3 accept length at concurrency {c}: {value:.2f} is below min-accept-length {floor:g}"
-
-
-# -- the run ---------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -496,9 +487,6 @@ def _reason(config: PerfConfig, figures: Mapping[str, float], verdicts: Mapping[
     return "EAGLE-3 beats the baseline: " + ", ".join(parts)
 
 
-# -- pytest-benchmark output -----------------------------------------------------------------------------
-
-
 def _quartiles(data: list[float]) -> tuple[float, float]:
     """Q1 and Q3 computed the way pytest-benchmark's Stats does, so its tables match."""
     n = len(data)
@@ -625,9 +613,6 @@ def benchmark_json(config: PerfConfig, lives: list[dict[str, Any]]) -> dict[str,
         "datetime": datetime.now(UTC).isoformat(),
         "version": "5.0.0",
     }
-
-
-# -- the stage and the command line ---------------------------------------------------------------------
 
 
 def run_perf_stage(ctx: CellContext) -> StageResult:
