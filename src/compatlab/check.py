@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from compatlab.cells import Cell, cell_id
+from compatlab.cells import Cell, cell_id, planned
 from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
 from compatlab.config.serve import ServeConfig
 from compatlab.errors import ConfigError, LabError, UsageError
@@ -416,6 +416,7 @@ def check_environment(
     per-package table (packages.md, packages.json).
     """
     from compatlab import runner
+    from compatlab.host import host_facts
     from compatlab.render import render_run
     from compatlab.runs import store
 
@@ -430,7 +431,7 @@ def check_environment(
     stages = check_stages(env, nccl=nccl, only=only)
     if on_stage is not None:
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
-    with store.claim_run(run_dir, run_id=rid, matrix=matrix) as run:
+    with store.claim_run(run_dir, run_id=rid, plan=planned(matrix), host=host_facts) as run:
         site = env.site_for([v.package for v in cell.packages if v.package])
         ctx = CellContext(
             matrix=matrix,
@@ -448,7 +449,7 @@ def check_environment(
         runner.run_pipeline(ctx, result, stages)
         result.seconds = round(time.monotonic() - t0, 3)
         written = [run.write_cell(result)]
-        run.aggregate(matrix, latest=None)
+        run.aggregate(planned(matrix), latest=None)
     written += render_run(run_dir / "results.json", out, history_dir=None)
     rows = package_rows(result, cell) + [
         PackageRow(name=where, version="?", state="warn", modules=0, messages=(f"metadata: {why}",))
