@@ -32,7 +32,7 @@ from compatlab import resolver
 from compatlab.cells import Cell
 from compatlab.config.matrix import PYTHON_AXIS, Matrix
 from compatlab.errors import LabError
-from compatlab.index import (
+from compatlab.index.client import (
     ACCEPT_PROJECT,
     ACCEPT_ROOT,
     PAGE_LIMIT,
