@@ -37,9 +37,9 @@ from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_byt
 from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
 from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
 from compatlab.stages.base import incell_path
+from compatlab.stages.nccl.model import NcclReport
 from compatlab.stages.nccl.ranks import RankProcess, watch_ranks
 from compatlab.stages.nccl.report import (
-    NcclReport,
     algbw_gbps,
     bus_factor,
     busbw_gbps,
