@@ -20,9 +20,10 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from compatlab.cells import Cell, expand  # noqa: E402
+from compatlab.cells import Cell, expand, planned  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
 from compatlab.errors import ConfigError, LabError  # noqa: E402
+from compatlab.host import host_facts  # noqa: E402
 from compatlab.plan import Plan, previous_seconds  # noqa: E402
 from compatlab.runs import store  # noqa: E402
 from compatlab.runs.store import RunFolder  # noqa: E402
@@ -154,7 +155,7 @@ def _run_owner(session: nox.Session, run_dir: Path = RUN_DIR, run_id: str = RUN_
     """This nox process owns the run while it lives (runs/store.py: ownership); its cells join with this."""
     if run_dir not in _OWNED:
         try:
-            _OWNED[run_dir] = store.claim_run(run_dir, run_id=run_id, matrix=MATRIX)
+            _OWNED[run_dir] = store.claim_run(run_dir, run_id=run_id, plan=planned(MATRIX), host=host_facts)
         except LabError as exc:
             session.error(str(exc))
     return _OWNED[run_dir].owner

@@ -37,8 +37,9 @@ from compatlab.config.matrix import (
     size_problem,
 )
 from compatlab.errors import ConfigError
+from compatlab.runs.planned import Planned, PlannedCell
 
-__all__ = ["Cell", "Stack", "conflicts", "distance", "expand", "is_forced", "shipped_stacks"]
+__all__ = ["Cell", "Stack", "conflicts", "distance", "expand", "is_forced", "planned", "shipped_stacks"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -265,6 +266,24 @@ def expand(matrix: Matrix) -> list[Cell]:
         expect, why = _expectation(matrix, assignment)
         cells[cid] = _cell(matrix, cid, vt, assignment, stacks, na=None, expect=expect, why=why)
     return list(cells.values())
+
+
+def planned(matrix: Matrix, cells: list[Cell] | None = None) -> Planned:
+    """What a run of *matrix* plans, as the store records it (*cells*: ``expand(matrix)`` when given)."""
+    return Planned(
+        path=matrix.path,
+        name=matrix.name,
+        report={
+            "rows": tuple(matrix.report.rows),
+            "columns": tuple(matrix.report.columns),
+            "tables": tuple(matrix.report.tables),
+        },
+        axes={a.name: tuple(v.version for v in a.values) for a in matrix.axes},
+        cells=tuple(
+            PlannedCell(id=c.id, axes=c.axes, na=c.na, expect=c.expect, expect_reason=c.expect_reason)
+            for c in (expand(matrix) if cells is None else cells)
+        ),
+    )
 
 
 def _too_far(rules: list[Rule], assignment: Mapping[str, str], stacks: tuple[Stack, ...]) -> str | None:

@@ -36,7 +36,7 @@ from compatlab import resolver
 from compatlab.cells import Cell, cell_id
 from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
 from compatlab.errors import LabError, UsageError
-from compatlab.index import (
+from compatlab.index.client import (
     ACCEPT_PROJECT,
     ACCEPT_ROOT,
     PAGE_LIMIT,

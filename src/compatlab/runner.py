@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from compatlab import envs
-from compatlab.cells import Cell, expand
+from compatlab.cells import Cell, expand, planned
 from compatlab.config.matrix import Matrix
 from compatlab.config.serve import ServeConfig
 from compatlab.config.thresholds import Thresholds
@@ -287,7 +287,9 @@ def run_existing(
     if on_stage is not None:
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
     matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
-    with store.claim_run(run_dir, run_id=run_dir.name, matrix=matrix) as run:
+    from compatlab.host import host_facts
+
+    with store.claim_run(run_dir, run_id=run_dir.name, plan=planned(matrix), host=host_facts) as run:
         ctx = existing_context(
             env,
             work_dir=run.work_dir(cell.id),
@@ -306,7 +308,7 @@ def run_existing(
         axes = {a.name: a.values[0].version for a in ctx.matrix.axes}
         result = conclude(ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes)
         run.write_cell(result)
-        run.aggregate(ctx.matrix, latest=None)
+        run.aggregate(planned(ctx.matrix), latest=None)
     return ctx, result
 
 

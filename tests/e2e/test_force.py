@@ -18,8 +18,8 @@ import pytest
 
 from compatlab import envs
 from compatlab.cells import Cell, expand
-from compatlab.cli.lock import resolve, write_lock
 from compatlab.config.matrix import Matrix, load_matrix
+from compatlab.index.lock import resolve, write_lock
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.pins import run_pins_stage

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from compatlab import runner
-from compatlab.cells import expand
+from compatlab.cells import expand, planned
 from compatlab.config.matrix import parse_matrix
+from compatlab.host import host_facts
 from compatlab.proc import run
 from compatlab.runs import store
 from compatlab.runs.model import CellState, StageResult, StageState
@@ -60,7 +61,7 @@ def test_a_stage_past_its_deadline_is_an_error_and_the_cell_goes_on(
     start = time.monotonic()
     with (
         hard_deadline(20, "stages that never end"),
-        store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as folder,
+        store.claim_run(tmp_path / "run", run_id="run", plan=planned(matrix), host=host_facts) as folder,
     ):
         result = runner.run_cell(matrix, cell, run=folder, venv_root=tmp_path / "venvs", stages=stages)
     assert time.monotonic() - start < 10

@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from compatlab.cells import expand
+from compatlab.cells import expand, planned
 from compatlab.config.matrix import parse_matrix
+from compatlab.host import host_facts
 from compatlab.runner import cell_venv, own_venv, run_cell
 from compatlab.runs import store
 from compatlab.runs.model import StageResult, StageState
@@ -76,7 +77,7 @@ def test_install_is_the_first_stage_and_a_red_install_blocks_the_rest_in_one_spe
         Stage(name="pins", run=never, needs=("install",)),
         Stage(name="static", run=never, needs=("install", "pins")),
     )
-    with store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as run:
+    with store.claim_run(tmp_path / "run", run_id="run", plan=planned(matrix), host=host_facts) as run:
         result = run_cell(matrix, cell, run=run, venv_root=tmp_path / "venvs", stages=stages)
     assert [(s.name, s.state, s.reason) for s in result.stages] == [
         ("install", "fail", "no matching distribution"),

@@ -1,8 +1,14 @@
 """The import rules of DESIGN.md, read from the source with ast, and incell/ on the standard library alone.
 
-- no import circles among compatlab's modules (module-level imports);
+- no import circles among compatlab's modules (module-level imports, those under ``if TYPE_CHECKING:`` too:
+  a circle that only type checking closes is still two modules that each need the other);
 - no module imports another module's underscore names (a private module's public names are fine);
 - config/ imports nothing above it; stages/ never imports cli/, runner or render/; render/ reads runs/ only;
+  index/ never imports cli/, stages/, runner or render/;
+- runs/ imports nothing above it: only runs/, errors, urls (a standard-library leaf: the store redacts what
+  it publishes itself) and the standard library;
+- in render/, the formatters (html.py, markdown.py) read the view (view.py), the text helpers (text.py) and
+  the page assets, never each other nor what the view is built from;
 - incell/ imports only the standard library and itself (its pytest plugin and suites also pytest, which
   the lab adds to the cell), read from the source here and proven in tests/e2e/test_incell_imports.py by importing
   each module in a fresh interpreter that cannot import the lab's dependencies;
@@ -18,7 +24,9 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeGuard
 
 from compatlab.config.matrix import AXIS_KINDS
 
@@ -26,8 +34,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "compatlab"
 
 
-def _name(path: Path) -> str:
-    rel = path.relative_to(SRC).with_suffix("")
+def _name(path: Path, root: Path = SRC) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
 
@@ -35,12 +43,32 @@ def _name(path: Path) -> str:
 MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(path: Path, *, top_level_only: bool) -> list[tuple[str, list[str], int]]:
-    """(module, imported names, line) for each import; relative imports resolved."""
+def _type_checking(node: ast.stmt) -> TypeGuard[ast.If]:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(
+    path: Path, *, top_level_only: bool, root: Path = SRC, modules: Mapping[str, Path] = MODULES
+) -> list[tuple[str, list[str], int]]:
+    """(module, imported names, line) for each import; relative imports resolved.
+
+    *top_level_only*: the module's own statements and those of its top-level ``if TYPE_CHECKING:`` blocks
+    (what loading or type checking the module imports), not imports inside functions.
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    me = _name(path)
+    me = _name(path, root)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    nodes: list[ast.AST]
+    if top_level_only:
+        nodes = [*tree.body, *(n for top in tree.body if _type_checking(top) for n in top.body)]
+    else:
+        nodes = list(ast.walk(tree))
     out: list[tuple[str, list[str], int]] = []
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -53,7 +81,7 @@ def _imports(path: Path, *, top_level_only: bool) -> list[tuple[str, list[str], 
                 base = ".".join([*parts, base] if base else parts)
             names = [a.name for a in node.names]
             # `from compatlab.stages import install` imports a module, not a name
-            submodules = [n for n in names if f"{base}.{n}" in MODULES]
+            submodules = [n for n in names if f"{base}.{n}" in modules]
             out.extend((f"{base}.{n}", [], node.lineno) for n in submodules)
             rest = [n for n in names if n not in submodules]
             if rest or not submodules:
@@ -61,16 +89,22 @@ def _imports(path: Path, *, top_level_only: bool) -> list[tuple[str, list[str], 
     return out
 
 
-def _internal(module: str) -> str | None:
-    while module and module not in MODULES:
+def _internal(module: str, modules: Mapping[str, Path] = MODULES) -> str | None:
+    while module and module not in modules:
         module = module.rpartition(".")[0]
     return module or None
 
 
-def test_no_import_circles() -> None:
+def _circles(modules: Mapping[str, Path], root: Path = SRC) -> list[list[str]]:
     graph = {
-        m: sorted({t for imp, _, _ in _imports(p, top_level_only=True) if (t := _internal(imp)) and t != m})
-        for m, p in MODULES.items()
+        m: sorted(
+            {
+                t
+                for imp, _, _ in _imports(p, top_level_only=True, root=root, modules=modules)
+                if (t := _internal(imp, modules)) and t != m
+            }
+        )
+        for m, p in modules.items()
     }
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
@@ -90,7 +124,11 @@ def test_no_import_circles() -> None:
     for m in graph:
         if m not in state:
             visit(m)
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_circles() -> None:
+    assert _circles(MODULES) == []
 
 
 def test_no_module_imports_another_modules_underscore_names() -> None:
@@ -115,6 +153,7 @@ RULES = {
         "compatlab.shard",
     ),
     "compatlab.stages": ("compatlab.cli", "compatlab.runner", "compatlab.render"),
+    "compatlab.index": ("compatlab.cli", "compatlab.stages", "compatlab.runner", "compatlab.render"),
     "compatlab.render": (
         "compatlab.stages",
         "compatlab.runner",
@@ -138,6 +177,56 @@ def test_who_may_import_whom() -> None:
                     if imp.startswith(forbidden)
                 )
     assert bad == []
+
+
+# What runs/ may import of compatlab besides itself: errors, and urls, a leaf on the standard library alone.
+RUNS_MAY_IMPORT = ("compatlab.errors", "compatlab.urls")
+
+
+def test_runs_imports_nothing_above_it() -> None:
+    bad: list[str] = []
+    for m, p in MODULES.items():
+        if not m.startswith("compatlab.runs"):
+            continue
+        for imp, _, line in _imports(p, top_level_only=False):
+            top = imp.split(".")[0]
+            if imp.startswith("compatlab.runs") or imp in RUNS_MAY_IMPORT or top in sys.stdlib_module_names:
+                continue
+            bad.append(f"{m}:{line}: {imp}")
+    for leaf in RUNS_MAY_IMPORT:
+        bad.extend(
+            f"{leaf}:{line}: {imp} (runs/ imports it: a leaf imports no other module of compatlab)"
+            for imp, _, line in _imports(MODULES[leaf], top_level_only=False)
+            if _internal(imp) and imp != leaf
+        )
+    assert bad == []
+
+
+FORMATTERS = ("compatlab.render.html", "compatlab.render.markdown")
+FORMATTERS_READ = ("compatlab.render.view", "compatlab.render.text", "compatlab.render._assets")
+
+
+def test_the_formatters_read_the_view_and_not_each_other() -> None:
+    bad: list[str] = []
+    for m in FORMATTERS:
+        for imp, _, line in _imports(MODULES[m], top_level_only=False):
+            if imp.startswith("compatlab.render") and imp not in FORMATTERS_READ:
+                bad.append(f"{m}:{line}: {imp}")
+    assert bad == []
+
+
+def test_a_circle_closed_under_type_checking_is_a_circle(tmp_path: Path) -> None:
+    """The nccl circle as it was (ranks.py and report.py, each importing the other for type checking)."""
+    package = tmp_path / "compatlab" / "nccl"
+    package.mkdir(parents=True)
+    (package / "ranks.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from compatlab.nccl.report import NcclReport\n"
+    )
+    (package / "report.py").write_text(
+        "import typing\nif typing.TYPE_CHECKING:\n    from compatlab.nccl.ranks import RankProcess\n"
+    )
+    modules = {"compatlab.nccl.ranks": package / "ranks.py", "compatlab.nccl.report": package / "report.py"}
+    assert _circles(modules, tmp_path) == [["compatlab.nccl.ranks", "compatlab.nccl.report", "compatlab.nccl.ranks"]]
 
 
 INCELL = sorted(m for m in MODULES if m.startswith("compatlab.incell"))

@@ -111,7 +111,9 @@ def _position(matrix: Matrix, cell_id: str, latest: Path | None) -> str:
 
 
 def _cmd_cell(args: argparse.Namespace) -> int:
+    from compatlab.cells import planned
     from compatlab.config.matrix import load_matrix
+    from compatlab.host import host_facts
     from compatlab.runner import find_cell, run_cell
 
     matrix = load_matrix(matrix_path(args))
@@ -124,13 +126,13 @@ def _cmd_cell(args: argparse.Namespace) -> int:
     run = (
         store.join_run(run_dir, owner=args.owner)
         if args.owner
-        else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, matrix=matrix)
+        else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, plan=planned(matrix), host=host_facts)
     )
     where = args.estimate or (None if args.quiet else _position(matrix, cell.id, latest))
     with run:
         if not run.results_path.exists():
             # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
-            run.aggregate(matrix, latest=latest)
+            run.aggregate(planned(matrix), latest=latest)
         from compatlab.runner import PIPELINE, select_stages
 
         stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
@@ -149,7 +151,7 @@ def _cmd_cell(args: argparse.Namespace) -> int:
                 result = run_cell(
                     matrix, cell, run=run, venv_root=venvs, stages=stages, left_out=left_out, progress=told, say=say
                 )
-        run.aggregate(matrix, latest=latest)
+        run.aggregate(planned(matrix), latest=latest)
     print(end_line(result), flush=True)
     return 1 if result.unexpected else 0
 

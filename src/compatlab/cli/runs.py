@@ -72,13 +72,14 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
+    from compatlab.cells import planned
     from compatlab.config.matrix import load_matrix
     from compatlab.runs.store import merge_runs
 
     dirs = [Path(d) for d in args.shard_dirs]
     out = Path(args.out)
     results = merge_runs(
-        load_matrix(matrix_path(args)),
+        planned(load_matrix(matrix_path(args))),
         dirs,
         out,
         run_id=args.run_id or out.name,

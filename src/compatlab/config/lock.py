@@ -14,7 +14,7 @@ version its own dependencies pin (``cuda-toolkit==13.0.3`` or ``nvidia-cuda-runt
 tell which releases are new. ``matrix-sha256`` is the digest of matrix.toml's ``axes`` table (URLs
 redacted): a lock whose digest differs was resolved from an older matrix.
 
-Nothing here asks an index: ``compatlab lock`` (cli/lock.py) does, through compatlab.index.
+Nothing here asks an index: ``compatlab lock`` (cli/lock.py) does, through compatlab.index (index/lock.py).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from compatlab.render._grid import Run, load
 from compatlab.render.history import Change, diff_runs, load_runs
-from compatlab.render.markdown import compat_md_diff, render_markdown
-from compatlab.render.publish import publish
+from compatlab.render.markdown import render_markdown
+from compatlab.render.publish import compat_md_diff, publish
 from compatlab.render.run import render_run
 
 __all__ = [

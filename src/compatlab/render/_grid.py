@@ -1,4 +1,4 @@
-"""The model every renderer shares: a loaded run, its grid layout, and what a cell says at a glance."""
+"""A loaded run, its grid layout, and what a cell says at a glance: what view.py builds the view from."""
 
 from __future__ import annotations
 
@@ -6,28 +6,23 @@ import dataclasses
 import itertools
 import logging
 import math
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from compatlab.errors import ConfigError
 from compatlab.runs import store
-from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, ShapeError, StageResult
+from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, ShapeError, StageResult, StageState
 
 log = logging.getLogger(__name__)
 
-SYMBOLS: Mapping[str, str] = {"pass": "✓", "fail": "✗", "partial": "◐", "error": "⚠", "n/a": "–"}
 # How an axis is named in headings; anything else is shown as written. render/ reads runs/ only, so the
 # non-package axis kinds of config/matrix.py's table are named here, and a test holds the two together.
 AXIS_TITLES: Mapping[str, str] = {"cuda": "CUDA", "python": "Python"}
 # The layout of a run that records none: config/matrix.py's Report defaults (no columns: every axis the
 # rows and tables leave goes in the columns, in the matrix's order).
 DEFAULT_REPORT: Mapping[str, tuple[str, ...]] = {"rows": ("torch",), "columns": (), "tables": ("cuda",)}
-# Stage-detail keys that hold logs: shown as text blocks rather than inside the JSON.
-LOG_KEYS = ("log", "logs", "log_path", "log_paths", "log_tail", "stdout", "stderr", "output", "traceback")
-REASON_LIMIT = 160
 
 Key = tuple[str, ...]
 
@@ -196,18 +191,9 @@ def label(axes: Mapping[str, str]) -> str:
     return " · ".join(f"{a} {v}" for a, v in axes.items())
 
 
-def one_line(text: str, limit: int = REASON_LIMIT) -> str:
-    """The first non-empty line, whitespace collapsed, cut at *limit* characters with an ellipsis."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = re.sub(r"\s+", " ", line).strip()
-    if len(line) > limit:
-        line = line[: limit - 1].rstrip() + "…"
-    return line
-
-
 def culprit(cell: CellResult) -> StageResult | None:
     """The stage that explains the cell's colour: first fail, else first error, else first required skip."""
-    for wanted, required_only in (("fail", False), ("error", False), ("skip", True)):
+    for wanted, required_only in ((StageState.FAIL, False), (StageState.ERROR, False), (StageState.SKIP, True)):
         for stage in cell.stages:
             if stage.state == wanted and (stage.required or not required_only):
                 return stage
@@ -218,7 +204,7 @@ def reason(cell: CellResult) -> str:
     """The cell's one reason: its culprit stage's, else the recorded one (n/a: the exclusion)."""
     stage = culprit(cell)
     # The culprit's own words, so that the stage named beside the reason is the one that said it.
-    if stage is not None and stage.reason and cell.state not in ("pass", "n/a"):
+    if stage is not None and stage.reason and cell.state not in (CellState.PASS, CellState.NA):
         return stage.reason
     if cell.reason:
         return cell.reason
@@ -258,15 +244,6 @@ def headline(figs: Mapping[str, float], limit: int = 4) -> dict[str, float]:
     return dict(sorted(figs.items(), key=lambda item: rank(item[0]))[:limit])
 
 
-def fmt_number(value: float) -> str:
-    """Three significant figures without exponent noise: 96, 1.07, 181, 12.5."""
-    size = abs(value)
-    text = f"{value:.0f}" if size >= 100 else f"{value:.1f}" if size >= 10 else f"{value:.2f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
-
-
 def install_command(cell: CellResult) -> str | None:
     """The cell's install as it ran: one uv command, or two joined by ``&&`` (a forced cell's packages
     with their own index are installed first)."""
@@ -275,7 +252,3 @@ def install_command(cell: CellResult) -> str | None:
     if cell.install is None or not cell.install.argv:
         return None
     return " && ".join(shlex.join(argv) for argv in (cell.install.pre_argv, cell.install.argv) if argv)
-
-
-def join_nonempty(parts: Iterable[str], sep: str = " · ") -> str:
-    return sep.join(p for p in parts if p)

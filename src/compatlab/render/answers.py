@@ -28,12 +28,13 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from compatlab.render._grid import Run, culprit, install_command, label, one_line, reason
-from compatlab.runs.model import CellResult
+from compatlab.render._grid import Run, culprit, install_command, label, reason
+from compatlab.render.text import one_line
+from compatlab.runs.model import CellResult, CellState
 
 __all__ = ["Answers", "Neighbour", "answers", "answers_json", "broken_pins", "forced_marks", "is_forced", "shipped"]
 
-GREEN = ("pass", "partial")
+GREEN = (CellState.PASS, CellState.PARTIAL)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,7 +118,7 @@ def _newness(cell: CellResult, axes: list[str]) -> tuple[Any, ...]:
 
 
 def _state_word(cell: CellResult) -> str:
-    return "passes" if cell.state == "pass" else "passes what ran here (partial: no GPU stage ran)"
+    return "passes" if cell.state == CellState.PASS else "passes what ran here (partial: no GPU stage ran)"
 
 
 def _neighbour(red: CellResult, green: list[CellResult], axes: list[str], run: Run) -> Neighbour:
@@ -151,8 +152,8 @@ def answers(run: Run) -> Answers:
     """The answers of *run* (see the module docstring)."""
     axes = _axes(run)
     green = [c for c in run.cells if c.state in GREEN]
-    newest = max(green, key=lambda c: (not is_forced(c), _newness(c, axes), c.state == "pass"), default=None)
-    reds = [c for c in run.cells if c.state == "fail"]
+    newest = max(green, key=lambda c: (not is_forced(c), _newness(c, axes), c.state == CellState.PASS), default=None)
+    reds = [c for c in run.cells if c.state == CellState.FAIL]
     breaks = tuple(broken_pins(newest)) if newest is not None and is_forced(newest) else ()
     return Answers(
         newest=newest,

@@ -9,7 +9,7 @@ from pathlib import Path
 from compatlab.errors import ConfigError
 from compatlab.render._grid import Run, figures, label, load, reason
 from compatlab.runs import store
-from compatlab.runs.model import CellResult
+from compatlab.runs.model import CellResult, CellState
 
 __all__ = ["CHANGE_KINDS", "Change", "diff_runs", "figure_series", "load_runs", "previous_run"]
 
@@ -70,13 +70,13 @@ def _change(old: CellResult | None, new: CellResult | None) -> Change | None:
     before, after = reason(old), reason(new)
     kind = None
     if old.state != new.state:
-        if new.state == "fail":
+        if new.state == CellState.FAIL:
             kind = "newly-red"
-        elif new.state == "pass":
+        elif new.state == CellState.PASS:
             kind = "newly-green"
         else:
             kind = "state"
-    elif new.state not in ("pass", "n/a") and before != after:
+    elif new.state not in (CellState.PASS, CellState.NA) and before != after:
         kind = "reason"
     if kind is None:
         return None

@@ -1,45 +1,29 @@
 """HTML: one self-contained page per run (inline CSS, a little inline JS), and the run index.
 
-Every string that came from a results file goes through ``_e`` before it reaches the page: URL
-credentials redacted and hidden characters made visible (``markdown.printable``), then html.escape.
+Formats a view.py RunView; nothing here decides what a cell says. Every string that came from a
+results file goes through ``_e`` before it reaches the page: URL credentials redacted and hidden
+characters made visible (``text.printable``), then html.escape.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 from compatlab.render._assets import CSS, JS
-from compatlab.render._grid import (
-    LOG_KEYS,
-    SYMBOLS,
-    Run,
-    Table,
-    axis_title,
-    culprit,
-    figures,
-    fmt_number,
-    headline,
-    install_command,
-    is_known,
-    label,
-    layout,
-    one_line,
-    reason,
-)
-from compatlab.render.answers import answers, forced_marks, is_forced, shipped
-from compatlab.render.history import CHANGE_TITLES, Change
-from compatlab.render.markdown import printable, run_summary
-from compatlab.runs.model import CELL_STATES, SCHEMA, CellResult, StageResult
+from compatlab.render.text import SYMBOLS, fmt_number, one_line, printable
+from compatlab.render.view import CHANGE_TITLES, CellView, Change, IndexEntry, RunRef, RunView, Summary, TableView
+from compatlab.runs.model import CELL_STATES, SCHEMA, CellState, StageResult
 
-__all__ = ["IndexEntry", "render_html", "render_index"]
+__all__ = ["render_html", "render_index"]
 
 LIST_LIMIT = 60
+# Stage-detail keys that hold logs: shown as text blocks rather than inside the JSON.
+LOG_KEYS = ("log", "logs", "log_path", "log_paths", "log_tail", "stdout", "stderr", "output", "traceback")
 CHANGE_BADGES = {
     "newly-red": ("▼ red", "newly red"),
     "newly-green": ("▲ green", "newly green"),
@@ -55,7 +39,7 @@ def _e(value: object) -> str:
 
 
 def _state_class(state: str) -> str:
-    return "s-na" if state == "n/a" else f"s-{state}"
+    return "s-na" if state == CellState.NA else f"s-{state}"
 
 
 def _page(title: str, body: str, nav: Sequence[tuple[str, str]] = (), brand: str = "") -> str:
@@ -95,22 +79,22 @@ def sparkline(values: Sequence[float], name: str, *, width: int = 54, height: in
     )
 
 
-def _figs(cell: CellResult, series: Mapping[str, Sequence[float]]) -> str:
+def _figs(cell: CellView) -> str:
     """The headline figures with their sparklines; the panel lists them all."""
-    figs = figures(cell)
+    figs, series = cell.figures, cell.series
     if not figs:
         return ""
     items = "".join(
         f'<span title="{_e(name)}">{_e(name)} <b>{_e(fmt_number(v))}</b>{sparkline(series.get(name, ()), name)}</span>'
-        for name, v in headline(figs).items()
+        for name, v in cell.headline.items()
     )
-    more = len(figs) - len(headline(figs))
+    more = len(figs) - len(cell.headline)
     extra = f'<span class="muted">+{more} more</span>' if more > 0 else ""
     return f'<div class="figs">{items}{extra}</div>'
 
 
-def _figs_table(cell: CellResult, series: Mapping[str, Sequence[float]]) -> str:
-    figs = figures(cell)
+def _figs_table(cell: CellView) -> str:
+    figs, series = cell.figures, cell.series
     if not figs:
         return ""
     rows = "".join(
@@ -160,8 +144,9 @@ def _stage_details(stage: StageResult) -> str:
     )
 
 
-def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequence[float]]) -> str:
-    parts = [f'<p><b>{_e(label(cell.axes))}</b></p><p class="muted">cell <code>{_e(cell.id)}</code></p>']
+def _panel(view: CellView) -> str:
+    cell, change = view.result, view.change
+    parts = [f'<p><b>{_e(view.label)}</b></p><p class="muted">cell <code>{_e(cell.id)}</code></p>']
     if cell.expected:
         what = f"expected {cell.expected.state}"
         why = cell.expected.reason
@@ -172,7 +157,7 @@ def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequenc
     if change is not None and change.kind != "new":
         was = f"was {change.old_state}" + (f": {one_line(change.old_reason)}" if change.old_reason else "")
         parts.append(f'<p class="muted">{_e(CHANGE_TITLES[change.kind])} — {_e(was)}</p>')
-    if cell.state == "n/a":
+    if cell.state == CellState.NA:
         parts.append(f"<p>{_e(cell.reason or 'excluded by the matrix')}</p>")
     if cell.stages:
         rows = "".join(
@@ -186,8 +171,8 @@ def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequenc
             f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table>"
         )
         parts += [_stage_details(s) for s in cell.stages]
-    parts.append(_figs_table(cell, series))
-    cmd = install_command(cell)
+    parts.append(_figs_table(view))
+    cmd = view.install_command
     if cmd or cell.install is not None:
         parts.append("<h4>Install</h4>")
         if cmd:
@@ -212,20 +197,20 @@ def _panel(cell: CellResult, change: Change | None, series: Mapping[str, Sequenc
     return f'<div class="panel">{"".join(parts)}</div>'
 
 
-def _badges(cell: CellResult, change: Change | None) -> str:
+def _badges(cell: CellView, change: Change | None) -> str:
     out = ""
-    if shipped(cell):
-        title = f"{shipped(cell)}'s own pinned stack"
+    if cell.shipped:
+        title = f"{cell.shipped}'s own pinned stack"
         out += f'<span class="tag shipped" title="{_e(title)}">shipped together</span>'
-    if is_forced(cell):
-        title = "installed with the axis pins as overrides: " + ("; ".join(forced_marks(cell)) or "pins unknown")
+    if cell.forced:
+        title = "installed with the axis pins as overrides: " + ("; ".join(cell.forced_marks) or "pins unknown")
         out += f'<span class="tag forced" title="{_e(title)}">forced</span>'
-    if is_known(cell):
+    if cell.known:
         out += '<span class="tag known" title="the matrix expects this cell to fail">known</span>'
-    if cell.run:
-        title = f"the newest run did not run this cell: this is its result of run {cell.run}"
-        out += f'<span class="tag older" title="{_e(title)}">run {_e(cell.run)}</span>'
-    if cell.unexpected:
+    if cell.result.run:
+        title = f"the newest run did not run this cell: this is its result of run {cell.result.run}"
+        out += f'<span class="tag older" title="{_e(title)}">run {_e(cell.result.run)}</span>'
+    if cell.result.unexpected:
         title = "the result differs from what the matrix expects"
         out += f'<span class="tag unexpected" title="{title}">unexpected</span>'
     if change is not None:
@@ -236,47 +221,46 @@ def _badges(cell: CellResult, change: Change | None) -> str:
     return out
 
 
-def _cell(cell: CellResult | None, change: Change | None, series: Mapping[str, Sequence[float]]) -> str:
+def _cell(cell: CellView | None) -> str:
     if cell is None:
         return '<td class="cell s-none" title="no result for this combination in this run">·</td>'
+    change = cell.change
     classes = ["cell", _state_class(cell.state)]
-    if is_known(cell):
+    if cell.known:
         classes.append("known")
     if change is not None:
         classes.append("changed")
     attrs = f'class="{" ".join(classes)}" id="c-{_e(cell.id)}" data-state="{_e(cell.state)}"'
-    if cell.state == "n/a":
-        why = cell.reason or "excluded by the matrix"
+    if cell.state == CellState.NA:
+        why = cell.result.reason or "excluded by the matrix"
         return (
             f'<td {attrs} title="n/a: {_e(why)}"><div class="line">'
-            f'<span class="st">{SYMBOLS["n/a"]} n/a</span>{_badges(cell, change)}</div></td>'
+            f'<span class="st">{SYMBOLS[CellState.NA]} n/a</span>{_badges(cell, change)}</div></td>'
         )
     # A known fail says so in its tag.
     state = f'<span class="st">{SYMBOLS[cell.state]} {_e(cell.state)}</span>'
     head = f'<div class="line">{state}{_badges(cell, change)}</div>'
     why = ""
-    if cell.state != "pass":
-        stage, text = culprit(cell), one_line(reason(cell))
+    if cell.state != CellState.PASS:
+        stage, text = cell.culprit, one_line(cell.reason)
         where = f"<b>{_e(stage.name)}</b>{': ' if text else ''}" if stage is not None else ""
-        full = reason(cell)
-        why = f'<div class="why" title="{_e(full)}">{where}{_e(text)}</div>' if where or text else ""
-    # Green and amber cells can still carry warnings (a second CUDA major, an undeclared dependency).
-    warned = [s for s in cell.stages if s.state == "warn"]
-    if warned and cell.state in ("pass", "partial"):
+        why = f'<div class="why" title="{_e(cell.reason)}">{where}{_e(text)}</div>' if where or text else ""
+    warned = cell.warnings
+    if warned:
         more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""
         first = warned[0]
         why += (
             f'<div class="warns" title="{_e(first.reason)}">warning · <b>{_e(first.name)}</b>: '
             f"{_e(one_line(first.reason))}{_e(more)}</div>"
         )
-    summary = head + why + _figs(cell, series)
-    return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell, change, series)}</details></td>"
+    summary = head + why + _figs(cell)
+    return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell)}</details></td>"
 
 
 # --- the grid ----------------------------------------------------------------------------------------
 
 
-def _header(table: Table) -> str:
+def _header(table: TableView) -> str:
     depth = max(len(table.col_axes), 1)
     corner = " · ".join(f'<span class="ax">{_e(a)}</span>' for a in table.row_axes)
     rows = []
@@ -297,16 +281,13 @@ def _header(table: Table) -> str:
     return f"<thead>{''.join(rows)}</thead>"
 
 
-def _table(table: Table, changes: Mapping[str, Change], series: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
+def _table(table: TableView) -> str:
     body = []
     cols = table.col_keys or ((),)
     for row in table.row_keys:
         heads = "".join(f'<th scope="row">{_e(v or "—")}</th>' for v in row) or "<th></th>"
-        tds = []
-        for col in cols:
-            cell = table.slots.get((row, col))
-            tds.append(_cell(cell, changes.get(cell.id) if cell else None, series.get(cell.id, {}) if cell else {}))
-        body.append(f"<tr>{heads}{''.join(tds)}</tr>")
+        tds = "".join(_cell(table.slots.get((row, col))) for col in cols)
+        body.append(f"<tr>{heads}{tds}</tr>")
     anchor = "t-" + "-".join(table.key) if table.key else "t-all"
     return (
         f'<section><h2 id="{_e(anchor)}">{_e(table.title)}</h2><div class="scroll"><table class="grid">'
@@ -314,21 +295,24 @@ def _table(table: Table, changes: Mapping[str, Change], series: Mapping[str, Map
     )
 
 
-def _counts(run: Run) -> str:
-    counts = run.counts()
+def _counts(summary: Summary) -> str:
+    counts = summary.counts
     chips = []
     for state in CELL_STATES:
         n = counts[state]
-        extra = f' <span class="muted">({counts["known"]} known)</span>' if state == "fail" and counts["known"] else ""
+        extra = (
+            f' <span class="muted">({counts["known"]} known)</span>'
+            if state == CellState.FAIL and counts["known"]
+            else ""
+        )
         chips.append(f'<li class="chip {_state_class(state)}">{SYMBOLS[state]} {_e(state)} <b>{n}</b>{extra}</li>')
-    older = sum(1 for c in run.cells if c.run)
-    if older:
+    if summary.older:
         title = "cells the newest run did not run: each shows its result of an older run"
-        chips.append(f'<li class="chip older" title="{title}">{older} from older runs</li>')
+        chips.append(f'<li class="chip older" title="{title}">{summary.older} from older runs</li>')
     return f'<ul class="counts">{"".join(chips)}</ul>'
 
 
-def _changes(changes: Sequence[Change], previous: Run | None) -> str:
+def _changes(changes: Sequence[Change], previous: RunRef | None) -> str:
     if previous is None:
         return ""
     if not changes:
@@ -375,20 +359,11 @@ _TOOLS = (
 )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class IndexEntry:
-    """One line of the run index."""
-
-    run: Run
-    href: str
-    changes: Sequence[Change] | None = None
-
-
 def _runs_table(entries: Sequence[IndexEntry]) -> str:
     rows = []
     for entry in entries:
-        run = entry.run
-        counts = run.counts()
+        facts = entry.summary
+        counts = facts.counts
         chips = "".join(
             f'<span class="chip {_state_class(s)}">{SYMBOLS[s]} <b>{counts[s]}</b></span> '
             for s in CELL_STATES
@@ -406,10 +381,9 @@ def _runs_table(entries: Sequence[IndexEntry]) -> str:
                 )
                 or '<span class="muted">no change</span>'
             )
-        facts = run_summary(run)
         rows.append(
-            f'<tr><td><a href="{_e(entry.href)}"><code>{_e(run.id)}</code></a></td>'
-            f"<td>{_e(facts['started'])}</td><td>{_e(facts['matrix'])}</td><td>{_e(facts['host'])}</td>"
+            f'<tr><td><a href="{_e(entry.href)}"><code>{_e(facts.id)}</code></a></td>'
+            f"<td>{_e(facts.started)}</td><td>{_e(facts.matrix)}</td><td>{_e(facts.host)}</td>"
             f"<td>{chips}</td><td>{changed}</td></tr>"
         )
     return (
@@ -418,10 +392,10 @@ def _runs_table(entries: Sequence[IndexEntry]) -> str:
     )
 
 
-def _answers(run: Run) -> str:
-    """The answers above the grid (render/answers.py)."""
-    found = answers(run)
-    if not run.cells:
+def _answers(view: RunView) -> str:
+    """The answers above the grid."""
+    found = view.answers
+    if found is None:
         return ""
     items = []
     if found.newest is None:
@@ -429,12 +403,11 @@ def _answers(run: Run) -> str:
     else:
         cell = found.newest
         marks = _badges(cell, None)
-        state = "green" if cell.state == "pass" else "amber: no GPU stage ran here"
+        state = "green" if cell.state == CellState.PASS else "amber: no GPU stage ran here"
         items.append(
-            f'<p><b>Newest working stack</b> ({_e(state)}): <a href="#c-{_e(cell.id)}">'
-            f"{_e(label(cell.axes))}</a> {marks}</p>"
+            f'<p><b>Newest working stack</b> ({_e(state)}): <a href="#c-{_e(cell.id)}">{_e(cell.label)}</a> {marks}</p>'
         )
-        if is_forced(cell):
+        if cell.forced:
             items.append(
                 "<p>No working stack installs without force: this one breaks "
                 + (_e("; ".join(found.breaks)) if found.breaks else "pins the lock did not know")
@@ -444,8 +417,8 @@ def _answers(run: Run) -> str:
             items.append(f"<pre>{_e(found.command)}</pre>")
     if found.neighbours:
         rows = "".join(
-            f'<li><a href="#c-{_e(n.red.id)}">{_e(n.sentence)}</a>'
-            + (f' → <a href="#c-{_e(n.green.id)}">{_e(n.green.id)}</a>' if n.green else "")
+            f'<li><a href="#c-{_e(n.red_id)}">{_e(n.sentence)}</a>'
+            + (f' → <a href="#c-{_e(n.green_id)}">{_e(n.green_id)}</a>' if n.green_id is not None else "")
             + "</li>"
             for n in found.neighbours
         )
@@ -453,53 +426,42 @@ def _answers(run: Run) -> str:
     return f'<section class="answers"><h2 id="answers">Answers</h2>{"".join(items)}</section>'
 
 
-def render_html(
-    run: Run,
-    *,
-    changes: Sequence[Change] = (),
-    previous: Run | None = None,
-    series: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
-    nav: Sequence[tuple[str, str]] = (),
-    runs: Sequence[IndexEntry] = (),
-) -> str:
-    """The run's page: facts, state counts, changes since *previous*, one grid per table, a legend.
+def render_html(view: RunView, *, nav: Sequence[tuple[str, str]] = (), runs: Sequence[IndexEntry] = ()) -> str:
+    """The run's page: facts, state counts, changes since the previous run, one grid per table, a legend.
 
-    *series* holds perf figures over recent runs (history.figure_series) for the sparklines; *runs*, when
-    given, adds a list of runs at the bottom (the published front page).
+    *runs*, when given, adds a list of runs at the bottom (the published front page).
     """
-    facts = run_summary(run)
-    by_cell = {c.cell_id: c for c in changes}
+    facts = view.summary
     fact_items = [
-        ("matrix", facts["matrix"]),
-        ("started", facts["started"]),
-        ("finished", facts["finished"]),
-        ("host", facts["host"]),
-        ("GPUs", facts["gpus"]),
-        ("driver", facts["driver"]),
-        ("platform", facts["platform"]),
-        ("python", facts["python"]),
+        ("matrix", facts.matrix),
+        ("started", facts.started),
+        ("finished", facts.finished),
+        ("host", facts.host),
+        ("GPUs", facts.gpus),
+        ("driver", facts.driver),
+        ("platform", facts.platform),
+        ("python", facts.python),
     ]
     dl = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in fact_items if v)
-    tables = layout(run)
     body = [
-        f'<h1>Run <code>{_e(run.id)}</code></h1><dl class="facts">{dl}</dl>',
-        f'<div class="bar">{_counts(run)}{_TOOLS}</div>',
-        _answers(run),
-        _changes(changes, previous),
+        f'<h1>Run <code>{_e(facts.id)}</code></h1><dl class="facts">{dl}</dl>',
+        f'<div class="bar">{_counts(facts)}{_TOOLS}</div>',
+        _answers(view),
+        _changes(view.changes, view.previous),
         _LEGEND,
-        *(_table(t, by_cell, series or {}) for t in tables),
+        *(_table(t) for t in view.tables),
     ]
-    if not tables:
+    if not view.tables:
         body.append('<p class="muted">This run has no cells yet.</p>')
     if runs:
         body.append(f'<h2 id="runs">All runs</h2>{_runs_table(runs)}')
     body.append(
         f'<footer>Rendered from <a href="results.json">results.json</a> (schema <code>{_e(SCHEMA)}</code>)'
         ' · <a href="compat.md">compat.md</a> · axes: '
-        f"{_e(', '.join(axis_title(a) for a in run.axes))}</footer>"
+        f"{_e(', '.join(view.axis_titles))}</footer>"
     )
-    title = f"compatlab · {facts['matrix']} · run {run.id}" if facts["matrix"] else f"compatlab · run {run.id}"
-    return _page(title, "\n".join(b for b in body if b), nav, brand=facts["matrix"])
+    title = f"compatlab · {facts.matrix} · run {facts.id}" if facts.matrix else f"compatlab · run {facts.id}"
+    return _page(title, "\n".join(b for b in body if b), nav, brand=facts.matrix)
 
 
 def render_index(entries: Sequence[IndexEntry], *, nav: Sequence[tuple[str, str]] = ()) -> str:

@@ -6,18 +6,22 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from compatlab.errors import ConfigError
-from compatlab.render._grid import Run, load, run_from_results
+from compatlab.render._grid import Run, load, run_from_json, run_from_results
 from compatlab.render.answers import answers_json
-from compatlab.render.history import diff_runs, figure_series, load_runs, previous_run
-from compatlab.render.html import IndexEntry, render_html, render_index
-from compatlab.render.markdown import compat_md_diff, printable, render_markdown
+from compatlab.render.history import diff_runs, load_runs, previous_run
+from compatlab.render.html import render_html, render_index
+from compatlab.render.markdown import changes_md, render_markdown
+from compatlab.render.text import printable
+from compatlab.render.view import IndexEntry, build, summarize
 from compatlab.runs import store
 from compatlab.urls import redact_text
 
-__all__ = ["publish", "write_run", "write_text_atomic"]
+__all__ = ["compat_md_diff", "publish", "write_run", "write_text_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +58,16 @@ def write_run(
     if whole is not run.results:
         run = run_from_results(whole, run.source)
     previous = previous_run(history, run)
-    changes = diff_runs(previous, run) if previous is not None else []
-    page = render_html(
-        run,
-        changes=changes,
-        previous=previous,
-        series=figure_series(history, run),
-        nav=nav or [],
-        runs=runs or [],
-    )
+    view = build(run, previous=previous, history=history)
     files = {
-        "index.html": page,
-        "compat.md": render_markdown(run),
+        "index.html": render_html(view, nav=nav or [], runs=runs or []),
+        "compat.md": render_markdown(view),
         # Redacted as every other file: the commands and reasons in it came from results.
         "answers.json": redact_text(json.dumps(answers_json(run), indent=2)) + "\n",
     }
     changed = [printable(news).rstrip("\n") + "\n"] if news.strip() else []
     if previous is not None:
-        changed.append(compat_md_diff(previous, run))
+        changed.append(changes_md(view))
     if changed:
         files["changes.md"] = "\n".join(changed)
     store.write_latest(out_dir, run.results, files=files)
@@ -80,6 +76,25 @@ def write_run(
         written.append(out_dir / "changes.md")
     log.info("wrote %s", ", ".join(str(p) for p in written))
     return written
+
+
+def _as_run(value: Run | Mapping[str, Any] | Path, what: str) -> Run:
+    if isinstance(value, Run):
+        return value
+    if isinstance(value, Path):
+        return load(value)
+    return run_from_json(value, what)
+
+
+def compat_md_diff(old_results: Run | Mapping[str, Any] | Path, new_results: Run | Mapping[str, Any] | Path) -> str:
+    """A Markdown summary of what changed between two runs: newly red first, then newly green, etc.
+
+    Each argument is a results.json path, its loaded JSON (checked by ``runs.model.Results.from_json``), or a
+    loaded Run.
+    Perf figures that moved by 5% or more get their own section.
+    """
+    old = _as_run(old_results, "old results")
+    return changes_md(build(_as_run(new_results, "new results"), previous=old))
 
 
 def _site_runs(site_dir: Path) -> list[Run]:
@@ -121,7 +136,7 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
             prev = previous_run(chronological, run)
             out.append(
                 IndexEntry(
-                    run=run,
+                    summary=summarize(run),
                     href=f"{prefix}{_safe(run.id)}/index.html",
                     changes=diff_runs(prev, run) if prev is not None else None,
                 )

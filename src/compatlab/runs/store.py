@@ -46,20 +46,16 @@ import fcntl
 import json
 import logging
 import os
-import platform
 import secrets
 import shutil
 import socket
 import stat
-import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compatlab.cells import Cell, expand
-from compatlab.config.matrix import Matrix
 from compatlab.errors import ConfigError, LabError, UsageError
 from compatlab.runs.model import (
     CELL_SCHEMA,
@@ -72,6 +68,7 @@ from compatlab.runs.model import (
     RunInfo,
     ShapeError,
 )
+from compatlab.runs.planned import Planned, PlannedCell
 from compatlab.urls import redact_text
 
 __all__ = [
@@ -80,7 +77,6 @@ __all__ = [
     "StaleRun",
     "UnsavedResult",
     "claim_run",
-    "host_facts",
     "join_run",
     "load_results",
     "merge_runs",
@@ -253,13 +249,13 @@ def _read_cell_file(path: Path) -> CellResult:
     return cell
 
 
-def _expectation(cell: Cell | None) -> Expectation | None:
+def _expectation(cell: PlannedCell | None) -> Expectation | None:
     if cell is None or not cell.expect:
         return None
     return Expectation(state=CellState(cell.expect), reason=cell.expect_reason or "")
 
 
-def _error_cell(cell_id: str, path: Path, why: str, planned: Mapping[str, Cell]) -> CellResult:
+def _error_cell(cell_id: str, path: Path, why: str, planned: Mapping[str, PlannedCell]) -> CellResult:
     cell = planned.get(cell_id)
     expected = _expectation(cell)
     return CellResult(
@@ -272,10 +268,10 @@ def _error_cell(cell_id: str, path: Path, why: str, planned: Mapping[str, Cell])
     )
 
 
-def read_cells(run_dir: Path, planned: Mapping[str, Cell] | None = None) -> list[tuple[Path, CellResult]]:
+def read_cells(run_dir: Path, planned: Mapping[str, PlannedCell] | None = None) -> list[tuple[Path, CellResult]]:
     """Every ``cells/*.json`` of a run, as (file, result); an unreadable one as an ``error`` cell.
 
-    *planned* (cell id -> Cell) gives an unreadable cell its axes and expectation.
+    *planned* (cell id -> PlannedCell) gives an unreadable cell its axes and expectation.
     """
     cells_dir = run_dir / CELLS
     try:
@@ -428,18 +424,18 @@ class RunFolder:
             raise UnsavedResult(f"{exc}; {words}", kept) from None
         return path
 
-    def aggregate(self, matrix: Matrix, *, latest: Path | None) -> Results:
+    def aggregate(self, plan: Planned, *, latest: Path | None) -> Results:
         """(Re)write results.json from the cell files, and offer it to *latest* (see write_latest)."""
         self.check()
         info = _read_run_json(self.path)
-        cells = expand(matrix)
+        cells = plan.cells
         planned = {c.id: c for c in cells}
         order = {c.id: i for i, c in enumerate(cells)}
         found = [r for _, r in read_cells(self.path, planned)]
         # An n/a cell is a fact of the matrix, not of a run: no process is started for it, it is written here.
         have = {c.id for c in found}
         found += [
-            CellResult(id=c.id, axes=c.axes, state=CellState.NA, reason=c.na)
+            CellResult(id=c.id, axes=dict(c.axes), state=CellState.NA, reason=c.na)
             for c in cells
             if c.na is not None and c.id not in have
         ]
@@ -448,12 +444,8 @@ class RunFolder:
             info,
             owner="",
             finished=max((c.finished for c in found if c.finished), default=None),
-            report={
-                "rows": tuple(matrix.report.rows),
-                "columns": tuple(matrix.report.columns),
-                "tables": tuple(matrix.report.tables),
-            },
-            axes={a.name: tuple(v.version for v in a.values) for a in matrix.axes},
+            report={part: tuple(plan.report.get(part, ())) for part in ("rows", "columns", "tables")},
+            axes={name: tuple(values) for name, values in plan.axes.items()},
             planned=tuple(c.id for c in cells),
         )
         results = Results(run=run, cells=tuple(found))
@@ -479,16 +471,17 @@ def claim_run(
     run_dir: Path,
     *,
     run_id: str,
-    matrix: Matrix,
+    plan: Planned,
     restart: bool = False,
-    host: Mapping[str, Any] | None = None,
+    host: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
     shards: Sequence[str] = (),
     hosts: Sequence[Mapping[str, Any]] = (),
 ) -> RunFolder:
     """Own *run_dir* until the returned folder is closed; writes run.json naming this process.
 
-    An existing run keeps its start and host (more stages added to it later), unless *restart* (a merge
-    writes a new run). LabError when another process owns the run or the folder cannot be written.
+    *host* is the machine's facts for run.json, or a function that finds them (``host.host_facts``), called
+    only for a new run. An existing run keeps its start and host (more stages added to it later), unless
+    *restart* (a merge writes a new run). LabError when another process owns the run or the folder cannot be written.
     """
     fd = _open_dir(run_dir)
     for attempt in range(CLAIM_TRIES):
@@ -517,9 +510,9 @@ def claim_run(
                 id=run_id,
                 started=now_iso(),
                 started_ns=time.time_ns(),
-                matrix=matrix.path,
-                matrix_name=matrix.name,
-                host=dict(host_facts() if host is None else host),
+                matrix=plan.path,
+                matrix_name=plan.name,
+                host=dict(host() if callable(host) else host),
                 owner=owner,
                 shards=tuple(shards),
                 hosts=tuple(dict(h) for h in hosts),
@@ -629,7 +622,7 @@ def _canonical(cell: CellResult) -> str:
 
 
 def merge_runs(
-    matrix: Matrix,
+    plan: Planned,
     shard_dirs: Sequence[Path],
     out_dir: Path,
     *,
@@ -647,7 +640,7 @@ def merge_runs(
     for p in prefer:
         if p.resolve() not in shard_set:
             raise UsageError(f"--prefer {p}: not one of the shard folders given")
-    cells = expand(matrix)
+    cells = plan.cells
     planned = {c.id: c for c in cells}
     hosts: list[dict[str, Any]] = []
     found: dict[str, list[tuple[Path, Path, CellResult]]] = {}
@@ -678,7 +671,7 @@ def merge_runs(
     with claim_run(
         out_dir,
         run_id=run_id,
-        matrix=matrix,
+        plan=plan,
         restart=True,
         host=hosts[0] if hosts else {},
         shards=[str(d) for d in shard_dirs],
@@ -690,13 +683,13 @@ def merge_runs(
                 results.append(chosen.pop(cell.id))
             elif cell.na is not None:
                 results.append(
-                    CellResult(id=cell.id, axes=cell.axes, state=CellState.NA, reason=cell.na, finished=now_iso())
+                    CellResult(id=cell.id, axes=dict(cell.axes), state=CellState.NA, reason=cell.na, finished=now_iso())
                 )
             else:
                 results.append(
                     CellResult(
                         id=cell.id,
-                        axes=cell.axes,
+                        axes=dict(cell.axes),
                         state=CellState.ERROR,
                         unexpected=True,
                         finished=now_iso(),
@@ -711,7 +704,7 @@ def merge_runs(
                 path.unlink()  # a cell of an earlier merge into this folder
         for result in results:
             run.write_cell(result)
-        return run.aggregate(matrix, latest=latest)
+        return run.aggregate(plan, latest=latest)
 
 
 def _in_use(run_dir: Path) -> bool:
@@ -757,30 +750,3 @@ def prune_runs(runs_dir: Path, keep: int) -> list[Path]:
             raise LabError(f"cannot remove {exc.filename or path}: {exc.strerror or exc}") from None
         doomed.append(path)
     return doomed
-
-
-def host_facts() -> dict[str, Any]:
-    """The machine a run ran on, for the report: host, platform, CPUs, GPUs and driver, uv."""
-    from compatlab.proc import run
-
-    facts: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "gpus": [],
-        "driver": None,
-    }
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        done = run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"], timeout=30)
-        if done.ok:
-            rows = [[c.strip() for c in line.split(",")] for line in done.stdout.strip().splitlines()]
-            facts["gpus"] = [{"name": r[0], "compute_cap": r[2] if len(r) > 2 else None} for r in rows if r]
-            facts["driver"] = rows[0][1] if rows and len(rows[0]) > 1 else None
-    uv = shutil.which("uv")
-    if uv:
-        done = run([uv, "--version"], timeout=30)
-        facts["uv"] = done.stdout.strip()
-    return facts

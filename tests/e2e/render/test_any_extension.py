@@ -14,8 +14,9 @@ import textwrap
 from pathlib import Path
 
 from compatlab import envs
-from compatlab.cells import expand
+from compatlab.cells import expand, planned
 from compatlab.config.matrix import AXIS_KINDS, NON_PACKAGE_AXES, Matrix, Report, load_matrix
+from compatlab.host import host_facts
 from compatlab.render import render_run
 from compatlab.render._grid import AXIS_TITLES, DEFAULT_REPORT, load
 from compatlab.render.answers import answers
@@ -73,10 +74,10 @@ def matrix_of(tmp_path: Path, text: str) -> Matrix:
 
 
 def run_matrix(tmp_path: Path, matrix: Matrix) -> Path:
-    with store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as run:
+    with store.claim_run(tmp_path / "run", run_id="run", plan=planned(matrix), host=host_facts) as run:
         for cell in expand(matrix):
             run_cell(matrix, cell, run=run, venv_root=tmp_path / "venvs", stages=STAGES)
-        run.aggregate(matrix, latest=None)
+        run.aggregate(planned(matrix), latest=None)
     return run.results_path
 
 

@@ -24,7 +24,9 @@ from typing import BinaryIO
 
 import pytest
 
+from compatlab.cells import planned
 from compatlab.config.matrix import Matrix, load_matrix
+from compatlab.host import host_facts
 from compatlab.runs import store
 from compatlab.runs.model import CELL_SCHEMA, CellResult, CellState, StageResult, StageState
 from fixtures.labutil import ROOT, nox, uv_dir
@@ -96,7 +98,7 @@ def na() -> CellResult:
 
 
 def shard(matrix: Matrix, name: str, *results: CellResult) -> Path:
-    with store.claim_run(Path(name), run_id=name, matrix=matrix, host={"hostname": name}) as run:
+    with store.claim_run(Path(name), run_id=name, plan=planned(matrix), host={"hostname": name}) as run:
         for result in results:
             run.write_cell(result)
     return Path(name)
@@ -240,7 +242,7 @@ def test_an_older_run_never_replaces_a_newer_latest(tmp_path: Path, matrix: Matr
 def test_report_into_a_run_in_progress_leaves_its_results_to_the_owner(tmp_path: Path, matrix: Matrix) -> None:
     assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1").returncode == 0
     before = (tmp_path / "reports" / "runs" / "r1" / "results.json").read_bytes()
-    with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
+    with store.claim_run(Path("reports/runs/r1"), run_id="r1", plan=planned(matrix), host=host_facts):
         done = lab(tmp_path, "report", "reports/runs/r1/results.json", "--no-history")
     assert (done.returncode, done.stderr) == (0, "")
     assert (tmp_path / "reports" / "runs" / "r1" / "index.html").is_file()
@@ -248,7 +250,7 @@ def test_report_into_a_run_in_progress_leaves_its_results_to_the_owner(tmp_path:
 
 
 def test_a_second_process_cannot_write_a_run_in_use(tmp_path: Path, matrix: Matrix) -> None:
-    with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
+    with store.claim_run(Path("reports/runs/r1"), run_id="r1", plan=planned(matrix), host=host_facts):
         done = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1")
         assert (done.returncode, done.stderr) == (
             1,
@@ -261,7 +263,7 @@ def test_a_second_process_cannot_write_a_run_in_use(tmp_path: Path, matrix: Matr
 
 
 def test_a_cell_whose_owner_is_gone_or_replaced_writes_nothing(tmp_path: Path, matrix: Matrix) -> None:
-    first = store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix)
+    first = store.claim_run(Path("reports/runs/r1"), run_id="r1", plan=planned(matrix), host=host_facts)
     token = first.owner
     first.close()
     gone = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--owner", token)
@@ -272,7 +274,7 @@ def test_a_cell_whose_owner_is_gone_or_replaced_writes_nothing(tmp_path: Path, m
             "was killed): nothing is written into reports/runs/r1\n"
         ),
     )
-    with store.claim_run(Path("reports/runs/r1"), run_id="r1", matrix=matrix):
+    with store.claim_run(Path("reports/runs/r1"), run_id="r1", plan=planned(matrix), host=host_facts):
         replaced = lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1", "--owner", token)
     assert (replaced.returncode, replaced.stderr) == (
         1,
@@ -287,7 +289,7 @@ def test_a_cell_whose_owner_is_gone_or_replaced_writes_nothing(tmp_path: Path, m
 def test_prune_keeps_the_newest_runs_and_any_run_in_use(tmp_path: Path, matrix: Matrix) -> None:
     for run_id in ("b-first", "a-second", "c-third"):
         assert lab(tmp_path, "cell", NA, "-q", "--run-dir", f"reports/runs/{run_id}").returncode == 0
-    with store.claim_run(Path("reports/runs/b-first"), run_id="b-first", matrix=matrix):
+    with store.claim_run(Path("reports/runs/b-first"), run_id="b-first", plan=planned(matrix), host=host_facts):
         done = lab(tmp_path, "prune", "--keep", "1")
     assert (done.returncode, done.stdout) == (0, "removed reports/runs/a-second\n")
     assert done.stderr == "WARNING compatlab.runs.store: reports/runs/b-first: in use by a running process; kept\n"
@@ -406,7 +408,7 @@ def test_a_result_that_cannot_be_kept_anywhere_is_in_the_error(
     (tmp_path / "not-a-folder").write_text("")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "not-a-folder"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-a-folder"))
-    with store.claim_run(Path("r1"), run_id="r1", matrix=matrix, host={}) as run:
+    with store.claim_run(Path("r1"), run_id="r1", plan=planned(matrix), host={}) as run:
         Path("r1/cells").write_text("")
         with pytest.raises(store.UnsavedResult) as info:
             run.write_cell(na())

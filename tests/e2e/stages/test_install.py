@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.cells import Cell, expand
+from compatlab.cells import Cell, expand, planned
 from compatlab.config.matrix import Matrix, load_matrix
+from compatlab.host import host_facts
 from compatlab.runner import cell_venv, run_cell
 from compatlab.runs import store
 from compatlab.runs.model import CellResult, CellState
@@ -106,7 +107,7 @@ def matrix_of(tmp_path: Path, url: str, pythons: list[str]) -> Matrix:
 
 def install(tmp_path: Path, matrix: Matrix) -> list[tuple[Cell, CellResult]]:
     out = []
-    with store.claim_run(tmp_path / "run", run_id="run", matrix=matrix) as run:
+    with store.claim_run(tmp_path / "run", run_id="run", plan=planned(matrix), host=host_facts) as run:
         for cell in expand(matrix):
             out.append((cell, run_cell(matrix, cell, run=run, venv_root=tmp_path / "venvs", stages=INSTALL)))
     return out

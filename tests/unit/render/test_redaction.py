@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.render import publish, render_run
-from compatlab.render.markdown import md_code, md_text, printable
+from compatlab.render.markdown import md_code, md_text
+from compatlab.render.text import printable
 from compatlab.runs.model import SCHEMA, CellResult, CellState, InstallRecord, StageResult, StageState
 
 PASSWORD = "hunter2"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from compatlab.cells import planned
 from compatlab.config.matrix import Matrix, parse_matrix
 from compatlab.render import render_run
 from compatlab.runs import store
@@ -40,10 +41,12 @@ def _cell(cid: str, state: str, seconds: float) -> CellResult:
 
 
 def _run(tmp_path: Path, matrix: Matrix, run_id: str, *cells: CellResult) -> None:
-    with store.claim_run(tmp_path / "runs" / run_id, run_id=run_id, matrix=matrix, host={"hostname": "box"}) as run:
+    with store.claim_run(
+        tmp_path / "runs" / run_id, run_id=run_id, plan=planned(matrix), host={"hostname": "box"}
+    ) as run:
         for cell in cells:
             run.write_cell(cell)
-        run.aggregate(matrix, latest=tmp_path / "latest")
+        run.aggregate(planned(matrix), latest=tmp_path / "latest")
 
 
 def test_a_run_of_one_cell_keeps_the_other_cells_marked_with_their_run(tmp_path: Path, matrix: Matrix) -> None:

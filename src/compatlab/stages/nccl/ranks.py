@@ -17,7 +17,7 @@ from compatlab.incell.nccl_worker import PHASES
 
 if TYPE_CHECKING:
     from compatlab.config.nccl import NcclTimeouts
-    from compatlab.stages.nccl.report import NcclReport
+    from compatlab.stages.nccl.model import NcclReport
 
 _POLL = 0.05
 

@@ -1,22 +1,22 @@
-"""The NCCL suite's figures and verdict: nccl-tests' arithmetic, the report, and how a run is judged."""
+"""The NCCL suite's figures and verdict: nccl-tests' arithmetic, the report collected from the ranks' output
+(model.py's NcclReport), and how a run is judged."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from compatlab.incell.nccl_worker import GIB, MIB, OPS, human_bytes
+from compatlab.stages.nccl.model import NcclReport
 
 if TYPE_CHECKING:
     from compatlab.config.nccl import NcclThresholds
     from compatlab.stages.nccl.ranks import RankProcess
 
 
-# ---------------------------------------------------------------------------------------------------
-# Arithmetic (nccl-tests' definitions, GB = 1e9 bytes)
+# The arithmetic is nccl-tests' (GB = 1e9 bytes).
 
 
 def bus_factor(op: str, world_size: int) -> float:
@@ -55,50 +55,6 @@ def default_sizes(lo: int = MIB, hi: int = GIB, step: int = 2) -> tuple[int, ...
         out.append(size)
         size *= step
     return tuple(out)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Parent: the report
-
-
-@dataclasses.dataclass(kw_only=True, slots=True)
-class NcclReport:
-    """What one run of the suite found; ``details()`` is what goes into the stage result."""
-
-    state: str  # pass | fail | error
-    reason: str
-    world_size: int
-    backend: str
-    env: dict[str, str]
-    nccl_version: str | None = None
-    torch_version: str | None = None
-    device: str | None = None
-    topo: str | None = None
-    init_seconds: float | None = None
-    correctness: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    sweep: dict[str, dict[int, dict[str, Any]]] = dataclasses.field(default_factory=dict)
-    busbw_gbps: float | None = None
-    threshold: dict[str, Any] | None = None
-    hang: dict[str, Any] | None = None
-    crash: dict[str, Any] | None = None
-    ranks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
-
-    def details(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        for key in ("state", "reason", "seconds"):
-            data.pop(key)
-        return data
-
-    @property
-    def failures(self) -> list[str]:
-        """One message per wrong collective result: op, dtype, size, rank, expected vs got."""
-        out = []
-        for entry in self.correctness:
-            for f in entry["failures"]:
-                out.append(f["message"])
-        return out
 
 
 def _sig(x: float, digits: int = 5) -> float:

@@ -38,9 +38,9 @@ from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
 from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
 from compatlab.runs.model import StageState
 from compatlab.stages.base import incell_command
+from compatlab.stages.nccl.model import NcclReport
 from compatlab.stages.nccl.ranks import RankProcess, watch_ranks
 from compatlab.stages.nccl.report import (
-    NcclReport,
     algbw_gbps,
     bus_factor,
     busbw_gbps,

@@ -1,4 +1,4 @@
-"""compatlab.index against a real index on loopback (fixtures.liveindex): releases, yanked and
+"""compatlab.index.client against a real index on loopback (fixtures.liveindex): releases, yanked and
 pre-releases, Requires-Dist read by HTTP ranges or from PEP 658 files, credentials, an index that is gone."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab import index
+from compatlab.index import client
 from fixtures.labutil import closed_port
 from fixtures.liveindex import LiveIndex, serve_live
 from fixtures.wheels import build_wheel
@@ -40,7 +40,7 @@ def live(tmp_path: Path) -> Iterator[LiveIndex]:
 @pytest.mark.parametrize("json_pages", [True, False], ids=["pep691", "pep503"])
 def test_releases_flag_yanked_and_pre_releases(live: LiveIndex, json_pages: bool) -> None:
     live.json_pages = json_pages
-    found = index.releases(f"{live.url}/simple", "Torch")
+    found = client.releases(f"{live.url}/simple", "Torch")
     assert [(r.version, r.yanked, r.prerelease) for r in found] == [
         ("2.13.0", False, False),
         ("2.14.0", True, False),
@@ -51,9 +51,9 @@ def test_releases_flag_yanked_and_pre_releases(live: LiveIndex, json_pages: bool
 
 
 def test_requires_dist_by_range_requests_reads_only_the_end(live: LiveIndex) -> None:
-    release = index.releases(f"{live.url}/simple", "sglang")[0]
-    meta = index.core_metadata(f"{live.url}/simple", release)
-    assert index.requires_dist(meta) == ("torch==2.14.1", "flashinfer_python[cu13]==0.7.2")
+    release = client.releases(f"{live.url}/simple", "sglang")[0]
+    meta = client.core_metadata(f"{live.url}/simple", release)
+    assert client.requires_dist(meta) == ("torch==2.14.1", "flashinfer_python[cu13]==0.7.2")
     ranges = [r for p, r, _ in live.requests if p.startswith("/files/")]
     assert ranges
     assert all(r.startswith("bytes=") for r in ranges)
@@ -61,10 +61,10 @@ def test_requires_dist_by_range_requests_reads_only_the_end(live: LiveIndex) -> 
 
 def test_requires_dist_from_pep658_metadata(live: LiveIndex) -> None:
     live.metadata = True
-    release = index.releases(f"{live.url}/simple", "torch")[2]
+    release = client.releases(f"{live.url}/simple", "torch")[2]
     assert release.files[0].metadata
-    meta = index.core_metadata(f"{live.url}/simple", release)
-    assert index.requires_dist(meta) == ("filelock", 'cuda-toolkit[cudart]==13.0.3; platform_system == "Linux"')
+    meta = client.core_metadata(f"{live.url}/simple", release)
+    assert client.requires_dist(meta) == ("filelock", 'cuda-toolkit[cudart]==13.0.3; platform_system == "Linux"')
     assert [p for p, _, _ in live.requests if p.startswith("/files/")] == [
         "/files/torch-2.14.1-py3-none-any.whl.metadata"
     ]
@@ -74,11 +74,11 @@ def test_credentials_go_to_the_index_and_never_into_a_message(tmp_path: Path) ->
     wheel = build_wheel(tmp_path, "torch", "2.14.1")
     with serve_live([wheel], username="alice", password="s3cr:t") as live:
         url = live.url.replace("http://", "http://alice:s3cr%3At@") + "/simple"
-        found = index.releases(url, "torch")
-        assert index.requires_dist(index.core_metadata(url, found[0])) == ()
+        found = client.releases(url, "torch")
+        assert client.requires_dist(client.core_metadata(url, found[0])) == ()
         assert {a for _, _, a in live.requests} == {"Basic YWxpY2U6czNjcjp0"}
-        with pytest.raises(index.IndexUnavailable) as info:
-            index.releases(live.url.replace("http://", "http://alice:wrong@") + "/simple", "torch")
+        with pytest.raises(client.IndexUnavailable) as info:
+            client.releases(live.url.replace("http://", "http://alice:wrong@") + "/simple", "torch")
     assert (
         str(info.value)
         == f"{live.url.replace('http://', 'http://***@')}/simple refused the credentials: HTTP 401 for torch's page"
@@ -86,12 +86,12 @@ def test_credentials_go_to_the_index_and_never_into_a_message(tmp_path: Path) ->
 
 
 def test_an_unreachable_index_and_a_missing_project_are_errors(live: LiveIndex) -> None:
-    with pytest.raises(index.IndexUnavailable) as info:
-        index.releases(f"{live.url}/simple", "flashinfer-python")
+    with pytest.raises(client.IndexUnavailable) as info:
+        client.releases(f"{live.url}/simple", "flashinfer-python")
     assert str(info.value) == (
         f"{live.url}/simple has no project 'flashinfer-python' (HTTP 404 for {live.url}/simple/flashinfer-python/)"
     )
     port = closed_port()
-    with pytest.raises(index.IndexUnavailable) as info:
-        index.releases(f"http://127.0.0.1:{port}/simple", "torch", timeout=5)
+    with pytest.raises(client.IndexUnavailable) as info:
+        client.releases(f"http://127.0.0.1:{port}/simple", "torch", timeout=5)
     assert str(info.value) == f"http://127.0.0.1:{port}/simple is unreachable: [Errno 111] Connection refused"

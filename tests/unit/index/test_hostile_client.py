@@ -1,4 +1,4 @@
-"""compatlab.index against an index on loopback that misbehaves on purpose (fixtures.badindex): answers that
+"""compatlab.index.client against an index on loopback that misbehaves on purpose (fixtures.badindex): answers that
 drip, stop short, are cut JSON, name another project, link this machine's files, move to another host, or
 carry another release's metadata; wheels whose METADATA cannot be read."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab import index
+from compatlab.index import client
 from fixtures.badindex import HUGE, BadIndex, serve_bad
 from fixtures.hostile import hard_deadline
 from fixtures.wheels import build_wheel
@@ -25,35 +25,35 @@ def bad(tmp_path: Path) -> Iterator[BadIndex]:
 
 def test_a_dripping_index_is_cut_off_at_the_deadline_not_per_read(bad: BadIndex) -> None:
     start = time.monotonic()
-    with hard_deadline(8, "an index that drips a byte every 0.2 s"), pytest.raises(index.IndexUnavailable) as info:
-        index.releases(f"{bad.url}/drip/simple", "hostpkg", timeout=2)
+    with hard_deadline(8, "an index that drips a byte every 0.2 s"), pytest.raises(client.IndexUnavailable) as info:
+        client.releases(f"{bad.url}/drip/simple", "hostpkg", timeout=2)
     assert time.monotonic() - start < 4
     assert str(info.value) == f"{bad.url}/drip/simple is unreachable: no complete answer within 2 s"
 
 
 def test_a_page_short_of_its_content_length_is_no_answer(bad: BadIndex) -> None:
     with pytest.raises(
-        index.IndexUnavailable,
+        client.IndexUnavailable,
         match=r"/cut/simple is unreachable: the answer was cut short: (\d+) of the \d+0 bytes its "
         r"Content-Length announced$",
     ):
-        index.releases(f"{bad.url}/cut/simple", "hostpkg", timeout=5)
+        client.releases(f"{bad.url}/cut/simple", "hostpkg", timeout=5)
 
 
 def test_cut_pep691_json_is_no_answer(bad: BadIndex) -> None:
-    with pytest.raises(index.IndexUnavailable) as info:
-        index.releases(f"{bad.url}/cutjson/simple", "hostpkg", timeout=5)
+    with pytest.raises(client.IndexUnavailable) as info:
+        client.releases(f"{bad.url}/cutjson/simple", "hostpkg", timeout=5)
     assert str(info.value).startswith(f"{bad.url}/cutjson/simple is unreachable: its PEP 691 JSON does not parse (")
 
 
 def test_a_page_of_another_project_is_no_answer(bad: BadIndex) -> None:
-    with pytest.raises(index.IndexUnavailable) as info:
-        index.releases(f"{bad.url}/other/simple", "hostpkg", timeout=5)
+    with pytest.raises(client.IndexUnavailable) as info:
+        client.releases(f"{bad.url}/other/simple", "hostpkg", timeout=5)
     assert str(info.value) == f"{bad.url}/other/simple answered the page of 'someone-else' when asked for hostpkg's"
 
 
 def test_file_links_on_a_remote_page_are_not_followed(bad: BadIndex) -> None:
-    found = index.releases(f"{bad.url}/filelink/simple", "hostpkg", timeout=5)
+    found = client.releases(f"{bad.url}/filelink/simple", "hostpkg", timeout=5)
     assert [(r.version, [f.url for f in r.files]) for r in found] == [
         ("1.0", [f"{bad.url}/files/hostpkg-1.0-py3-none-any.whl"])
     ]
@@ -61,18 +61,18 @@ def test_file_links_on_a_remote_page_are_not_followed(bad: BadIndex) -> None:
 
 def test_after_a_redirect_links_resolve_there_and_get_no_credentials(bad: BadIndex) -> None:
     url = f"http://alice:pw@127.0.0.1:{bad.port}/redirect/simple"
-    (release,) = index.releases(url, "hostpkg", timeout=5)
+    (release,) = client.releases(url, "hostpkg", timeout=5)
     assert release.files[0].url == f"http://localhost:{bad.port}/files/hostpkg-1.0-py3-none-any.whl"
-    assert index.requires_dist(index.core_metadata(url, release, timeout=5)) == ("filelock",)
+    assert client.requires_dist(client.core_metadata(url, release, timeout=5)) == ("filelock",)
     files = [(host, auth) for host, path, auth in bad.requests if path.startswith("/files/")]
     assert files
     assert all((host, auth) == (f"localhost:{bad.port}", "") for host, auth in files)
 
 
 def test_metadata_of_another_project_or_version_is_refused(bad: BadIndex) -> None:
-    (release,) = index.releases(f"{bad.url}/liar/simple", "hostpkg", timeout=5)
-    with pytest.raises(index.IndexUnavailable) as info:
-        index.core_metadata(f"{bad.url}/liar/simple", release, timeout=5)
+    (release,) = client.releases(f"{bad.url}/liar/simple", "hostpkg", timeout=5)
+    with pytest.raises(client.IndexUnavailable) as info:
+        client.core_metadata(f"{bad.url}/liar/simple", release, timeout=5)
     assert str(info.value) == (
         f"{bad.url}/liar/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
         "its metadata is of someone-else 99.0, not of hostpkg 1.0"
@@ -107,9 +107,9 @@ def test_an_unreadable_metadata_member_is_one_error_line(tmp_path: Path, edit: d
     wheel = build_wheel(tmp_path, "hostpkg", "1.0")
     _rewrite(wheel, **edit)
     with serve_bad(wheel) as bad:
-        (release,) = index.releases(f"{bad.url}/good/simple", "hostpkg", timeout=5)
-        with pytest.raises(index.IndexUnavailable) as info:
-            index.core_metadata(f"{bad.url}/good/simple", release, timeout=5)
+        (release,) = client.releases(f"{bad.url}/good/simple", "hostpkg", timeout=5)
+        with pytest.raises(client.IndexUnavailable) as info:
+            client.core_metadata(f"{bad.url}/good/simple", release, timeout=5)
     assert str(info.value) == (
         f"{bad.url}/good/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
         f"not a readable wheel ({why})"
@@ -121,15 +121,15 @@ def test_a_yanked_release_asked_for_can_be_read(tmp_path: Path) -> None:
 
     with serve_live([build_wheel(tmp_path, "hostpkg", "1.0", requires=["filelock"])]) as live:
         live.yank("hostpkg-1.0-py3-none-any.whl")
-        (release,) = index.releases(f"{live.url}/simple", "hostpkg", timeout=5)
+        (release,) = client.releases(f"{live.url}/simple", "hostpkg", timeout=5)
         assert release.yanked
-        assert index.requires_dist(index.core_metadata(f"{live.url}/simple", release, timeout=5)) == ("filelock",)
+        assert client.requires_dist(client.core_metadata(f"{live.url}/simple", release, timeout=5)) == ("filelock",)
 
 
 def test_a_zip_directory_claiming_900_gib_is_one_error_line(bad: BadIndex) -> None:
-    (release,) = index.releases(f"{bad.url}/huge/simple", "hostpkg", timeout=5)
-    with pytest.raises(index.IndexUnavailable) as info:
-        index.core_metadata(f"{bad.url}/huge/simple", release, timeout=5)
+    (release,) = client.releases(f"{bad.url}/huge/simple", "hostpkg", timeout=5)
+    with pytest.raises(client.IndexUnavailable) as info:
+        client.core_metadata(f"{bad.url}/huge/simple", release, timeout=5)
     assert str(info.value) == (
         f"{bad.url}/huge/simple: cannot read the metadata of 1.0: hostpkg-1.0-py3-none-any.whl: "
         f"reading its metadata would read {HUGE - 98} bytes of it"
