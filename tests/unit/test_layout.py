@@ -305,3 +305,43 @@ def test_no_program_runs_from_a_string() -> None:
         f"{p.relative_to(SRC)}:{line}" for p in MODULES.values() for line in c_programs(p.read_text(encoding="utf-8"))
     ]
     assert bad == []
+
+
+def state_literals(source: str) -> list[int]:
+    """The lines of *source* that compare a ``.state`` with a string, or pass one as ``state=``: a misspelt
+    state there would be invisible to mypy; a misspelt ``StageState``/``CellState`` member is not."""
+
+    def words(node: ast.expr) -> bool:
+        elts = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elts)
+
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Attribute) and s.attr == "state" for s in sides) and any(map(words, sides)):
+                lines.add(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg == "state" and words(node.value):
+            lines.add(node.value.lineno)
+    return sorted(lines)
+
+
+def test_the_state_checker_finds_a_state_spelt_as_a_string() -> None:
+    snippet = (
+        'if result.state == "fial":\n    pass\n'  # spellchecker:disable-line
+        "ok = stage.state in (StageState.PASS, StageState.WARN)\n"
+        'bad = cell.state not in ("pass", "partial")\n'
+        'StageResult(name="x", state="skip")\n'
+    )
+    assert state_literals(snippet) == [1, 4, 5]
+
+
+def test_states_are_enums_outside_the_cell() -> None:
+    """incell/ runs on the standard library of Python 3.10 and keeps its own strings; the lab uses the enums."""
+    bad = [
+        f"{p.relative_to(SRC)}:{line}"
+        for m, p in MODULES.items()
+        if not m.startswith("compatlab.incell")
+        for line in state_literals(p.read_text(encoding="utf-8"))
+    ]
+    assert bad == []

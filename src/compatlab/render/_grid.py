@@ -105,9 +105,6 @@ def load(path: Path) -> Run:
     return run_from_results(store.load_results(path), str(path))
 
 
-# --- layout -----------------------------------------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Table:
     """One grid: a value of the ``tables`` axes, row keys, column keys and the cells at each slot."""
@@ -176,9 +173,6 @@ def layout(run: Run) -> list[Table]:
             )
         )
     return out
-
-
-# --- what a cell says -------------------------------------------------------------------------------
 
 
 def is_known(cell: CellResult) -> bool:

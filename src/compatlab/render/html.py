@@ -53,9 +53,6 @@ def _page(title: str, body: str, nav: Sequence[tuple[str, str]] = (), brand: str
     )
 
 
-# --- small pieces ------------------------------------------------------------------------------------
-
-
 def sparkline(values: Sequence[float], name: str, *, width: int = 54, height: int = 14) -> str:
     """An inline SVG line of *values* (oldest first); empty for fewer than two points."""
     if len(values) < 2:
@@ -255,9 +252,6 @@ def _cell(cell: CellView | None) -> str:
         )
     summary = head + why + _figs(cell)
     return f"<td {attrs}><details><summary>{summary}</summary>{_panel(cell)}</details></td>"
-
-
-# --- the grid ----------------------------------------------------------------------------------------
 
 
 def _header(table: TableView) -> str:
