@@ -286,9 +286,9 @@ def run_existing(
     stages = existing_stages(env, nccl=nccl, only=only)
     if on_stage is not None:
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
-    matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
     from compatlab.host import host_facts
 
+    matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
     with store.claim_run(run_dir, run_id=run_dir.name, plan=planned(matrix), host=host_facts) as run:
         ctx = existing_context(
             env,
