@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from compatlab.incell.entries import import_entries
 from compatlab.runs.model import CellResult, StageState
 
 __all__ = ["PackageRow", "package_rows", "packages_json", "packages_md"]
@@ -55,17 +56,17 @@ def package_rows(result: CellResult, packages: Sequence[tuple[str, str]]) -> lis
                 if _canon(dist) in modules:
                     modules[_canon(dist)].update(mods)
         elif stage.name == "import":
-            for entry in stage.details.get("modules", []):
-                dist = _canon(str(entry.get("dist") or ""))
+            for entry in import_entries(stage.details):
+                dist = _canon(entry.dist)
                 if dist not in names:
                     continue
-                if entry.get("module", "").endswith(".so"):
-                    modules[dist].add(entry["module"])
-                if entry.get("failure") and entry.get("reason"):
-                    bucket = warns if entry.get("needed") is False else fails
-                    if entry["failure"].get("kind") == "missing-dependency":
+                if not entry.is_package:
+                    modules[dist].add(entry.module)
+                if entry.failure and entry.reason:
+                    bucket = warns if entry.needed is False else fails
+                    if entry.failure.get("kind") == "missing-dependency":
                         bucket = warns
-                    bucket[dist].append(f"import: {entry.get('verdict') or entry['reason']}")
+                    bucket[dist].append(f"import: {entry.verdict or entry.reason}")
         for msg in stage.details.get("failures", []) if stage.name == "pins" else []:
             for n, value in names.items():
                 if str(msg).lower().startswith(f"{value[0]} ".lower()):

@@ -13,6 +13,7 @@ import logging
 
 from packaging.utils import canonicalize_name
 
+from compatlab.incell.entries import import_entries
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext
 
@@ -52,13 +53,12 @@ def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str,
         if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False
     }
     unloaded |= set(static.details.get("not_needed") or {})
-    modules = [m for m in result.details.get("modules") or [] if isinstance(m, dict)]
     out: dict[str, str] = {}
-    for m in modules:
-        if m.get("ok") and not str(m.get("module", "")).endswith(".so"):
-            for label in m.get("mapped") or []:
+    for m in import_entries(result.details):
+        if m.ok and m.is_package:
+            for label in m.mapped or ():
                 if label in unloaded:
-                    out.setdefault(str(label), str(m["module"]))
+                    out.setdefault(label, m.module)
     return out
 
 
@@ -103,11 +103,11 @@ def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageRes
     if result.state != StageState.FAIL or pins is None:
         return result
     broken = [b for b in pins.details.get("broken_requirements") or [] if isinstance(b, dict)]
-    modules = [m for m in result.details.get("modules") or [] if isinstance(m, dict)]
-    failed = {canonicalize_name(str(m.get("dist", ""))) for m in modules if not m.get("ok", True)}
+    modules = import_entries(result.details)
+    failed = {canonicalize_name(m.dist) for m in modules if not m.ok}
     first, _, more = result.reason.partition(" (and ")
     # The pins of the distribution whose module the reason names come first.
-    named = {canonicalize_name(str(m.get("dist", ""))) for m in modules if m.get("reason") == first}
+    named = {canonicalize_name(m.dist) for m in modules if m.reason == first}
     blamed = sorted((b for b in broken if b.get("by") in failed), key=lambda b: b.get("by") not in named)
     if not blamed:
         return result

@@ -11,6 +11,7 @@ stand-in libcuda.so.1 answers CUDA_ERROR_NO_DEVICE, so an ABI break still shows.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import fnmatch
 import importlib.metadata
 import json
@@ -24,6 +25,7 @@ from typing import Any
 
 from compatlab.incell import fakecuda, forkserver, loadcheck, reach
 from compatlab.incell.context import SuiteContext, TargetInfo
+from compatlab.incell.entries import ImportEntry
 from compatlab.incell.proc import Completed
 
 _DRIVER_SYMBOL = re.compile(r"^cu[A-Z][A-Za-z0-9_]*$")
@@ -180,12 +182,13 @@ class _Progress:
         if self._thread.is_alive():
             self._thread.join()
 
-    def tick(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def tick(self, loaded: tuple[ImportEntry, list[str] | None]) -> tuple[ImportEntry, list[str] | None]:
+        entry = loaded[0]
         with self._lock:
             self.done += 1
-            if entry["seconds"] > self.slowest[1]:
-                self.slowest = (entry["module"], entry["seconds"])
-        return entry
+            if entry.seconds > self.slowest[1]:
+                self.slowest = (entry.module, entry.seconds)
+        return loaded
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
@@ -199,7 +202,8 @@ class _Progress:
                 return  # the lab stopped listening
 
 
-def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dict[str, Any]:
+def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tuple[ImportEntry, list[str] | None]:
+    """The module's entry, and for a package's import the paths of what it mapped (None otherwise)."""
     for _attempt in range(4):
         failure, done = loader.load(target)
         if failure is not None and failure.kind == "undefined-symbol" and failure.symbol and driver.add(failure.symbol):
@@ -214,22 +218,21 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> dic
         again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
         if again is None:
             failure, by_name = None, True
-    entry: dict[str, Any] = {
-        "module": target.label,
-        "dist": target.dist,
-        "ok": failure is None,
-        "seconds": round(done.seconds, 2),
-    }
-    if by_name and first is not None:
-        entry["loaded"] = f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
-    if failure is not None:
-        entry["failure"] = failure.to_json()
-        entry["reason"] = loadcheck.describe(target.label, failure)
-    elif target.path is None:
-        mapped = loadcheck.mapped_of(done)
-        if mapped is not None:
-            entry["mapped_paths"] = mapped  # reduced to the package's own shared objects afterwards
-    return entry
+    entry = ImportEntry(
+        module=target.label,
+        dist=target.dist,
+        ok=failure is None,
+        seconds=round(done.seconds, 2),
+        loaded=(
+            f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
+            if by_name and first is not None
+            else None
+        ),
+        failure=failure.to_json() if failure is not None else None,
+        reason=loadcheck.describe(target.label, failure) if failure is not None else None,
+    )
+    # What a package's import mapped: reduced to its own distribution's shared objects afterwards.
+    return entry, loadcheck.mapped_of(done) if failure is None and target.path is None else None
 
 
 def _label(path: str, targets: list[loadcheck.LoadTarget]) -> str:
@@ -243,13 +246,19 @@ def _label(path: str, targets: list[loadcheck.LoadTarget]) -> str:
     return path
 
 
-def _own_mapped(entries: list[dict[str, Any]], owned: dict[str, dict[str, str]]) -> None:
-    """Keep, of what each package import mapped, its own distribution's shared objects (by label)."""
-    for e in entries:
-        mapped = e.pop("mapped_paths", None)
-        if mapped is not None:
-            own = owned.get(e["dist"], {})
-            e["mapped"] = sorted({own[p] for p in map(os.path.realpath, mapped) if p in own})
+def _own_mapped(
+    loaded: list[tuple[ImportEntry, list[str] | None]], owned: dict[str, dict[str, str]]
+) -> list[ImportEntry]:
+    """The entries, each package import's with what it mapped of its own distribution's shared objects (by
+    label)."""
+
+    def own(entry: ImportEntry, paths: list[str]) -> ImportEntry:
+        mine = owned.get(entry.dist, {})
+        return dataclasses.replace(
+            entry, mapped=tuple(sorted({mine[p] for p in map(os.path.realpath, paths) if p in mine}))
+        )
+
+    return [entry if paths is None else own(entry, paths) for entry, paths in loaded]
 
 
 def _reach(site_packages: str | None, label: str, path: str | None) -> dict[str, str] | None:
@@ -267,20 +276,28 @@ def _reach(site_packages: str | None, label: str, path: str | None) -> dict[str,
     return {"package": top, "why": need.why, "feature": need.feature, "needed": need.needed}
 
 
-def _loaded_by_package(entries: list[dict[str, Any]]) -> None:
+def _loaded_by_package(entries: list[ImportEntry]) -> list[ImportEntry]:
     """A module that fails loaded alone, but that its package's own `import` loaded (mapped, and the import
     succeeded), loads as users load it: opencv's cv2.abi3.so is only ever loaded by cv2/__init__.py's
     bootstrap, under the name `cv2`. It counts as loaded, saying so."""
-    imports = [e for e in entries if not e["module"].endswith(".so") and e["ok"]]
-    for entry in entries:
-        if entry.get("failure") is None or not entry["module"].endswith(".so"):
-            continue
-        by = next((p for p in imports if p["dist"] == entry["dist"] and entry["module"] in p.get("mapped", ())), None)
+    imports = [e for e in entries if e.is_package and e.ok]
+
+    def judged(entry: ImportEntry) -> ImportEntry:
+        if entry.failure is None or entry.is_package:
+            return entry
+        by = next((p for p in imports if p.dist == entry.dist and entry.module in (p.mapped or ())), None)
         if by is None:
-            continue
-        entry["loaded"] = f"by `import {by['module']}`, which maps it; loaded alone, {entry.pop('reason')}"
-        entry["alone"] = entry.pop("failure")
-        entry["ok"] = True
+            return entry
+        return dataclasses.replace(
+            entry,
+            ok=True,
+            loaded=f"by `import {by.module}`, which maps it; loaded alone, {entry.reason}",
+            alone=entry.failure,
+            failure=None,
+            reason=None,
+        )
+
+    return [judged(e) for e in entries]
 
 
 def _predicted(work_dir: str | None) -> dict[str, dict[str, str]] | None:
@@ -293,10 +310,10 @@ def _predicted(work_dir: str | None) -> dict[str, dict[str, str]] | None:
     return data if isinstance(data, dict) else {}
 
 
-def _undecided(predicted: dict[str, dict[str, str]] | None, entries: list[dict[str, Any]]) -> list[str]:
+def _undecided(predicted: dict[str, dict[str, str]] | None, entries: list[ImportEntry]) -> list[str]:
     """Modules static could not judge (`import P` may need them) that this stage did not load: no one has
     looked, so they stay failures."""
-    loaded = {e["module"] for e in entries}
+    loaded = {e.module for e in entries}
     return [
         f"{label}: static could not tell whether `import {guess.get('package')}` needs it, and the import "
         "stage did not load it"
@@ -307,11 +324,12 @@ def _undecided(predicted: dict[str, dict[str, str]] | None, entries: list[dict[s
 
 def _confirm_not_needed(
     predicted: dict[str, dict[str, str]] | None,
-    entries: list[dict[str, Any]],
+    entries: list[ImportEntry],
     site_packages: str | None = None,
     paths: dict[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Failed modules that `import <package>` truly does not need: a warning each, not a failure.
+) -> list[ImportEntry]:
+    """The entries, each failed module that `import <package>` truly does not need marked ``needed=False``
+    (a warning, not a failure), and the others told why they stay needed.
 
     The static stage, from the package's import graph, lists the modules that cannot load and that the
     package imports only lazily or under an ImportError guard, or that it may load by path
@@ -320,40 +338,42 @@ def _confirm_not_needed(
     the failure.
     """
     if predicted is None:  # no static stage ran: nothing predicted, nothing to confirm
-        return []
-    imports = {(e["dist"], e["module"]): e for e in entries if not e["module"].endswith(".so")}
-    out = []
-    for entry in entries:
-        if entry.get("failure") is None:
-            continue
-        # A module static found nothing wrong with (it links) can still fail here (its init raises): ask
-        # the package's import graph about it now, only for the modules that did fail.
-        guess = predicted.get(entry["module"]) or _reach(
-            site_packages, entry["module"], (paths or {}).get(entry["module"])
+        return entries
+    imports = {(e.dist, e.module): e for e in entries if e.is_package}
+    return [_confirmed(e, predicted, imports, site_packages, paths) for e in entries]
+
+
+def _confirmed(
+    entry: ImportEntry,
+    predicted: dict[str, dict[str, str]],
+    imports: dict[tuple[str, str], ImportEntry],
+    site_packages: str | None,
+    paths: dict[str, str] | None,
+) -> ImportEntry:
+    if entry.failure is None:
+        return entry
+    # A module static found nothing wrong with (it links) can still fail here (its init raises): ask the
+    # package's import graph about it now, only for the modules that did fail.
+    guess = predicted.get(entry.module) or _reach(site_packages, entry.module, (paths or {}).get(entry.module))
+    if guess is None:
+        return entry
+    package = imports.get((entry.dist, guess.get("package", "")))
+    if package is None or not package.ok or package.mapped is None:
+        return dataclasses.replace(entry, needed_why=f"`import {guess.get('package')}` did not load, so it may need it")
+    if entry.module in package.mapped:
+        return dataclasses.replace(entry, needed_why=f"`import {guess['package']}` mapped it")
+    said = f"; {guess['package']} says it is for: {guess['feature']}" if guess.get("feature") else ""
+    if guess.get("needed") == "unknown":  # the code could not say; what `import` did here does
+        verdict = (
+            f"{entry.reason}; `import {guess['package']}` does not need it here: it loads "
+            f"without mapping it, though {guess.get('why', '')}{said}"
         )
-        if guess is None:
-            continue
-        package = imports.get((entry["dist"], guess.get("package", "")))
-        if package is None or not package["ok"] or "mapped" not in package:
-            entry["needed_why"] = f"`import {guess.get('package')}` did not load, so it may need it"
-            continue
-        if entry["module"] in package["mapped"]:
-            entry["needed_why"] = f"`import {guess['package']}` mapped it"
-            continue
-        entry["needed"] = False
-        said = f"; {guess['package']} says it is for: {guess['feature']}" if guess.get("feature") else ""
-        if guess.get("needed") == "unknown":  # the code could not say; what `import` did here does
-            entry["verdict"] = (
-                f"{entry['reason']}; `import {guess['package']}` does not need it here: it loads "
-                f"without mapping it, though {guess.get('why', '')}{said}"
-            )
-        else:
-            entry["verdict"] = (
-                f"{entry['reason']}; `import {guess['package']}` does not need it: it loads "
-                f"without mapping it ({guess.get('why', '')}){said}"
-            )
-        out.append(entry)
-    return out
+    else:
+        verdict = (
+            f"{entry.reason}; `import {guess['package']}` does not need it: it loads "
+            f"without mapping it ({guess.get('why', '')}){said}"
+        )
+    return dataclasses.replace(entry, needed=False, verdict=verdict)
 
 
 def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
@@ -406,52 +426,47 @@ def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
             done = dict(
                 zip(order, pool.map(lambda i: progress.tick(_load(plan[i], driver, loader)), order), strict=True)
             )
-            entries = [done[i] for i in range(len(plan))]
+            loaded = [done[i] for i in range(len(plan))]
     finally:
         loader.close()
     stage.note(loader=loader.describe(), loader_problems=loader.problems)
     if driver.lib_dir is not None:
         stage.note(stand_in=str(driver.lib_dir / "libcuda.so.1"), stand_in_symbols=len(driver.symbols))
-    _own_mapped(entries, owned)
-    _loaded_by_package(entries)
+    entries = _loaded_by_package(_own_mapped(loaded, owned))
     paths = {t.label: t.path for t in plan if t.path is not None}
     predicted = _predicted(compat_context.work_dir)
-    optional = {id(e) for e in _confirm_not_needed(predicted, entries, compat_context.site_packages, paths)}
-    broken: list[dict[str, Any]] = []
-    ignored: list[dict[str, Any]] = []
-    unjudged: list[dict[str, Any]] = []
-    needs_gpu: list[dict[str, Any]] = []
-    undeclared: list[dict[str, Any]] = []
+    entries = _confirm_not_needed(predicted, entries, compat_context.site_packages, paths)
+    broken: list[str] = []
+    ignored: list[str] = []
+    unjudged: list[str] = []
+    needs_gpu: list[str] = []
+    undeclared: list[str] = []
     for entry in entries:
-        failure = entry.get("failure")
+        failure, reason = entry.failure, entry.reason or entry.module
         if failure is None:
             continue
-        if failure["kind"] == "missing-dependency" or id(entry) in optional:
-            undeclared.append(entry)
+        if failure["kind"] == "missing-dependency" or entry.needed is False:
+            undeclared.append(entry.verdict or reason)
         elif failure["kind"] in loadcheck.STACK_KINDS:
-            (ignored if _ignored(entry["module"], targets) else broken).append(entry)
+            (ignored if _ignored(entry.module, targets) else broken).append(reason)
         elif failure.get("library"):  # the loader found no libcuda.so.1: nothing could be judged
-            unjudged.append(entry)
+            unjudged.append(reason)
         else:  # linked fine; its initialisation wants a GPU (the stand-in said CUDA_ERROR_NO_DEVICE)
-            needs_gpu.append(entry)
+            needs_gpu.append(reason)
     stage.note(
-        modules=entries,
-        loaded=sum(e["ok"] for e in entries),
+        modules=[e.to_json() for e in entries],
+        loaded=sum(e.ok for e in entries),
         total=len(entries),
-        ignored=[e["reason"] for e in ignored],
-        needs_gpu=[e["reason"] for e in needs_gpu],
-        warnings=[e.get("verdict") or e["reason"] for e in undeclared] + other_python,
+        ignored=ignored,
+        needs_gpu=needs_gpu,
+        warnings=undeclared + other_python,
     )
-    for reason in _undecided(predicted, entries):
-        broken.append({"reason": reason})
+    broken += _undecided(predicted, entries)
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
-        stage.fail(broken[0]["reason"] + more, failures=[e["reason"] for e in broken])
+        stage.fail(broken[0] + more, failures=broken)
     if unjudged:
         more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
-        stage.error(
-            f"could not judge {unjudged[0]['reason']}{more}: {driver.describe()}",
-            failures=[e["reason"] for e in unjudged],
-        )
+        stage.error(f"could not judge {unjudged[0]}{more}: {driver.describe()}", failures=unjudged)
     if not entries:
         stage.error("nothing to load: the cell declares no installed package with modules", packages=packages)
