@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from enum import StrEnum
 from pathlib import Path
 
 from compatlab.errors import ConfigError
@@ -11,19 +12,32 @@ from compatlab.render._grid import Run, figures, label, load, reason
 from compatlab.runs import store
 from compatlab.runs.model import CellResult, CellState
 
-__all__ = ["CHANGE_KINDS", "Change", "diff_runs", "figure_series", "load_runs", "previous_run"]
+__all__ = ["CHANGE_KINDS", "Change", "ChangeKind", "diff_runs", "figure_series", "load_runs", "previous_run"]
 
 log = logging.getLogger(__name__)
 
 # In the order a reader cares about them.
-CHANGE_KINDS: tuple[str, ...] = ("newly-red", "newly-green", "state", "reason", "new", "removed")
+
+
+class ChangeKind(StrEnum):
+    """What happened to a cell between two runs, in the order the changes are listed."""
+
+    NEWLY_RED = "newly-red"
+    NEWLY_GREEN = "newly-green"
+    STATE = "state"  # another state, neither newly red nor newly green
+    REASON = "reason"  # the same red state, another reason
+    NEW = "new"
+    REMOVED = "removed"
+
+
+CHANGE_KINDS: tuple[ChangeKind, ...] = tuple(ChangeKind)
 CHANGE_TITLES = {
-    "newly-red": "Newly red",
-    "newly-green": "Newly green",
-    "state": "Other state changes",
-    "reason": "Reason changed",
-    "new": "New cells",
-    "removed": "Removed cells",
+    ChangeKind.NEWLY_RED: "Newly red",
+    ChangeKind.NEWLY_GREEN: "Newly green",
+    ChangeKind.STATE: "Other state changes",
+    ChangeKind.REASON: "Reason changed",
+    ChangeKind.NEW: "New cells",
+    ChangeKind.REMOVED: "Removed cells",
 }
 SPARK_RUNS = 12
 
@@ -32,11 +46,11 @@ SPARK_RUNS = 12
 class Change:
     """What happened to one cell between two runs."""
 
-    kind: str  # one of CHANGE_KINDS
+    kind: ChangeKind
     cell_id: str
     label: str
-    old_state: str | None = None
-    new_state: str | None = None
+    old_state: CellState | None = None
+    new_state: CellState | None = None
     old_reason: str = ""
     new_reason: str = ""
 
@@ -62,22 +76,24 @@ def previous_run(history: list[Run], run: Run) -> Run | None:
 def _change(old: CellResult | None, new: CellResult | None) -> Change | None:
     if new is None and old is not None:
         return Change(
-            kind="removed", cell_id=old.id, label=label(old.axes), old_state=old.state, old_reason=reason(old)
+            kind=ChangeKind.REMOVED, cell_id=old.id, label=label(old.axes), old_state=old.state, old_reason=reason(old)
         )
     assert new is not None
     if old is None:
-        return Change(kind="new", cell_id=new.id, label=label(new.axes), new_state=new.state, new_reason=reason(new))
+        return Change(
+            kind=ChangeKind.NEW, cell_id=new.id, label=label(new.axes), new_state=new.state, new_reason=reason(new)
+        )
     before, after = reason(old), reason(new)
-    kind = None
+    kind: ChangeKind | None = None
     if old.state != new.state:
         if new.state == CellState.FAIL:
-            kind = "newly-red"
+            kind = ChangeKind.NEWLY_RED
         elif new.state == CellState.PASS:
-            kind = "newly-green"
+            kind = ChangeKind.NEWLY_GREEN
         else:
-            kind = "state"
+            kind = ChangeKind.STATE
     elif new.state not in (CellState.PASS, CellState.NA) and before != after:
-        kind = "reason"
+        kind = ChangeKind.REASON
     if kind is None:
         return None
     return Change(

@@ -16,7 +16,17 @@ from typing import Any
 
 from compatlab.render._assets import CSS, JS
 from compatlab.render.text import SYMBOLS, fmt_number, one_line, printable
-from compatlab.render.view import CHANGE_TITLES, CellView, Change, IndexEntry, RunRef, RunView, Summary, TableView
+from compatlab.render.view import (
+    CHANGE_TITLES,
+    CellView,
+    Change,
+    ChangeKind,
+    IndexEntry,
+    RunRef,
+    RunView,
+    Summary,
+    TableView,
+)
 from compatlab.runs.model import CELL_STATES, SCHEMA, CellState, StageResult
 
 __all__ = ["render_html", "render_index"]
@@ -25,12 +35,12 @@ LIST_LIMIT = 60
 # Stage-detail keys that hold logs: shown as text blocks rather than inside the JSON.
 LOG_KEYS = ("log", "logs", "log_path", "log_paths", "log_tail", "stdout", "stderr", "output", "traceback")
 CHANGE_BADGES = {
-    "newly-red": ("▼ red", "newly red"),
-    "newly-green": ("▲ green", "newly green"),
-    "reason": ("≠ reason", "reason changed"),
-    "state": ("Δ state", "state changed"),
-    "new": ("new", "new cell"),
-    "removed": ("removed", "removed cell"),
+    ChangeKind.NEWLY_RED: ("▼ red", "newly red"),
+    ChangeKind.NEWLY_GREEN: ("▲ green", "newly green"),
+    ChangeKind.REASON: ("≠ reason", "reason changed"),
+    ChangeKind.STATE: ("Δ state", "state changed"),
+    ChangeKind.NEW: ("new", "new cell"),
+    ChangeKind.REMOVED: ("removed", "removed cell"),
 }
 
 
@@ -151,7 +161,7 @@ def _panel(view: CellView) -> str:
         parts.append(f"<p>{_e(what)}{': ' + _e(why) if why else ''}{tag}</p>")
     elif cell.unexpected:
         parts.append("<p><b>unexpected</b> result</p>")
-    if change is not None and change.kind != "new":
+    if change is not None and change.kind != ChangeKind.NEW:
         was = f"was {change.old_state}" + (f": {one_line(change.old_reason)}" if change.old_reason else "")
         parts.append(f'<p class="muted">{_e(CHANGE_TITLES[change.kind])} — {_e(was)}</p>')
     if cell.state == CellState.NA:
@@ -316,11 +326,11 @@ def _changes(changes: Sequence[Change], previous: RunRef | None) -> str:
     items = []
     for c in changes:
         text, _ = CHANGE_BADGES[c.kind]
-        name = _e(c.label) if c.kind == "removed" else f'<a href="#c-{_e(c.cell_id)}">{_e(c.label)}</a>'
+        name = _e(c.label) if c.kind == ChangeKind.REMOVED else f'<a href="#c-{_e(c.cell_id)}">{_e(c.label)}</a>'
         states = " → ".join(_e(s) for s in (c.old_state, c.new_state) if s)
-        if c.kind == "reason":
+        if c.kind == ChangeKind.REASON:
             why = f"{one_line(c.old_reason, 80)} → {one_line(c.new_reason, 80)}"
-        elif c.kind in ("newly-green", "removed"):
+        elif c.kind in (ChangeKind.NEWLY_GREEN, ChangeKind.REMOVED):
             why = f"was: {one_line(c.old_reason)}" if c.old_reason else ""
         else:
             why = one_line(c.new_reason)

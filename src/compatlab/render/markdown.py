@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from compatlab.render.text import SYMBOLS, fmt_number, one_line, printable
-from compatlab.render.view import CHANGE_TITLES, PERF_CHANGE, CellView, RunView, Summary
+from compatlab.render.view import CHANGE_TITLES, PERF_CHANGE, CellView, ChangeKind, RunView, Summary
 from compatlab.runs.model import CELL_STATES, CellState
 
 __all__ = ["changes_md", "md_code", "md_text", "render_markdown"]
@@ -167,18 +167,18 @@ def changes_md(view: RunView) -> str:
     ]
     if not changes:
         lines.append("No cell changed state or reason.")
-    groups: dict[str, list[str]] = {}
+    groups: dict[ChangeKind, list[str]] = {}
     for c in changes:
         name = md_text(c.label)
         why = md_code(one_line(c.new_reason, MD_REASON_LIMIT)) if c.new_reason else ""
         was = md_code(one_line(c.old_reason, MD_REASON_LIMIT)) if c.old_reason else ""
-        if c.kind in ("newly-red", "state"):
+        if c.kind in (ChangeKind.NEWLY_RED, ChangeKind.STATE):
             text = f"{name}: {_state(c.old_state)} → {_state(c.new_state)}" + (f" — {why}" if why else "")
-        elif c.kind == "newly-green":
+        elif c.kind == ChangeKind.NEWLY_GREEN:
             text = f"{name}: {_state(c.old_state)} → {_state(c.new_state)}" + (f" (was {was})" if was else "")
-        elif c.kind == "reason":
+        elif c.kind == ChangeKind.REASON:
             text = f"{name} ({_state(c.new_state)}): {was or '(none)'} → {why or '(none)'}"
-        elif c.kind == "new":
+        elif c.kind == ChangeKind.NEW:
             text = f"{name}: {_state(c.new_state)}" + (f" — {why}" if why and c.new_state != CellState.PASS else "")
         else:
             text = f"{name} (was {_state(c.old_state)})"

@@ -27,7 +27,7 @@ from compatlab.render._grid import (
     reason,
 )
 from compatlab.render.answers import answers, forced_marks, is_forced, shipped
-from compatlab.render.history import CHANGE_TITLES, Change, diff_runs, figure_series
+from compatlab.render.history import CHANGE_TITLES, Change, ChangeKind, diff_runs, figure_series
 from compatlab.runs.model import CellResult, CellState, StageResult, StageState
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "AnswersView",
     "CellView",
     "Change",
+    "ChangeKind",
     "FigureMove",
     "IndexEntry",
     "NeighbourView",

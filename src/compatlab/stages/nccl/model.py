@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from compatlab.runs.model import StageState
+
 __all__ = ["NcclReport"]
 
 
@@ -13,7 +15,7 @@ __all__ = ["NcclReport"]
 class NcclReport:
     """What one run of the suite found; ``details()`` is what goes into the stage result."""
 
-    state: str  # pass | fail | error
+    state: StageState  # pass, fail or error
     reason: str
     world_size: int
     backend: str
@@ -35,7 +37,7 @@ class NcclReport:
 
     def details(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        for key in ("state", "reason", "seconds"):
+        for key in ("state", "reason", "seconds"):  # the stage result's own fields
             data.pop(key)
         return data
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from compatlab.incell.nccl_worker import GIB, MIB, OPS, human_bytes
+from compatlab.runs.model import StageState
 from compatlab.stages.nccl.model import NcclReport
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ def judge_report(report: NcclReport, thresholds: NcclThresholds | None) -> None:
             reason += f"; {_ranks(survivors)} hung after it"
         keys = ("rank", "phase", "returncode", "signal", "error", "log_tail")
         report.crash.update({k: first[k] for k in keys})
-        report.state, report.reason = "fail", reason
+        report.state, report.reason = StageState.FAIL, reason
         return
     if report.hang is not None:
         h = report.hang
@@ -180,17 +181,17 @@ def judge_report(report: NcclReport, thresholds: NcclThresholds | None) -> None:
         where = "; ".join(f"rank {r} at {h['where'].get(r) or 'unknown place'}" for r in culprits)
         others = sorted(set(h["where"]) - set(culprits))
         waiting = f" ({_ranks(others)} waiting)" if others else ""
-        report.state = "fail"
+        report.state = StageState.FAIL
         report.reason = f"hang in {h['phase']} after {h['timeout_s']:g} s: {where}{waiting}"
         return
     missing = [s["rank"] for s in report.ranks if not s["done"]]
     if missing:  # exited 0 without saying done: treat as a crash we could not classify
-        report.state, report.reason = "error", f"ranks {missing} exited without finishing"
+        report.state, report.reason = StageState.ERROR, f"ranks {missing} exited without finishing"
         return
     failures = report.failures
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        report.state, report.reason = "fail", f"wrong result: {failures[0]}{more}"
+        report.state, report.reason = StageState.FAIL, f"wrong result: {failures[0]}{more}"
         return
     if thresholds is not None and thresholds.min_busbw_gbps is not None:
         floor = thresholds.min_busbw_gbps
@@ -216,13 +217,13 @@ def judge_report(report: NcclReport, thresholds: NcclThresholds | None) -> None:
                 "source": thresholds.source,
             }
             if not ok:
-                report.state = "fail"
+                report.state = StageState.FAIL
                 report.reason = (
                     f"all_reduce busbw {got:.1f} GB/s at {human_bytes(size)} is below "
                     f"the floor of {floor:g} GB/s ({thresholds.source})"
                 )
                 return
-    report.state = "pass"
+    report.state = StageState.PASS
     bw = f", all_reduce busbw {report.busbw_gbps:.1f} GB/s" if report.busbw_gbps is not None else ""
     checks = len(report.correctness)
     report.reason = f"{report.world_size} ranks ({report.backend}): {checks} checks right{bw}"

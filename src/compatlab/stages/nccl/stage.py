@@ -301,7 +301,7 @@ class _StageStop(Exception):
         self.state, self.reason, self.details = state, reason, details or {}
 
 
-def _stage_report(ctx: CellContext) -> tuple[str, str, dict[str, Any]]:
+def _stage_report(ctx: CellContext) -> tuple[StageState, str, dict[str, Any]]:
     from compatlab.stages.base import cell_env
 
     targets = ctx.matrix.targets
@@ -379,7 +379,7 @@ def run_nccl_stage(ctx: CellContext) -> StageResult:
         state, reason, details = StageState.ERROR, str(exc), {}
     return StageResult(
         name="nccl",
-        state=StageState(state),
+        state=state,
         reason=reason,
         details=details,
         seconds=time.monotonic() - start,
