@@ -33,6 +33,7 @@ from compatlab.config.matrix import (
     AxisValue,
     Matrix,
     Rule,
+    RuleKind,
     cuda_compatible,
     size_problem,
 )
@@ -187,7 +188,7 @@ def is_forced(matrix: Matrix, assignment: Mapping[str, str]) -> bool:
             return True
     elif FORCING_AXES.intersection(assignment):
         return True
-    return any(rule.kind == "force" and rule.matches(assignment) for rule in matrix.rules)
+    return any(rule.kind == RuleKind.FORCE and rule.matches(assignment) for rule in matrix.rules)
 
 
 def _slug(text: str) -> str:
@@ -204,7 +205,7 @@ def cell_id(values: tuple[AxisValue, ...]) -> str:
 
 def _na_reason(matrix: Matrix, assignment: Mapping[str, str], values: tuple[AxisValue, ...]) -> str | None:
     for rule in matrix.rules:
-        if rule.kind == "exclude" and rule.matches(assignment):
+        if rule.kind == RuleKind.EXCLUDE and rule.matches(assignment):
             return rule.reason
     cuda = assignment.get(CUDA_AXIS)
     if cuda is not None:
@@ -216,7 +217,7 @@ def _na_reason(matrix: Matrix, assignment: Mapping[str, str], values: tuple[Axis
 
 def _expectation(matrix: Matrix, assignment: Mapping[str, str]) -> tuple[str | None, str]:
     for rule in matrix.rules:
-        if rule.kind in ("expect", "include") and rule.expect and rule.matches(assignment):
+        if rule.kind in (RuleKind.EXPECT, RuleKind.INCLUDE) and rule.expect and rule.matches(assignment):
             return rule.expect, rule.reason
     return None, ""
 
@@ -231,7 +232,7 @@ def expand(matrix: Matrix) -> list[Cell]:
     if problem:
         raise ConfigError(matrix.path, [f"axes: {problem}"])
     stacks = shipped_stacks(matrix)
-    near = [r for r in matrix.rules if r.kind == "neighbours"]
+    near = [r for r in matrix.rules if r.kind == RuleKind.NEIGHBOURS]
     if near and not stacks:
         lock = matrix.lock.path if matrix.lock else "matrix.lock (there is none)"
         raise ConfigError(
@@ -253,7 +254,7 @@ def expand(matrix: Matrix) -> list[Cell]:
             na = _too_far(near, assignment, stacks)
         cells[cid] = _cell(matrix, cid, values, assignment, stacks, na=na, expect=expect, why=why)
     for rule in matrix.rules:
-        if rule.kind != "include":
+        if rule.kind != RuleKind.INCLUDE:
             continue
         chosen: list[AxisValue] = []
         for axis in matrix.axes:

@@ -17,6 +17,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ __all__ = [
     "Report",
     "Role",
     "Rule",
+    "RuleKind",
     "Selector",
     "Target",
     "axis_of_package",
@@ -182,11 +184,22 @@ class Axis:
         return None
 
 
+class RuleKind(StrEnum):
+    """What a ``[[rules.<kind>]]`` does: leave cells out, add one, expect a verdict, install with the axis
+    pins forced, or keep only the cells near a shipped stack."""
+
+    EXCLUDE = "exclude"
+    INCLUDE = "include"
+    EXPECT = "expect"
+    FORCE = "force"
+    NEIGHBOURS = "neighbours"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Rule:
     """A partial assignment (axis -> accepted versions) with what it means."""
 
-    kind: str  # exclude | include | expect | force | neighbours
+    kind: RuleKind
     match: Mapping[str, tuple[str, ...]]
     reason: str = ""
     expect: str | None = None  # "fail" for a known-bad combination
@@ -631,7 +644,7 @@ def _parse_neighbours(ck: Checker, entries: object) -> list[Rule]:
         distance = ck.number(entry, where, "distance", integer=True, strict=False, expected="a non-negative integer")
         reason = ck.string(entry, where, "reason") or ""
         rules.append(
-            Rule(kind="neighbours", match={}, reason=reason, distance=1 if distance is None else int(distance))
+            Rule(kind=RuleKind.NEIGHBOURS, match={}, reason=reason, distance=1 if distance is None else int(distance))
         )
     return rules
 
@@ -640,10 +653,10 @@ def _parse_rules(
     ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken: set[str], notes: list[str]
 ) -> list[Rule]:
     raw_rules = ck.table(data, "", "rules")
-    ck.keys(raw_rules, "rules", {"exclude", "include", "expect", "force", "neighbours"})
+    ck.keys(raw_rules, "rules", {k.value for k in RuleKind})
     by_name = {a.name: a for a in axes}
     rules: list[Rule] = []
-    for kind in ("exclude", "include", "expect", "force"):
+    for kind in (RuleKind.EXCLUDE, RuleKind.INCLUDE, RuleKind.EXPECT, RuleKind.FORCE):
         entries = raw_rules.get(kind, [])
         if not isinstance(entries, list):
             ck.error(f"rules.{kind}", f"expected an array of tables ([[rules.{kind}]]), got {show(entries)}")
@@ -666,7 +679,7 @@ def _parse_rules(
                 if raw == []:
                     ck.error(sub, "an empty list names no version; give at least one, or remove the key")
                     continue
-                if kind == "include" and isinstance(raw, list) and len(raw) > 1:
+                if kind == RuleKind.INCLUDE and isinstance(raw, list) and len(raw) > 1:
                     ck.error(
                         sub,
                         f"an included cell has one version per axis, got {len(raw)}; "
@@ -697,28 +710,28 @@ def _parse_rules(
                         ok.append(version)
                 if ok:
                     match[key] = tuple(ok)
-            reason = ck.string(entry, where, "reason", required=kind in ("exclude", "expect")) or ""
+            reason = ck.string(entry, where, "reason", required=kind in (RuleKind.EXCLUDE, RuleKind.EXPECT)) or ""
             expect = None
             if "expect" in entry:
-                if kind == "force":
+                if kind == RuleKind.FORCE:
                     ck.error(f"{where}.expect", "a force rule says how cells install; put expect in [[rules.expect]]")
-                elif kind == "exclude":
+                elif kind == RuleKind.EXCLUDE:
                     ck.error(f"{where}.expect", "an excluded cell does not run; move this rule to [[rules.expect]]")
                 elif entry["expect"] != "fail":
                     ck.error(f"{where}.expect", f'the only expectation is "fail", got {show(entry["expect"])}')
                 else:
                     expect = "fail"
-                    if not reason and kind == "include":
+                    if not reason and kind == RuleKind.INCLUDE:
                         ck.error(f"{where}.reason", "missing; a known-bad combination needs a reason")
-            elif kind == "expect":
+            elif kind == RuleKind.EXPECT:
                 ck.error(f"{where}.expect", 'missing; write expect = "fail"')
-            if kind == "include":
+            if kind == RuleKind.INCLUDE:
                 missing = [a.name for a in axes if a.name not in entry and a.name not in broken]
                 if missing:
                     ck.error(where, "an included cell names a value for every axis; missing " + ", ".join(missing))
             elif not any(k for k in entry if k not in RULE_META_KEYS):
                 ck.error(where, "names no axis, so it would match every cell")
-            if kind == "include" and any(by_name[a].find(v[0]) is None for a, v in match.items()):
+            if kind == RuleKind.INCLUDE and any(by_name[a].find(v[0]) is None for a, v in match.items()):
                 continue  # it names a version its selecting axis does not have now (noted above)
             rules.append(Rule(kind=kind, match=match, reason=reason, expect=expect))
     if "neighbours" in raw_rules:

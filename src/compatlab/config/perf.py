@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from compatlab.config.check import Checker, field_default, show
 from compatlab.errors import ConfigError
@@ -24,6 +24,7 @@ __all__ = [
     "SERVERS",
     "PerfConfig",
     "PerfThresholds",
+    "Protocol",
     "ServerSpec",
     "load_prompts",
     "parse_perf",
@@ -33,7 +34,8 @@ __all__ = [
 ]
 
 SERVERS = ("baseline", "eagle3")
-PROTOCOLS = ("generate", "openai")
+Protocol = Literal["generate", "openai"]  # SGLang's native /generate, or its OpenAI routes
+PROTOCOLS: tuple[Protocol, ...] = ("generate", "openai")
 HEALTH_PATHS = ("/health_generate", "/health")
 _PERF_KEYS = frozenset(
     {
@@ -92,7 +94,7 @@ class PerfConfig:
     path: str
     servers: Mapping[str, ServerSpec]
     thresholds: PerfThresholds
-    protocol: str = "generate"
+    protocol: Protocol = "generate"
     concurrency: tuple[int, ...] = (1, 16)
     trials: int = 3
     output_len: int = 256

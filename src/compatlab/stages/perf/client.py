@@ -33,11 +33,12 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
+
+from compatlab.config.perf import Protocol
 
 __all__ = ["LevelResult", "RequestResult", "Target", "get_json", "percentile", "post", "run_level"]
 
-Protocol = Literal["generate", "openai"]
 _READ = 1 << 16
 _MAX_ERROR_BODY = 2000
 

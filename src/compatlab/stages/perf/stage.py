@@ -140,7 +140,7 @@ def _life(
             record["served_model"] = model
             target = Target(
                 port=server.port,
-                protocol=config.protocol,  # type: ignore[arg-type]
+                protocol=config.protocol,
                 model=model,
             )
 
