@@ -25,6 +25,5 @@ def test_an_item_that_is_not_key_equals_seconds_is_refused(item: str) -> None:
 def test_an_unknown_key_is_named_by_the_flag() -> None:
     with pytest.raises(ConfigError) as info:
         suite_thresholds(parse_threshold_args(["jit-timout=600"]), source="--threshold")  # spellchecker:disable-line
-    assert (
-        str(info.value) == "--threshold: jit-timout: unknown key; perhaps you meant 'jit-timeout'?"
-    )  # spellchecker:disable-line
+    wanted = "--threshold: jit-timout: unknown key; perhaps you meant 'jit-timeout'?"  # spellchecker:disable-line
+    assert str(info.value) == wanted
