@@ -47,6 +47,7 @@ __all__ = [
     "cell_venv",
     "conclude",
     "existing_context",
+    "existing_matrix",
     "existing_stages",
     "find_cell",
     "new_run_id",
@@ -231,10 +232,9 @@ def existing_stages(env: Environment, *, nccl: bool = False, only: Sequence[str]
     return tuple(out)
 
 
-def existing_context(
+def existing_matrix(
     env: Environment,
     *,
-    work_dir: Path,
     packages: Sequence[str] = (),
     pins: dict[str, str] | None = None,
     archs: Sequence[str] = (),
@@ -242,14 +242,20 @@ def existing_context(
     gpus: int = 0,
     serve: ServeConfig | None = None,
     thresholds: Thresholds | None = None,
-    say: Callable[[str], None] | None = None,
-) -> CellContext:
-    """The context of *env* as a one-cell matrix (``envs.existing_cell``): nothing to install, the stack as it is."""
+) -> tuple[Matrix, Cell]:
+    """*env* as a one-cell matrix (``envs.existing_cell``), with the ``[serve]`` and suite limits asked for."""
     matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
     if serve is not None:
         matrix = dataclasses.replace(matrix, serve=serve)
     if thresholds is not None:
         matrix = dataclasses.replace(matrix, thresholds=thresholds)
+    return matrix, cell
+
+
+def existing_context(
+    env: Environment, matrix: Matrix, cell: Cell, *, work_dir: Path, say: Callable[[str], None] | None = None
+) -> CellContext:
+    """The context of *env*'s one cell (``existing_matrix``): nothing to install, the stack as it is."""
     work_dir.mkdir(parents=True, exist_ok=True)
     return CellContext(
         matrix=matrix,
@@ -288,27 +294,25 @@ def run_existing(
         stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
     from compatlab.host import host_facts
 
-    matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
+    matrix, cell = existing_matrix(
+        env,
+        packages=packages,
+        pins=pins,
+        archs=archs,
+        min_driver=min_driver,
+        gpus=gpus,
+        serve=serve,
+        thresholds=thresholds,
+    )
     with store.claim_run(run_dir, run_id=run_dir.name, plan=planned(matrix), host=host_facts) as run:
-        ctx = existing_context(
-            env,
-            work_dir=run.work_dir(cell.id),
-            packages=packages,
-            pins=pins,
-            archs=archs,
-            min_driver=min_driver,
-            gpus=gpus,
-            serve=serve,
-            thresholds=thresholds,
-            say=say,
-        )
+        ctx = existing_context(env, matrix, cell, work_dir=run.work_dir(cell.id), say=say)
         t0 = time.monotonic()
         run_pipeline(ctx, stages)
         # The grid shows the environment's axes, not every package it pins.
-        axes = {a.name: a.values[0].version for a in ctx.matrix.axes}
+        axes = {a.name: a.values[0].version for a in matrix.axes}
         result = conclude(ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes)
         run.write_cell(result)
-        run.aggregate(planned(ctx.matrix), latest=None)
+        run.aggregate(planned(matrix), latest=None)
     return ctx, result
 
 

@@ -20,11 +20,11 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "CELL_SCHEMA",
@@ -51,6 +51,7 @@ CELL_SCHEMA = "compatlab.runs.cell/1"
 RUN_SCHEMA = "compatlab.runs.run/1"
 # The reason of a cell whose file could not be read: an error cell, never a dropped one.
 UNREADABLE = "unreadable result: "
+_T = TypeVar("_T")
 
 
 class StageState(StrEnum):
@@ -182,6 +183,15 @@ class _Shape:
         return {}
 
 
+def _whole(read: Callable[[object, str, list[str]], _T | None], data: object, where: str) -> _T:
+    """What *read* makes of *data*, or ShapeError with every problem it found."""
+    problems: list[str] = []
+    value = read(data, where, problems)
+    if problems or value is None:
+        raise ShapeError(problems)
+    return value
+
+
 def _show(value: object) -> str:
     """A found value for a message: its repr, cut short; containers by kind."""
     if isinstance(value, dict):
@@ -228,11 +238,7 @@ class StageResult:
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> StageResult:
-        problems: list[str] = []
-        stage = cls._read(data, where, problems)
-        if problems or stage is None:
-            raise ShapeError(problems)
-        return stage
+        return _whole(cls._read, data, where)
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> StageResult | None:
@@ -307,11 +313,7 @@ class InstallRecord:
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> InstallRecord:
-        problems: list[str] = []
-        record = cls._read(data, where, problems)
-        if problems or record is None:
-            raise ShapeError(problems)
-        return record
+        return _whole(cls._read, data, where)
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> InstallRecord | None:
@@ -415,11 +417,7 @@ class CellResult:
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> CellResult:
-        problems: list[str] = []
-        cell = cls._read(data, where, problems)
-        if problems or cell is None:
-            raise ShapeError(problems)
-        return cell
+        return _whole(cls._read, data, where)
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> CellResult | None:
@@ -540,11 +538,7 @@ class RunInfo:
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> RunInfo:
-        problems: list[str] = []
-        info = cls._read(data, where, problems)
-        if problems or info is None:
-            raise ShapeError(problems)
-        return info
+        return _whole(cls._read, data, where)
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> RunInfo | None:
