@@ -705,7 +705,7 @@ def existing_cell(
 ) -> tuple[Matrix, Cell]:
     """The one-cell matrix of an existing environment, and its cell.
 
-    The cell's packages are *packages* (every distribution with native code when empty), the pinned
+    The cell's packages are *packages* (every distribution when empty, pure Python included), the pinned
     ones and the stack; a pinned one carries its pin as the declared version, so that the pins stage
     compares the environment against it.
     """
@@ -716,11 +716,11 @@ def existing_cell(
             raise UsageError(
                 f"--package {unknown[0]}: not installed for {env.python}"
                 + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
-                + "; `compatlab check` without --package checks every distribution with native code"
+                + "; `compatlab check` without --package checks every distribution"
             )
         chosen = [env.spelled(p) or p for p in packages]
     else:
-        chosen = list(env.native)
+        chosen = sorted(env.dists, key=str.lower)  # pure Python too: its import can fail as well
     stack = _stack_values(env, pins)
     from compatlab.stages.site import cuda_of_torch
 

@@ -35,8 +35,9 @@ from compatlab.runs.model import (
     cell_state,
 )
 from compatlab.runs.store import RunFolder
-from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, install
+from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, blame, install
 from compatlab.stages.base import blocked
+from compatlab.stages.runtime import observed
 
 __all__ = [
     "DEFAULT_STAGE_SECONDS",
@@ -481,8 +482,15 @@ def conclude(
 ) -> CellResult:
     """The cell's result, built once from its context after its stages ran; *axes* replaces the cell's own
     (an existing environment's grid shows its axes, not every package it pins)."""
-    stages = ctx.previous
+    stages = tuple(blame.with_cause(s) for s in observed(ctx.previous))
     state, reason = verdict(stages)
+    causes = blame.blames(stages) if state == CellState.FAIL else ()
+    if len(causes) > 1:
+        reason = (
+            f"{len(causes)} causes: {reason}; also "
+            + "; also ".join(f"{b.stage}: {b.reason}" for b in causes[1:3])
+            + (f" (and {len(causes) - 3} more)" if len(causes) > 3 else "")
+        )
     inst = ctx.stage("install")
     if inst is not None:
         attempts = int(inst.details.get("attempts", 1))
@@ -500,6 +508,7 @@ def conclude(
         seconds=seconds,
         attempts=attempts or 1,
         reason=reason,
+        causes=causes,
     )
 
 
@@ -516,12 +525,17 @@ def verdict(stages: tuple[StageResult, ...]) -> tuple[CellState, str]:
     return state, reason + _disagreement(stages)
 
 
+_LINK_CAUSES = ("abi-symbol", "torch-abi", "python-abi", "symbol-version", "missing-library", "")
+
+
 def _disagreement(stages: tuple[StageResult, ...]) -> str:
     """The static stage predicts what the import stage proves; when they differ, the reason says so."""
     by_name = {s.name: s for s in stages}
     static, imported = by_name.get("static"), by_name.get("import")
     if static is None or imported is None or {static.state, imported.state} != {StageState.FAIL, StageState.PASS}:
         return ""
+    if imported.state == StageState.FAIL and imported.cause not in _LINK_CAUSES:
+        return ""  # an exception of Python code, which static never reads: no prediction to disagree with
     if static.state == StageState.FAIL:
         return " [import disagrees: every module loaded]"
     return " [static disagrees: it predicted no load failure]"

@@ -27,6 +27,8 @@ _KEYS = (
     "needed",
     "needed_why",
     "verdict",
+    "failed_loads",
+    "cause",
 )
 
 
@@ -55,6 +57,11 @@ class ImportEntry:
     needed: bool | None = None
     needed_why: str | None = None
     verdict: str | None = None
+    # What the import tried to load and could not ({"name", "how", "error", "kind", "cause", "judged"}):
+    # judged "cause" (the import failed on it), "not-picked" (the package loaded another build after it),
+    # "feature" (the import worked without it: a warning) or "absent" (a library by name this machine lacks).
+    failed_loads: tuple[Mapping[str, Any], ...] | None = None
+    cause: str | None = None  # the failure's code in incell/causes.py
 
     @property
     def is_package(self) -> bool:
@@ -69,6 +76,8 @@ class ImportEntry:
                 continue
             if key == "mapped":
                 value = list(value)
+            elif key == "failed_loads":
+                value = [dict(v) for v in value]
             elif key in ("failure", "alone"):
                 value = dict(value)
             out[key] = value
@@ -84,6 +93,7 @@ class ImportEntry:
         if unknown or missing:
             raise EntryError(f"a modules entry of {data.get('module')!r}: unknown keys {unknown}, missing {missing}")
         mapped = data.get("mapped")
+        failed_loads = data.get("failed_loads")
         return cls(
             module=str(data["module"]),
             dist=str(data["dist"]),
@@ -97,6 +107,8 @@ class ImportEntry:
             needed=data.get("needed"),
             needed_why=data.get("needed_why"),
             verdict=data.get("verdict"),
+            failed_loads=None if failed_loads is None else tuple(dict(v) for v in failed_loads),
+            cause=data.get("cause"),
         )
 
 

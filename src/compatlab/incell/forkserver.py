@@ -454,11 +454,11 @@ class ForkServer:
 
 
 def _stderr(reply: dict[str, Any]) -> str:
-    """The child's stderr, ending with its record when that says what an import mapped, as the probe's does
-    (loadcheck.mapped_of reads it from either path)."""
+    """The child's stderr, ending with its record when that says what an import mapped or tried to load, as
+    the probe's does (loadcheck.mapped_of and attempts_of read it from either path)."""
     text = str(reply["stderr"])
     record = reply.get("record")
-    if isinstance(record, dict) and "mapped" in record:
+    if isinstance(record, dict) and ("mapped" in record or "attempts" in record):
         text += RESULT_TAG + json.dumps(record) + "\n"
     return text
 

@@ -36,7 +36,9 @@ __all__ = [
     "Installed",
     "LoadFailure",
     "LoadTarget",
+    "attempts_of",
     "classify",
+    "classify_attempt",
     "classify_record",
     "demangle",
     "describe",
@@ -53,7 +55,30 @@ log = logging.getLogger(__name__)
 
 # Kinds that say the stack itself is broken; the others say this machine could not judge it.
 STACK_KINDS = frozenset(
-    {"undefined-symbol", "symbol-version", "missing-library", "import-error", "signal", "timeout", "exit"}
+    {"undefined-symbol", "symbol-version", "missing-library", "numpy-abi", "import-error", "signal", "timeout", "exit"}
+)
+
+# A failure's kind as a code of the one table (incell/causes.py); an undefined symbol is refined by whose it is.
+_CAUSE_OF_KIND = {
+    "undefined-symbol": "abi-symbol",
+    "symbol-version": "symbol-version",
+    "missing-library": "missing-library",
+    "numpy-abi": "numpy-abi",
+    "no-driver": "needs-gpu",
+    "missing-dependency": "undeclared-dependency",
+    "import-error": "import-error",
+    "signal": "crash",
+    "timeout": "hang",
+    "exit": "import-error",
+}
+# NumPy's C API: a module built for 1.x beside 2.x says one of these (on stderr or in the exception).
+_NUMPY_ABI = (
+    "_ARRAY_API not found",
+    "compiled using NumPy 1.x cannot be run in",
+    "numpy.core.multiarray failed to import",
+    "numpy.core._multiarray_umath failed to import",
+    "numpy.dtype size changed, may indicate binary incompatibility",
+    "module compiled against ABI version",
 )
 
 
@@ -79,6 +104,18 @@ class LoadFailure:
         """True when the failure says the stack is broken (not that this machine has no driver)."""
         return self.kind in STACK_KINDS
 
+    @property
+    def cause(self) -> str:
+        """Its code in incell/causes.py: an undefined symbol of CPython's C API is python-abi, one of
+        torch's C++ namespaces (c10::, at::, torch::) torch-abi."""
+        if self.kind == "undefined-symbol":
+            name = self.demangled or self.symbol or ""
+            if re.match(r"_?Py[A-Z_]", self.symbol or ""):
+                return "python-abi"
+            if re.match(r"(?:\w+ )?(?:c10|at|torch|caffe2)::", name) or "c10::" in name.split("(")[0]:
+                return "torch-abi"
+        return _CAUSE_OF_KIND.get(self.kind, "unclassified")
+
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -96,6 +133,14 @@ _DRIVER_TEXT = (
     "nvidia driver on your system is too old",
     "compatible with the cuda driver",
     "no cuda gpus are available",
+    "no nvidia gpu",
+    "nvml shared library not found",
+    "failed to initialize nvml",
+    "cuda driver initialization failed",
+    "cudagetdevicecount",
+    "found no nvidia driver on your system",
+    "cuda is not available",
+    "does not expose a usable cuda device",
 )
 _DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
 
@@ -121,6 +166,21 @@ def mapped_of(completed: Completed) -> list[str] | None:
     record = _result_record(completed.stderr)
     mapped = record.get("mapped") if record else None
     return [str(p) for p in mapped] if isinstance(mapped, list) else None
+
+
+def attempts_of(completed: Completed) -> list[dict[str, Any]] | None:
+    """Every shared object a probe's import tried to load, in order (probe.attempts); None: not recorded."""
+    record = _result_record(completed.stderr)
+    tried = record.get("attempts") if record else None
+    return [a for a in tried if isinstance(a, dict)] if isinstance(tried, list) else None
+
+
+def classify_attempt(attempt: Mapping[str, Any], step: str = "") -> LoadFailure | None:
+    """A failed load attempt (probe.attempts) classified as a failed load is; None for one that loaded."""
+    if attempt.get("ok"):
+        return None
+    exc_type, _, message = str(attempt.get("error", "")).partition(": ")
+    return _classify_message(message, exc_type, step or f"load {attempt.get('name', '')}", "")
 
 
 def classify(completed: Completed) -> LoadFailure | None:
@@ -178,6 +238,9 @@ def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadF
         library = m.group(1)
         kind = "no-driver" if library.startswith(_DRIVER_LIBS) else "missing-library"
         return LoadFailure(kind=kind, message=message, library=library, step=step, raw=raw)
+    if any(t in message for t in _NUMPY_ABI) or (exc_type == "ImportError" and any(t in raw for t in _NUMPY_ABI)):
+        # The outer ImportError ("numpy.core.multiarray failed to import") is the symptom: say the break.
+        return LoadFailure(kind="numpy-abi", message=_numpy_words(message, raw), library="numpy", step=step, raw=raw)
     if any(t in message.lower() for t in _DRIVER_TEXT):
         return LoadFailure(kind="no-driver", message=message, step=step, raw=raw)
     text = f"{exc_type}: {message}" if exc_type else message
@@ -188,6 +251,13 @@ def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadF
             # Another distribution's module: the package needs something it does not declare.
             return LoadFailure(kind="missing-dependency", message=text, library=wanted, step=step, raw=raw)
     return LoadFailure(kind="import-error", message=text, step=step, raw=raw)
+
+
+def _numpy_words(message: str, raw: str) -> str:
+    installed = re.search(r"cannot be run in\s+NumPy (\d[\w.]*)", raw + message)
+    have = f"numpy {installed.group(1).rstrip('.')}" if installed else "numpy 2.x"
+    said = message.strip().splitlines()[0] if message.strip() else "ImportError"
+    return f"built for NumPy 1.x, {have} installed ({said})"
 
 
 def describe(target: str, failure: LoadFailure) -> str:
@@ -203,6 +273,8 @@ def describe(target: str, failure: LoadFailure) -> str:
         return f"{where}: symbol version {failure.symbol} not found{needed}"
     if failure.kind == "missing-library":
         return f"{where}: missing shared library {failure.library}"
+    if failure.kind == "numpy-abi":
+        return f"{where}: {failure.message}; fix: `numpy<2`, or a release built for NumPy 2"
     if failure.kind == "no-driver":
         return f"{where}: no NVIDIA driver ({failure.library or failure.message})"
     if failure.kind == "missing-dependency":
@@ -464,8 +536,10 @@ def _top_level_names(dist: importlib.metadata.Distribution, files: Sequence[Any]
         # Loose top-level modules beside a package are usually build helpers (flashinfer ships
         # build_backend.py): the packages are what users import.
         names = packages or modules
+    where = Path(str(dist.locate_file("")))
+    names = [_python_name(where.joinpath(*n.split("."))) or n for n in names]
     seen: dict[str, None] = {}
-    for n in names:
+    for n in [*names, *_pth_tops(dist, files)]:
         if "/" not in n and all(part.isidentifier() for part in n.split(".")):
             seen[n] = None
     return sorted(seen)
@@ -539,7 +613,7 @@ class Installed:
             if not importable_here(f.name):
                 other.append(f.as_posix())
                 continue
-            dotted = ".".join([*f.parts[:-1], base])
+            dotted = _import_name(path, base) or ".".join([*f.parts[:-1], base])
             modules.append(LoadTarget(dist=self.name, label=f.as_posix(), name=dotted, path=str(path)))
         return modules, other
 
@@ -556,6 +630,62 @@ class Installed:
         ``_mscclpp.cpython-310-x86_64-linux-gnu.so`` beside a 3.11 interpreter): ``import`` never finds them
         here, and loading one by path anyway runs code built for another C API (it crashes). Their labels."""
         return self._extension_modules[1]
+
+
+def _import_name(path: Path, base: str) -> str | None:
+    """The dotted name Python imports the module at *path* by: relative to the deepest ``sys.path`` entry
+    that holds it (a ``.pth`` file's path entry makes ``site-packages/vendor/foo/_x.so`` the module
+    ``foo._x``, not ``vendor.foo._x``); None when no entry holds it under identifiers only."""
+    real = os.path.realpath(path)
+    entries = sorted({os.path.realpath(e) for e in sys.path if e}, key=len, reverse=True)
+    for entry in entries:
+        if real.startswith(entry.rstrip(os.sep) + os.sep):
+            parts = Path(real[len(entry.rstrip(os.sep)) + 1 :]).parts[:-1]
+            if all(p.isidentifier() for p in parts):
+                return ".".join([*parts, base])
+    return None
+
+
+def _python_name(folder: Path) -> str | None:
+    """The dotted name Python imports the package or module at *folder* (no suffix) by, relative to the
+    deepest ``sys.path`` entry that holds it: a ``.pth`` file that puts ``nvidia_cutlass_dsl/dsl_packages``
+    on the path makes ``nvidia_cutlass_dsl.dsl_packages.cutlass`` the package ``cutlass``."""
+    real = os.path.realpath(folder)
+    for entry in sorted({os.path.realpath(e) for e in sys.path if e}, key=len, reverse=True):
+        if real.startswith(entry.rstrip(os.sep) + os.sep):
+            parts = Path(real[len(entry.rstrip(os.sep)) + 1 :]).parts
+            return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+    return None
+
+
+def _pth_tops(dist: importlib.metadata.Distribution, files: Sequence[Any]) -> list[str]:
+    """Top-level packages and modules that a distribution's ``.pth`` path entries put on ``sys.path``."""
+    names: list[str] = []
+    for f in files:
+        if len(f.parts) != 1 or not f.name.endswith(".pth"):
+            continue
+        try:
+            text = Path(str(dist.locate_file(f))).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        root = Path(str(dist.locate_file(""))).resolve()
+        for raw in text.splitlines():
+            line = raw.strip()
+            if not line or line.startswith(("#", "import ", "import\t")):
+                continue
+            folder = (root / line).resolve()
+            prefix = folder.relative_to(root).parts if folder.is_relative_to(root) else None
+            if not prefix:
+                continue
+            for g in files:
+                rest = g.parts[len(prefix) :]
+                if tuple(g.parts[: len(prefix)]) != tuple(prefix) or not rest:
+                    continue
+                if len(rest) == 2 and rest[1] == "__init__.py":
+                    names.append(rest[0])
+                elif len(rest) == 1 and rest[0].endswith(".py") and rest[0] != "__init__.py":
+                    names.append(rest[0][:-3])
+    return names
 
 
 def package_targets(dist_name: str) -> tuple[str, list[LoadTarget]]:

@@ -4,8 +4,17 @@
 PRE (comma-separated), then loads the extension module at PATH as NAME, or imports the package NAME when
 PATH is empty, and writes what happened as one tagged JSON line on stderr, the last it writes::
 
-    COMPATLAB-LOAD-RESULT {"ok": true, "step": "import torch", "mapped": [...]}
+    COMPATLAB-LOAD-RESULT {"ok": true, "step": "import torch", "mapped": [...], "attempts": [...]}
     COMPATLAB-LOAD-RESULT {"ok": false, "step": "load /x/m.so", "type": "OSError", "message": "...", "outer": [...]}
+
+"attempts" is every shared object the import *tried* to load, in order, with its outcome: what the import
+needs is observed, not guessed from names. Two doors cover what Python code loads: ``_imp.create_dynamic``
+(every extension module, by ``import`` or by a loader given a path) and ``ctypes._dlopen``, which
+``ctypes.CDLL``, ``ctypes.cdll.LoadLibrary`` and ``torch.ops.load_library`` all call (the audit event
+``ctypes.dlopen`` fires there too, but before the load and without its outcome). Each is wrapped once per
+process, before the first import; a failure the package catches (torchvision's ``_C.so`` with an undefined
+symbol, then "operator torchvision::nms does not exist") is recorded with the loader's own words. Libraries a
+C loader opens itself (dlopen from C++) are not seen here; the mapped list still shows those that loaded.
 
 It exits 0 when the module loaded and 3 when it did not, through the interpreter's finalisation (a module
 that crashes at exit is seen too). The fork server (``forkserver``) runs the same ``steps`` in its children;
@@ -17,24 +26,85 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["RESULT_TAG", "main", "mapped_shared_objects", "root_cause", "steps"]
+__all__ = ["RESULT_TAG", "attempts", "main", "mapped_shared_objects", "observe", "root_cause", "steps"]
 
 RESULT_TAG = "COMPATLAB-LOAD-RESULT "
+MAX_ATTEMPTS = 400  # one import that tries more is recorded up to here, and says it was cut
+_ERROR_CHARS = 600
+
+_attempts: list[dict[str, Any]] = []
+_observing = False
+
+
+def _record(how: str, name: object, error: BaseException | None) -> None:
+    if len(_attempts) > MAX_ATTEMPTS:
+        return
+    if len(_attempts) == MAX_ATTEMPTS:
+        _attempts.append({"how": how, "name": "", "ok": False, "error": "cut: more load attempts than recorded"})
+        return
+    entry: dict[str, Any] = {"how": how, "name": os.fspath(name) if isinstance(name, (str, os.PathLike)) else ""}
+    entry["ok"] = error is None
+    if error is not None:
+        entry["error"] = f"{type(error).__name__}: {error}"[:_ERROR_CHARS]
+    _attempts.append(entry)
+
+
+def observe() -> None:
+    """Wrap the two doors every Python-level load goes through (the module's docstring), once."""
+    global _observing  # noqa: PLW0603 - one process, one set of wrappers
+    if _observing:
+        return
+    _observing = True
+    import _imp
+    import ctypes
+
+    create = _imp.create_dynamic
+
+    def create_dynamic(spec: Any, *args: Any) -> Any:
+        try:
+            module = create(spec, *args)
+        except BaseException as exc:
+            _record("extension", getattr(spec, "origin", None), exc)
+            raise
+        _record("extension", getattr(spec, "origin", None), None)
+        return module
+
+    _imp.create_dynamic = create_dynamic
+    dlopen = ctypes._dlopen  # type: ignore[attr-defined]
+
+    def observed_dlopen(name: Any, *args: Any) -> Any:
+        try:
+            handle = dlopen(name, *args)
+        except BaseException as exc:
+            _record("ctypes", name, exc)
+            raise
+        _record("ctypes", name, None)
+        return handle
+
+    ctypes._dlopen = observed_dlopen  # type: ignore[attr-defined]
+
+
+def attempts() -> list[dict[str, Any]]:
+    """The load attempts recorded since the last ``steps`` began, oldest first."""
+    return list(_attempts)
 
 
 def steps(pre: Sequence[str], path: str | None, name: str) -> dict[str, Any]:
     """Import *pre*, then load *path* as module *name* (or import package *name*), in this process; the
     record to report. A failure's traceback goes to stderr."""
     step = ""
+    observe()
     try:
         for mod in pre:
             step = "import " + mod
             importlib.import_module(mod)
+        _attempts.clear()  # what the prerequisites loaded is theirs, not the module's
         if path and name in sys.modules:
             # Loaded already by a prerequisite (torch._C by `import torch`): it linked and initialised, and
             # running its init a second time is something no package does.
@@ -52,8 +122,8 @@ def steps(pre: Sequence[str], path: str | None, name: str) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001 - whatever the import raised is the verdict (SystemExit too)
         sys.stderr.write(traceback.format_exc())
         sys.stderr.flush()
-        return {"ok": False, "step": step, **root_cause(exc)}
-    record: dict[str, Any] = {"ok": True, "step": step}
+        return {"ok": False, "step": step, **root_cause(exc), "attempts": attempts()}
+    record: dict[str, Any] = {"ok": True, "step": step, "attempts": attempts()}
     if name and not path:  # what the import mapped: the shared objects its package's `import` needs
         mapped = mapped_shared_objects()
         if mapped is not None:

@@ -26,6 +26,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from compatlab.incell.causes import CAUSES
+
 __all__ = [
     "CELL_SCHEMA",
     "CELL_STATES",
@@ -33,6 +35,7 @@ __all__ = [
     "SCHEMA",
     "STAGE_STATES",
     "UNREADABLE",
+    "Blame",
     "CellResult",
     "CellState",
     "Expectation",
@@ -215,11 +218,14 @@ class StageResult:
     seconds: float = 0.0
     # A skipped stage that a full verdict needs (a GPU stage on a CPU box) makes the cell partial.
     required: bool = True
+    cause: str = ""  # a code of incell/causes.py for a result that is not green (stages/blame.py)
 
     def __post_init__(self) -> None:
         # A state read from a suite's or a rank's JSON arrives as its string; it is held as the enum, and a
         # value outside it is refused here rather than written into a result.
         object.__setattr__(self, "state", StageState(self.state))
+        if self.cause and self.cause not in CAUSES:
+            raise ValueError(f"stage {self.name}: cause {self.cause!r} is not a code of incell/causes.py")
 
     @property
     def ok(self) -> bool:
@@ -234,6 +240,7 @@ class StageResult:
             "details": self.details,
             "seconds": self.seconds,
             "required": self.required,
+            **({"cause": self.cause} if self.cause else {}),
         }
 
     @classmethod
@@ -243,10 +250,18 @@ class StageResult:
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> StageResult | None:
         sh = _Shape(
-            data, where, problems, required=("name", "state"), optional=("reason", "details", "seconds", "required")
+            data,
+            where,
+            problems,
+            required=("name", "state"),
+            optional=("reason", "details", "seconds", "required", "cause"),
         )
         if not sh.ok:
             return None
+        cause = sh.text("cause")
+        if cause and cause not in CAUSES:
+            sh.say("cause", f"expected a code of the cause table, got {cause!r}")
+            cause = ""
         return cls(
             name=sh.text("name"),
             state=StageState(sh.choice("state", STAGE_STATES)),
@@ -254,7 +269,20 @@ class StageResult:
             details=sh.table("details"),
             seconds=sh.number("seconds"),
             required=sh.flag("required", True),
+            cause=cause,
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Blame:
+    """One independent cause of a red cell: the stage that found it, its code, and its one line."""
+
+    stage: str
+    code: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"stage": self.stage, "code": self.code, "reason": self.reason}
 
 
 INSTALL_KEYS = (
@@ -380,6 +408,7 @@ class CellResult:
     seconds: float = 0.0
     attempts: int = 1
     reason: str = ""  # the first failing stage's reason, for the grid
+    causes: tuple[Blame, ...] = ()  # every independent cause of a red cell, the one that blocks most first
     # In reports/latest, a cell the newest run did not run is kept from an older one: that run's id.
     run: str = ""
 
@@ -411,6 +440,8 @@ class CellResult:
             "attempts": self.attempts,
             "reason": self.reason,
         }
+        if self.causes:
+            data["causes"] = [b.to_json() for b in self.causes]
         if self.run:  # otherwise the run of the file it is in
             data["run"] = self.run
         return data
@@ -437,6 +468,7 @@ class CellResult:
                 "seconds",
                 "attempts",
                 "reason",
+                "causes",
                 "run",
             ),
         )
@@ -476,8 +508,27 @@ class CellResult:
             seconds=sh.number("seconds"),
             attempts=sh.integer("attempts", 1, minimum=1),
             reason=sh.text("reason"),
+            causes=_blames(sh.data.get("causes"), sh, problems),
             run=sh.text("run"),
         )
+
+
+def _blames(raw: object, sh: _Shape, problems: list[str]) -> tuple[Blame, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        sh.say("causes", f"expected a list of causes, got {_show(raw)}")
+        return ()
+    out: list[Blame] = []
+    for i, item in enumerate(raw):
+        b = _Shape(item, f"{sh.path('causes')}[{i}]", problems, required=("stage", "code", "reason"), optional=())
+        if b.ok:
+            code = b.text("code")
+            if code not in CAUSES:
+                b.say("code", f"expected a code of the cause table, got {code!r}")
+                continue
+            out.append(Blame(stage=b.text("stage"), code=code, reason=b.text("reason")))
+    return tuple(out)
 
 
 def _parse_time(text: str) -> datetime | None:

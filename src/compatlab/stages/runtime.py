@@ -13,14 +13,16 @@ import logging
 
 from packaging.utils import canonicalize_name
 
-from compatlab.incell.entries import import_entries
+from compatlab.incell.entries import ImportEntry, import_entries
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext
 
 __all__ = [
     "blame_broken_pins",
+    "failed_by_path",
     "judge_loaded_by_path",
     "loaded_by_path",
+    "observed",
     "run_cuda_stage",
     "run_import_stage",
 ]
@@ -62,24 +64,47 @@ def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str,
     return out
 
 
+def failed_by_path(result: StageResult) -> dict[str, str]:
+    """The files of the environment a package's import tried to load and could not, whatever their names
+    (``ctypes.CDLL`` of a ``_C.so``, ``torch.ops.load_library``): {label: the package whose import tried}.
+    Their static findings are that package's failures (the import failed on them); a build the package did
+    not pick, a name this machine lacks, and a feature's library the import worked without are not."""
+    out: dict[str, str] = {}
+    for m in import_entries(result.details):
+        for f in m.failed_loads or ():
+            if f.get("judged") == "cause" and not str(f.get("name", "")).startswith("/"):
+                out.setdefault(str(f["name"]), m.module)
+    return out
+
+
 def judge_loaded_by_path(ctx: CellContext, result: StageResult) -> StageResult:
     """Libraries a package's import loaded by path, judged as extension modules (static.judge_loaded_by_path):
     the static stage saw no extension module load them, so their findings were notes; the import stage saw
     the import map them, after `import torch`. A failure of theirs fails this stage, a warning warns."""
-    found = loaded_by_path(result, ctx.stage("static"))
+    mapped = loaded_by_path(result, ctx.stage("static"))
+    failed = failed_by_path(result)
+    found = {**mapped, **failed}
     if not found or result.state in (StageState.ERROR, StageState.SKIP):
         return result
     from compatlab.stages.static.stage import judge_loaded_by_path as judge
 
     targets = [(t.name, t.arch, t.not_needed) for t in ctx.matrix.targets]
     min_drivers = [(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver]
-    findings = judge(ctx.site, sorted(found), targets=targets, min_drivers=min_drivers)
-    details = {**result.details, "loaded_by_path": found}
+    # The import mapped each of them and worked: the loader resolved their libraries and symbols, with what
+    # the process had mapped already (tvm_ffi's libtvm_ffi.so, loaded before xgrammar's bindings need it).
+    # What a load cannot prove (GPU code for the target, the driver a module needs) is still judged.
+    findings = [
+        f
+        for f in judge(ctx.site, sorted(found), targets=targets, min_drivers=min_drivers)
+        if f.module in failed or f.kind.value not in _LINK_KINDS
+    ]
+    details = {**result.details, "loaded_by_path": mapped, **({"tried_by_path": failed} if failed else {})}
     state, reason = result.state, result.reason
     said: dict[str, list[str]] = {"fail": [], "warn": []}
     for f in findings:
         if f.severity in said:
-            said[f.severity].append(f"{f.message} (`import {found[f.module]}` loads it by path)")
+            how = "tried to load it and could not" if f.module in failed else "loads it by path"
+            said[f.severity].append(f"{f.message} (`import {found[f.module]}` {how})")
     details["loaded_by_path_findings"] = [f.to_json() for f in findings]
     if said["fail"]:
         details["failures"] = [*said["fail"], *(details.get("failures") or [])]
@@ -111,8 +136,11 @@ def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageRes
     blamed = sorted((b for b in broken if b.get("by") in failed), key=lambda b: b.get("by") not in named)
     if not blamed:
         return result
+    # An exception of the package's own code beside a broken pin is that pin (pydantic's SystemError over
+    # pydantic-core's version); a named ABI break keeps its code, with the pin in the reason.
     return dataclasses.replace(
         result,
+        cause="pin-broken" if result.cause in ("import-error", "") else result.cause,
         reason=f"{first}; {blamed[0]['text']}" + (f" (and {more}" if more else ""),
         details={**result.details, "broken_pins": [str(b["text"]) for b in blamed]},
     )
@@ -126,3 +154,80 @@ def run_cuda_stage(ctx: CellContext) -> StageResult:
     from compatlab.stages.suite import run_suite
 
     return run_suite(ctx, "cuda", required=True)
+
+
+# Static's findings that a load in a real process proves wrong or moot: the loader found the library (one
+# the process had already mapped, as ld.so does) and the symbols.
+_LINK_KINDS = ("library", "symbol", "version", "by-name")
+
+
+def observed(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
+    """The stages, static's prediction corrected by what the import stage saw, when both ran.
+
+    A static failure of kind library, symbol, version or by-name on a module that loaded (alone, or mapped
+    by its package's import, which worked) is no failure: the loader resolved it, with what the process had
+    already mapped (a NEEDED soname not on the RUNPATH that the package's own import loaded a moment
+    earlier). A failure on a module the import stage saw its package not need (``needed`` False: every
+    import of its distribution worked without trying to load it) is a warning, whatever static guessed from
+    the import graph. Both say so in the finding (``observed``). Without an import stage static keeps its
+    prediction, and its reason says it is one.
+    """
+    by_name = {s.name: s for s in stages}
+    static, imported = by_name.get("static"), by_name.get("import")
+    if static is None or static.state not in (StageState.FAIL, StageState.WARN):
+        return stages
+    if imported is None or imported.state in (StageState.SKIP, StageState.ERROR):
+        if static.state == StageState.FAIL and "prediction" not in static.reason:
+            fixed = dataclasses.replace(static, reason=static.reason + " (static's prediction: no import ran)")
+            return tuple(fixed if s is static else s for s in stages)
+        return stages
+    entries = import_entries(imported.details)
+    loaded = {e.module for e in entries if e.ok}
+    for e in entries:
+        if e.is_package and e.ok:
+            loaded.update(e.mapped or ())
+    unneeded = {e.module: e for e in entries if e.needed is False}
+    packages: dict[str, list[ImportEntry]] = {}
+    for e in entries:
+        if e.is_package:
+            packages.setdefault(canonicalize_name(e.dist), []).append(e)
+
+    def untried(module: str, dist: object) -> bool:
+        # Every import of its distribution worked and none tried to load it: a library the package loads
+        # when a feature is used (torch_memory_saver's hook libraries, by ctypes, per CUDA major).
+        mine = packages.get(canonicalize_name(str(dist)), []) if dist else []
+        return bool(mine) and all(
+            p.ok and module not in (p.mapped or ()) and all(x.get("name") != module for x in p.failed_loads or ())
+            for p in mine
+        )
+
+    findings = [f for f in static.details.get("findings") or [] if isinstance(f, dict)]
+    changed = False
+    out: list[dict[str, object]] = []
+    for found in findings:
+        module, severity = str(found.get("module", "")), found.get("severity")
+        details = dict(found.get("details") or {})
+        f = found
+        if severity == "fail" and found.get("kind") in _LINK_KINDS and module in loaded:
+            f = {**found, "severity": "note", "details": {**details, "observed": "it loaded here"}}
+        elif severity == "fail" and (module in unneeded or untried(module, details.get("dist"))):
+            said = "`import` does not need it: its package imports without trying to load it"
+            message = f"{found.get('message')} ({said})"
+            f = {**found, "severity": "warn", "message": message, "details": {**details, "observed": said}}
+        changed = changed or f is not found
+        out.append(f)
+    if not changed:
+        return stages
+    fails = [f for f in out if f.get("severity") == "fail"]
+    warns = [f for f in out if f.get("severity") == "warn"]
+    state = StageState.FAIL if fails else StageState.WARN if warns else StageState.PASS
+    top = fails or warns
+    reason = (str(top[0].get("message")) + (f" (and {len(top) - 1} more)" if len(top) > 1 else "")) if top else ""
+    fixed = dataclasses.replace(
+        static,
+        state=state,
+        reason=reason,
+        cause="",
+        details={**static.details, "findings": out, "observed_by_import": True},
+    )
+    return tuple(fixed if s is static else s for s in stages)

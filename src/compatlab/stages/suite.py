@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compatlab import envs
+from compatlab.incell.causes import CAUSES
 from compatlab.incell.context import PreviousStage, SuiteContext, TargetInfo
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext, cell_env, incell_path
@@ -100,8 +101,14 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
 
     if failed:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        code = str(details.get("cause") or "")
         return StageResult(
-            name=name, state=StageState.FAIL, reason=why(failed[0]) + more, details=details, seconds=seconds
+            name=name,
+            state=StageState.FAIL,
+            reason=why(failed[0]) + more,
+            details=details,
+            seconds=seconds,
+            cause=code if code in CAUSES else "",
         )
     if errors:
         return StageResult(name=name, state=StageState.ERROR, reason=why(errors[0]), details=details, seconds=seconds)

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,10 +218,15 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tup
         again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
         if again is None:
             failure, by_name = None, True
+    failed_loads: list[dict[str, Any]] = []
+    if target.path is None:
+        failure, failed_loads = _judge_attempts(target, failure, loadcheck.attempts_of(done) or [])
     entry = ImportEntry(
         module=target.label,
         dist=target.dist,
         ok=failure is None,
+        failed_loads=tuple(failed_loads) or None,
+        cause=failure.cause if failure is not None else None,
         seconds=round(done.seconds, 2),
         loaded=(
             f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
@@ -229,10 +234,113 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tup
             else None
         ),
         failure=failure.to_json() if failure is not None else None,
-        reason=loadcheck.describe(target.label, failure) if failure is not None else None,
+        reason=_reason(target, failure, failed_loads) if failure is not None else None,
     )
     # What a package's import mapped: reduced to its own distribution's shared objects afterwards.
     return entry, loadcheck.mapped_of(done) if failure is None and target.path is None else None
+
+
+def _reason(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure, failed_loads: list[dict[str, Any]]) -> str:
+    """The entry's one line: for an import whose failed load was the cause, which file and then the symptom."""
+    cause = next((f for f in failed_loads if f["judged"] == "cause"), None)
+    if cause is None or not failure.outer:
+        return loadcheck.describe(target.label, failure)
+    said = loadcheck.describe(target.label, failure).removeprefix(target.label)
+    return f"{target.label} (it loads {cause['name']}){said}; then {failure.outer[0]}"
+
+
+def _site_label(path: str) -> str:
+    for entry in sorted((e for e in sys.path if e), key=len, reverse=True):
+        if path.startswith(entry.rstrip("/") + "/"):
+            return path[len(entry.rstrip("/")) + 1 :]
+    return path
+
+
+def _judge_attempts(
+    target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | None, attempts: list[dict[str, Any]]
+) -> tuple[loadcheck.LoadFailure | None, list[dict[str, Any]]]:
+    """What a package's import tried to load and could not, judged (ImportEntry.failed_loads), and the
+    import's failure, told by its real cause where a failed load was it.
+
+    A file of the environment that failed to load is *needed* by the import that tried: when the import
+    failed too, the load's error is the cause and the import's own exception the symptom (torchvision's
+    ``_C.so`` with an undefined symbol, then "operator torchvision::nms does not exist"); when the import
+    worked without it, what needs that library will not (a warning), unless the package loaded another
+    build from the same folder right after it (one build per CUDA major, picked at run time: "not-picked").
+    A bare name that did not load (``ctypes.CDLL("libfoo.so.1")``) is the package looking for something
+    this machine may lack: "absent", the import's own outcome says whether that mattered.
+    """
+    judged: list[dict[str, Any]] = []
+    cause: loadcheck.LoadFailure | None = None
+    for i, attempt in enumerate(attempts):
+        lf = loadcheck.classify_attempt(attempt)
+        if lf is None:
+            continue
+        name = str(attempt.get("name", ""))
+        real = os.path.realpath(name) if os.path.isabs(name) else ""
+        label = _site_label(real) if real else name
+        folder = os.path.dirname(real)
+        picked = next(
+            (
+                str(b["name"])
+                for b in attempts[i + 1 :]
+                if b.get("ok")
+                and os.path.isabs(str(b.get("name", "")))
+                and real
+                and os.path.dirname(os.path.realpath(str(b["name"]))) == folder
+            ),
+            None,
+        )
+        if not real or not os.path.isfile(real):
+            verdict = "absent"
+        elif picked is not None:
+            verdict = "not-picked"
+        elif failure is not None and lf.stack:
+            verdict = "cause"
+            cause = cause or lf
+        else:
+            verdict = "feature"
+        judged.append(
+            {
+                "name": label,
+                "how": attempt.get("how", ""),
+                "error": str(attempt.get("error", "")),
+                "kind": lf.kind,
+                "cause": lf.cause,
+                "judged": verdict,
+                **({"instead": _site_label(os.path.realpath(picked))} if picked else {}),
+            }
+        )
+    if failure is not None and cause is not None and cause.message not in failure.message:
+        symptom = failure.message if failure.kind == "import-error" else loadcheck.describe(target.label, failure)
+        failure = dataclasses.replace(
+            cause, step=f"import {target.name}", outer=(symptom, *failure.outer), raw=failure.raw
+        )
+    return failure, judged
+
+
+def _feature_warnings(entries: list[ImportEntry]) -> list[str]:
+    """One warning per folder of libraries that imports tried, could not load and worked without: what
+    needs them will not work (torchcodec tries one build per FFmpeg major; none loads without FFmpeg). Told
+    once, by the first import that tried, however many imports tried the same files."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for entry in entries:
+        folders: dict[str, list[Mapping[str, Any]]] = {}
+        for f in entry.failed_loads or ():
+            if f.get("judged") == "feature" and f["name"] not in seen:
+                seen.add(f["name"])
+                folders.setdefault(os.path.dirname(f["name"]), []).append(f)
+        for folder, failed in folders.items():
+            first = failed[0]
+            lf = loadcheck.classify_attempt({"ok": False, "error": first["error"], "name": first["name"]})
+            what = loadcheck.describe(first["name"], lf) if lf is not None else first["name"]
+            many = f"none of the {len(failed)} libraries it tried in {folder}/ loads: " if len(failed) > 1 else ""
+            out.append(
+                f"{entry.dist}: `import {entry.module}` works, but {many}{what}: what needs "
+                f"{'them' if len(failed) > 1 else 'it'} will not work"
+            )
+    return out
 
 
 def _label(path: str, targets: list[loadcheck.LoadTarget]) -> str:
@@ -328,51 +436,49 @@ def _confirm_not_needed(
     site_packages: str | None = None,
     paths: dict[str, str] | None = None,
 ) -> list[ImportEntry]:
-    """The entries, each failed module that `import <package>` truly does not need marked ``needed=False``
-    (a warning, not a failure), and the others told why they stay needed.
+    """The entries, each failed module that its distribution's imports were *seen* not to need marked
+    ``needed=False`` (a warning, not a failure), and the others told why they stay needed.
 
-    The static stage, from the package's import graph, lists the modules that cannot load and that the
-    package imports only lazily or under an ImportError guard, or that it may load by path
-    (static/not-needed.json). Each is confirmed here: the package's own import loaded, and it had not
-    mapped the module when it finished. Anything else (the import failed, or it mapped the module) keeps
-    the failure.
+    Observed, whichever stages ran: a module is needed when one of its distribution's package imports tried
+    to load it (mapped it, or recorded a failed attempt of it), or failed itself (it may need it), or when
+    the distribution has no package to import. A module that every one of those imports left alone, the
+    imports having worked, is not needed by ``import``: a lazily loaded part, another build the package did
+    not pick (sm100 on this box, one CUDA major of two). The static stage's reading of the import graph
+    (static/not-needed.json), or the graph read here, only adds what the package says the module is for.
     """
-    if predicted is None:  # no static stage ran: nothing predicted, nothing to confirm
-        return entries
-    imports = {(e.dist, e.module): e for e in entries if e.is_package}
-    return [_confirmed(e, predicted, imports, site_packages, paths) for e in entries]
+    imports: dict[str, list[ImportEntry]] = {}
+    for e in entries:
+        if e.is_package:
+            imports.setdefault(e.dist, []).append(e)
+    return [_confirmed(e, predicted or {}, imports.get(e.dist, []), site_packages, paths) for e in entries]
+
+
+def _tried(package: ImportEntry, module: str) -> bool:
+    return module in (package.mapped or ()) or any(f.get("name") == module for f in package.failed_loads or ())
 
 
 def _confirmed(
     entry: ImportEntry,
     predicted: dict[str, dict[str, str]],
-    imports: dict[tuple[str, str], ImportEntry],
+    packages: list[ImportEntry],
     site_packages: str | None,
     paths: dict[str, str] | None,
 ) -> ImportEntry:
-    if entry.failure is None:
+    if entry.failure is None or entry.is_package:
         return entry
-    # A module static found nothing wrong with (it links) can still fail here (its init raises): ask the
-    # package's import graph about it now, only for the modules that did fail.
+    if not packages:
+        return dataclasses.replace(entry, needed_why=f"{entry.dist} has no package to import it: it is loaded alone")
+    tried = next((p for p in packages if _tried(p, entry.module)), None)
+    if tried is not None:
+        return dataclasses.replace(entry, needed_why=f"`import {tried.module}` loads it")
+    failed = next((p for p in packages if not p.ok or p.mapped is None), None)
+    if failed is not None:
+        return dataclasses.replace(entry, needed_why=f"`import {failed.module}` did not load, so it may need it")
     guess = predicted.get(entry.module) or _reach(site_packages, entry.module, (paths or {}).get(entry.module))
-    if guess is None:
-        return entry
-    package = imports.get((entry.dist, guess.get("package", "")))
-    if package is None or not package.ok or package.mapped is None:
-        return dataclasses.replace(entry, needed_why=f"`import {guess.get('package')}` did not load, so it may need it")
-    if entry.module in package.mapped:
-        return dataclasses.replace(entry, needed_why=f"`import {guess['package']}` mapped it")
-    said = f"; {guess['package']} says it is for: {guess['feature']}" if guess.get("feature") else ""
-    if guess.get("needed") == "unknown":  # the code could not say; what `import` did here does
-        verdict = (
-            f"{entry.reason}; `import {guess['package']}` does not need it here: it loads "
-            f"without mapping it, though {guess.get('why', '')}{said}"
-        )
-    else:
-        verdict = (
-            f"{entry.reason}; `import {guess['package']}` does not need it: it loads "
-            f"without mapping it ({guess.get('why', '')}){said}"
-        )
+    names = ", ".join(f"`import {p.module}`" for p in packages)
+    said = f"; {guess['package']} says it is for: {guess['feature']}" if guess and guess.get("feature") else ""
+    why = f" ({guess['why']})" if guess and guess.get("why") else ""
+    verdict = f"{entry.reason}; {names} does not need it: it loads without trying to load it{why}{said}"
     return dataclasses.replace(entry, needed=False, verdict=verdict)
 
 
@@ -441,6 +547,7 @@ def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
     unjudged: list[str] = []
     needs_gpu: list[str] = []
     undeclared: list[str] = []
+    codes: list[str] = []  # the cause code of each of broken, in incell/causes.py
     for entry in entries:
         failure, reason = entry.failure, entry.reason or entry.module
         if failure is None:
@@ -448,7 +555,11 @@ def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
         if failure["kind"] == "missing-dependency" or entry.needed is False:
             undeclared.append(entry.verdict or reason)
         elif failure["kind"] in loadcheck.STACK_KINDS:
-            (ignored if _ignored(entry.module, targets) else broken).append(reason)
+            if _ignored(entry.module, targets):
+                ignored.append(reason)
+            else:
+                broken.append(reason)
+                codes.append(entry.cause or "unclassified")
         elif failure.get("library"):  # the loader found no libcuda.so.1: nothing could be judged
             unjudged.append(reason)
         else:  # linked fine; its initialisation wants a GPU (the stand-in said CUDA_ERROR_NO_DEVICE)
@@ -459,12 +570,18 @@ def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
         total=len(entries),
         ignored=ignored,
         needs_gpu=needs_gpu,
-        warnings=undeclared + other_python,
+        warnings=undeclared
+        + _feature_warnings(entries)
+        + other_python
+        + [f"needs a GPU to judge: {r}" for r in needs_gpu],
     )
-    broken += _undecided(predicted, entries)
+    undecided = _undecided(predicted, entries)
+    broken += undecided
+    codes += ["unclassified"] * len(undecided)
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
-        stage.fail(broken[0] + more, failures=broken)
+        causes = [{"cause": c, "reason": r} for c, r in zip(codes, broken, strict=True)]
+        stage.fail(broken[0] + more, failures=broken, cause=codes[0], causes=causes)
     if unjudged:
         more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
         stage.error(f"could not judge {unjudged[0]}{more}: {driver.describe()}", failures=unjudged)

@@ -1,0 +1,132 @@
+"""Every red, amber or grey stage result named by a code of the one table (incell/causes.py).
+
+A stage that knows its cause sets ``StageResult.cause`` itself (the import suite, from each failed load);
+``cause_of`` names the rest from what each stage writes, so that the runner can give every result a code
+(``with_cause``) and the cell its independent causes (``blames``): one per stage and code, in pipeline order,
+since an earlier stage's failure blocks more of the cell than a later one's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from compatlab.incell.causes import CAUSES
+from compatlab.runs.model import Blame, StageResult, StageState
+
+__all__ = ["blames", "cause_of", "with_cause"]
+
+_STATIC_KINDS = {
+    "family": "cuda-major-mix",
+    "library": "missing-library",
+    "version": "symbol-version",
+    "symbol": "abi-symbol",
+    "driver-api": "driver-too-old",
+    "driver": "driver-too-old",
+    "arch": "no-kernel-image",
+    "metadata": "metadata",
+    "unreadable": "metadata",
+    "by-name": "missing-library",
+}
+
+
+_ABI = {"abi-symbol", "torch-abi", "python-abi"}  # one break of one symbol, however precisely named
+
+
+def _static(result: StageResult) -> str:
+    for f in result.details.get("findings") or []:
+        if isinstance(f, dict) and f.get("severity") == result.state.value:
+            code = _STATIC_KINDS.get(str(f.get("kind")), "unclassified")
+            if code == "abi-symbol":
+                said = str(f.get("message", ""))
+                if any(ns in said for ns in ("c10::", "at::", "torch::")):
+                    return "torch-abi"
+            return code
+    return "unclassified"
+
+
+def _pins(result: StageResult) -> str:
+    reason = result.reason
+    if " both install " in reason and result.details.get("file_clashes"):
+        return "file-clash"
+    if "CUDA" in reason or "cu1" in reason:
+        return "cuda-major-mix"
+    if "replaced by" in reason or "requires" in reason:
+        return "pin-broken"
+    return "unclassified"
+
+
+def cause_of(result: StageResult) -> str:
+    """The code of a result that is not green; "" for one that passed."""
+    if result.cause:
+        return result.cause
+    state, reason = result.state, result.reason
+    if state == StageState.PASS:
+        return ""
+    if state == StageState.SKIP:
+        return "not-run" if result.required else ""
+    if state == StageState.ERROR:
+        return "lab-error" if reason.startswith("lab error") else "infra"
+    if state == StageState.WARN:
+        return "feature-broken" if result.name in ("import", "static") else ""
+    name = result.name
+    if name == "install":
+        if reason.startswith("unsatisfiable"):
+            return "unsatisfiable"
+        return "placeholder-sdist" if "placeholder" in reason else "unclassified"
+    if name == "pins":
+        return _pins(result)
+    if name == "static":
+        return _static(result)
+    if name == "import":
+        return "pin-broken" if result.details.get("broken_pins") else "import-error"
+    if name in ("serve", "cuda"):
+        low = reason.lower()
+        if "no kernel image" in low:
+            return "no-kernel-image"
+        if any(w in low for w in ("ptxas", "nvcc", "jit", "triton", "compil")):
+            return "jit-failed"
+        return "serve-failed" if name == "serve" else "unclassified"
+    if name == "perf":
+        return "too-slow"
+    if name == "nccl":
+        return "nccl"
+    return "unclassified"
+
+
+def with_cause(result: StageResult) -> StageResult:
+    """*result* carrying its code (unchanged when it has one, or passed)."""
+    code = cause_of(result)
+    if code == result.cause:
+        return result
+    assert code in CAUSES, code  # every code above is a row of the table
+    return dataclasses.replace(result, cause=code)
+
+
+def blames(stages: Sequence[StageResult]) -> tuple[Blame, ...]:
+    """The cell's independent causes: each red stage's, and within the import stage each distinct code of
+    its failures; one per (stage, code), pipeline order. The static stage's prediction is left out where
+    the import stage ran and failed with the same code: the observation is the same cause, told better."""
+    found: list[Blame] = []
+    seen: set[tuple[str, str]] = set()
+    imported = next((s for s in stages if s.name == "import" and s.state == StageState.FAIL), None)
+    import_codes = {str(c.get("cause")) for c in (imported.details.get("causes") or [])} if imported else set()
+    if imported is not None:
+        import_codes.add(cause_of(imported))
+    if import_codes & _ABI:
+        import_codes |= _ABI
+    for s in stages:
+        if s.state != StageState.FAIL:
+            continue
+        rows = [
+            (str(c.get("cause")), str(c.get("reason"))) for c in s.details.get("causes") or [] if isinstance(c, dict)
+        ]
+        for said, reason in rows or [(cause_of(s), s.reason)]:
+            # An exception beside a broken pin is what the pin does (runtime.blame_broken_pins).
+            code = s.cause if said == "import-error" and s.cause == "pin-broken" else said
+            if s.name == "static" and code in import_codes:
+                continue
+            if (s.name, code) not in seen:
+                seen.add((s.name, code))
+                found.append(Blame(stage=s.name, code=code, reason=reason))
+    return tuple(found)

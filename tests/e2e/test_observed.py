@@ -1,0 +1,314 @@
+"""Verdicts from what an import really did, on tiny real wheels built here and installed by real uv.
+
+Each package is built in the test: shared objects with gcc, wheels with fixtures.wheels, a venv with uv.
+`compatlab check` then judges it in process, as a box owner runs it; each case is one class the lab got
+wrong when it guessed what an import needs from names (issue 30).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from compatlab.cli.check import run_check
+from compatlab.envs import inspect_environment
+from compatlab.incell import fakecuda
+from compatlab.incell.causes import CAUSES
+from compatlab.runs.model import CellResult, CellState, StageState
+from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module, provider
+from fixtures.wheels import build_wheel, venv_with
+
+pytestmark = pytest.mark.slow
+
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}-cp{sys.version_info.major}{sys.version_info.minor}-linux_x86_64"
+
+VISION_INIT = """\
+import ctypes, os
+_here = os.path.dirname(__file__)
+try:
+    ctypes.CDLL(os.path.join(_here, "_C.so"))  # what torch.ops.load_library does
+    _ops = True
+except OSError:
+    _ops = False
+if not _ops:
+    raise RuntimeError("operator visionish::nms does not exist")
+"""
+
+HOST_INIT = """\
+import ctypes, os
+ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libffihost.so"), mode=ctypes.RTLD_GLOBAL)
+"""
+
+NUMPY_SHIM = '''\
+"""NumPy 2's numpy.core._multiarray_umath: what it answers a module built for NumPy 1.x."""
+import sys
+
+
+def __getattr__(name):
+    if name == "_ARRAY_API":
+        msg = ("A module that was compiled using NumPy 1.x cannot be run in\\n"
+               "NumPy 2.0.2 as it may crash. To support both 1.x and 2.x\\n"
+               "versions of NumPy, modules must be compiled with NumPy 2.0.")
+        sys.stderr.write(msg + "\\n")
+        raise ImportError(msg)
+    raise AttributeError(name)
+'''
+
+# What numpy 1.x's __multiarray_api.h compiles into every extension: _import_array().
+IMPORT_ARRAY = """
+    PyObject *numpy = PyImport_ImportModule("numpy.core._multiarray_umath");
+    PyObject *api = numpy ? PyObject_GetAttrString(numpy, "_ARRAY_API") : NULL;
+    if (api == NULL) {
+        PyErr_Print();
+        PyErr_SetString(PyExc_ImportError, "numpy.core.multiarray failed to import");
+        return NULL;
+    }
+"""
+
+
+def _so(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def _visionish(build: Path, wheels: Path) -> Path:
+    """A torch-extension-like wheel: __init__ loads _C.so by ctypes; _C.so needs ns::check(int), which its
+    libprov.so (the "torch" beside it) no longer defines."""
+    d = build / "vision"
+    provider(d, "_ZN2ns5checkEi")
+    lib_c = compile_so(
+        d / "_C.so",
+        "void _ZN2ns5checkEi(void);\nvoid nms(void) { _ZN2ns5checkEi(); }\n",
+        f"-L{d}",
+        "-lprov",
+        "-Wl,-rpath,$ORIGIN",
+    )
+    provider(d, "_ZN2ns5checkEj")
+    return build_wheel(
+        wheels,
+        "visionish",
+        "1.0",
+        files={
+            "visionish/__init__.py": VISION_INIT,
+            "visionish/_C.so": _so(lib_c),
+            "visionish/libprov.so": _so(d / "libprov.so"),
+        },
+        tag=TAG,
+    )
+
+
+def _host_and_bindings(build: Path, wheels: Path) -> list[Path]:
+    """ffihost loads lib/libffihost.so itself; bindings' __init__ imports ffihost, then loads its
+    libbindings.so by ctypes, which needs libffihost.so with no RUNPATH to it (xgrammar beside tvm_ffi)."""
+    d = build / "host"
+    host = compile_so(d / "libffihost.so", "int ffihost_call(void) { return 7; }\n", soname="libffihost.so")
+    lib = compile_so(
+        d / "libbindings.so",
+        "int ffihost_call(void);\nint bind(void) { return ffihost_call(); }\n",
+        f"-L{d}",
+        "-lffihost",
+    )
+    init = "import ctypes, os\nimport ffihost\nctypes.CDLL(os.path.join(os.path.dirname(__file__), 'libbindings.so'))\n"
+    return [
+        build_wheel(
+            wheels,
+            "ffihost",
+            "1.0",
+            files={"ffihost/__init__.py": HOST_INIT, "ffihost/lib/libffihost.so": _so(host)},
+            tag=TAG,
+        ),
+        build_wheel(
+            wheels,
+            "bindings",
+            "1.0",
+            requires=["ffihost"],
+            files={"bindings/__init__.py": init, "bindings/libbindings.so": _so(lib)},
+            tag=TAG,
+        ),
+    ]
+
+
+def _pure(wheels: Path) -> list[Path]:
+    """purecore 1.0 installed beside purefail 1.0, which pins purecore==2.0 and refuses another at import."""
+    init = (
+        "import purecore\n"
+        "if purecore.__version__ != '2.0':\n"
+        "    raise SystemError(f'The installed purecore version ({purecore.__version__}) is incompatible with "
+        "the current purefail version, which requires 2.0.')\n"
+    )
+    return [
+        build_wheel(wheels, "purecore", "1.0"),
+        build_wheel(wheels, "purefail", "1.0", requires=["purecore==2.0"], files={"purefail/__init__.py": init}),
+    ]
+
+
+def _numpy1(build: Path, wheels: Path) -> list[Path]:
+    """A stand-in numpy 2.0.2 (its _ARRAY_API shim) and oldext, an extension built against NumPy 1.x."""
+    mod = ext_module(build / "np", "_oldext", IMPORT_ARRAY)
+    return [
+        build_wheel(
+            wheels,
+            "numpy",
+            "2.0.2",
+            files={"numpy/core/__init__.py": "", "numpy/core/_multiarray_umath.py": NUMPY_SHIM},
+        ),
+        build_wheel(
+            wheels,
+            "oldext",
+            "1.0",
+            requires=["numpy"],
+            files={"oldext/__init__.py": "from oldext import _oldext\n", f"oldext/_oldext{EXT_SUFFIX}": _so(mod)},
+            tag=TAG,
+        ),
+    ]
+
+
+PICK_INIT = """\
+import ctypes, os
+_here = os.path.dirname(__file__)
+for _build in ("libkern_cu12.so", "libkern_cu13.so"):  # one build per CUDA major, the first that loads
+    try:
+        _lib = ctypes.CDLL(os.path.join(_here, "lib", _build))
+        break
+    except OSError:
+        continue
+try:
+    _provider = ctypes.CDLL(os.path.join(_here, "lib", "libprovider_gpu.so"))  # optional, as onnxruntime's
+except OSError:
+    _provider = None
+"""
+
+
+def _picker(build: Path, wheels: Path) -> Path:
+    """picker ships libkern_cu12.so (needs libcudart.so.12, absent) and libkern_cu13.so (loads), and an
+    optional provider that needs libcublasLt.so.12 (absent)."""
+    d = build / "picker"
+    cudart = compile_so(d / "fake" / "libcudart.so.12", "int cudart12(void) { return 0; }\n", soname="libcudart.so.12")
+    cublas = compile_so(
+        d / "fake" / "libcublasLt.so.12", "int cublas12(void) { return 0; }\n", soname="libcublasLt.so.12"
+    )
+    cu12 = compile_so(d / "libkern_cu12.so", "int cudart12(void);\nint k(void) { return cudart12(); }\n", str(cudart))
+    cu13 = compile_so(d / "libkern_cu13.so", "int k(void) { return 13; }\n")
+    prov = compile_so(
+        d / "libprovider_gpu.so", "int cublas12(void);\nint p(void) { return cublas12(); }\n", str(cublas)
+    )
+    files: dict[str, bytes | str] = {"picker/__init__.py": PICK_INIT}
+    files.update({f"picker/lib/{p.name}": _so(p) for p in (cu12, cu13, prov)})
+    return build_wheel(wheels, "picker", "1.0", files=files, tag=TAG)
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    build, out = tmp_path_factory.mktemp("build"), tmp_path_factory.mktemp("wheels")
+    clash_a = build_wheel(out, "clasha", "1.0", files={"clasha/util.py": "X = 1\n"})
+    clash_b = build_wheel(out, "clashb", "1.0", files={"clasha/util.py": "X = 2\n"})
+    return {
+        "vision": [_visionish(build, out)],
+        "bindings": _host_and_bindings(build, out),
+        "pure": _pure(out),
+        "numpy": _numpy1(build, out),
+        "clash": [clash_a, clash_b],
+        "picker": [_picker(build, out)],
+    }
+
+
+def _check(tmp: Path, *batches: list[Path], packages: list[str]) -> CellResult:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
+    python = venv_with(tmp / "env", *batches)
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.strip()
+    )
+    # The dev environment's pytest, seen through a path entry, so that check installs nothing.
+    (site / "devenv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    env = inspect_environment(python)
+    return run_check(env, out=tmp / "out", packages=packages, gpus=0).result
+
+
+def _stage(result: CellResult, name: str) -> tuple[StageState, str, str]:
+    stage = result.stage(name)
+    assert stage is not None, name
+    return stage.state, stage.reason, stage.cause
+
+
+def test_a_library_loaded_by_ctypes_with_an_undefined_symbol_is_the_cause(
+    wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    result = _check(tmp_path, wheels["vision"], packages=["visionish"])
+    assert result.state == CellState.FAIL
+    assert _stage(result, "import") == (
+        StageState.FAIL,
+        "visionish (it loads visionish/_C.so): undefined symbol ns::check(int); "
+        "then RuntimeError: operator visionish::nms does not exist",
+        "abi-symbol",
+    )
+    # Static's finding on _C.so is no longer a note nobody reads: the import tried to load it.
+    assert [(b.stage, b.code) for b in result.causes] in ([("import", "abi-symbol")], [])
+
+
+def test_a_library_the_process_already_has_is_not_missing(wheels: dict[str, list[Path]], tmp_path: Path) -> None:
+    result = _check(tmp_path, wheels["bindings"], packages=["ffihost", "bindings"])
+    imported = result.stage("import")
+    assert imported is not None
+    assert imported.details["loaded_by_path"] == {"bindings/libbindings.so": "bindings"}
+    # Static alone cannot see that `import ffihost` mapped libffihost.so first; the load that worked can.
+    assert [f["kind"] for f in imported.details["loaded_by_path_findings"]] == []
+    assert (imported.state, result.state) == (StageState.PASS, CellState.PARTIAL), result.reason
+
+
+def test_a_pure_python_package_that_fails_at_import_is_red_with_its_pin(
+    wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    result = _check(tmp_path, wheels["pure"], packages=["purecore", "purefail"])
+    state, reason, cause = _stage(result, "import")
+    assert (state, cause) == (StageState.FAIL, "pin-broken")
+    assert reason == (
+        "purefail: SystemError: The installed purecore version (1.0) is incompatible with the current purefail "
+        "version, which requires 2.0.; purefail 1.0 requires purecore==2.0; purecore 1.0 is installed"
+    )
+    assert [(b.stage, b.code) for b in result.causes] == [("import", "pin-broken")]
+
+
+def test_an_extension_built_for_numpy_1_is_named_so(wheels: dict[str, list[Path]], tmp_path: Path) -> None:
+    result = _check(tmp_path, wheels["numpy"], packages=["numpy", "oldext"])
+    state, reason, cause = _stage(result, "import")
+    assert (state, cause) == (StageState.FAIL, "numpy-abi")
+    assert reason.startswith(f"oldext/_oldext{EXT_SUFFIX}: built for NumPy 1.x, numpy 2.0.2 installed")
+    assert reason.endswith("fix: `numpy<2`, or a release built for NumPy 2 (and 1 more)")
+
+
+def test_a_cell_with_two_independent_causes_names_both(wheels: dict[str, list[Path]], tmp_path: Path) -> None:
+    result = _check(tmp_path, wheels["clash"], wheels["vision"], packages=["clasha", "clashb", "visionish"])
+    assert result.state == CellState.FAIL
+    assert [(b.stage, b.code) for b in result.causes] == [("pins", "file-clash"), ("import", "abi-symbol")]
+    assert result.reason.startswith("2 causes: pins: clasha 1.0 and clashb 1.0 both install 1 file")
+    assert "; also import: visionish (it loads visionish/_C.so): undefined symbol ns::check(int)" in result.reason
+    assert all(b.code in CAUSES for b in result.causes)
+
+
+def test_a_build_not_picked_is_silent_and_a_feature_that_cannot_load_warns(
+    wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    result = _check(tmp_path, wheels["picker"], packages=["picker"])
+    imported = result.stage("import")
+    assert imported is not None
+    entry = next(m for m in imported.details["modules"] if m["module"] == "picker")
+    assert [(f["name"], f["judged"], f.get("instead")) for f in entry["failed_loads"]] == [
+        ("picker/lib/libkern_cu12.so", "not-picked", "picker/lib/libkern_cu13.so"),
+        ("picker/lib/libprovider_gpu.so", "feature", None),
+    ]
+    assert imported.state == StageState.WARN
+    assert imported.details["warnings"] == [
+        "picker: `import picker` works, but picker/lib/libprovider_gpu.so: missing shared library "
+        "libcublasLt.so.12: what needs it will not work"
+    ]
+    assert (imported.cause, result.state) == ("feature-broken", CellState.PARTIAL)
