@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["CAUSES", "Cause", "cause", "is_known"]
+__all__ = ["CAUSES", "Cause", "cause", "is_known", "markdown_table"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,3 +139,10 @@ def cause(code: str) -> Cause:
 
 def is_known(code: str) -> bool:
     return code in CAUSES
+
+
+def markdown_table() -> str:
+    """The table as README.md shows it (tests/unit/test_causes.py keeps the two equal)."""
+    rows = ["| code | colour | what it means | what to do |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{c.code}` | {c.color} | {c.title} | {c.fix} |" for c in _TABLE]
+    return "\n".join(rows) + "\n"

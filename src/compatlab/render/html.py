@@ -252,6 +252,9 @@ def _cell(cell: CellView | None) -> str:
         stage, text = cell.culprit, one_line(cell.reason)
         where = f"<b>{_e(stage.name)}</b>{': ' if text else ''}" if stage is not None else ""
         why = f'<div class="why" title="{_e(cell.reason)}">{where}{_e(text)}</div>' if where or text else ""
+        if len(cell.causes) > 1:
+            listed = "; ".join(f"{b.stage}: {b.code}" for b in cell.causes)
+            why += f'<div class="causes" title="{_e(listed)}">{len(cell.causes)} causes: {_e(listed)}</div>'
     warned = cell.warnings
     if warned:
         more = f" (+{len(warned) - 1} more)" if len(warned) > 1 else ""

@@ -77,6 +77,9 @@ def md_cell(cell: CellView | None) -> str:
             text += f" — **{md_text(stage.name)}**"
         if why:
             text += f": {md_code(why)}" if stage is not None else f" — {md_code(why)}"
+        if len(cell.causes) > 1:
+            also = "; ".join(f"{b.stage}: {b.code}" for b in cell.causes)
+            text += f" *({len(cell.causes)} causes: {md_text(also)})*"
     figs = _figures_text(cell)
     if figs:
         text += f" ({md_text(figs)})"
@@ -111,6 +114,19 @@ def answers_md(view: RunView) -> list[str]:
     return lines
 
 
+def by_cause_md(view: RunView) -> list[str]:
+    """The red cells grouped by cause (incell/causes.py): what to fix first, and where."""
+    if not view.by_cause:
+        return []
+    lines = ["", "## Red cells by cause", ""]
+    for code, title, cells in view.by_cause:
+        names = ", ".join(md_text(c.label) for c in cells)
+        lines.append(
+            f"- **{md_text(code)}** ({md_text(title)}): {len(cells)} cell{'s' if len(cells) != 1 else ''}: {names}"
+        )
+    return lines
+
+
 def render_markdown(view: RunView) -> str:
     """compat.md: a heading, the run's facts, one GitHub-flavoured table per table value, a legend."""
     facts = view.summary
@@ -124,6 +140,7 @@ def render_markdown(view: RunView) -> str:
         "",
         counts_line(facts),
         *answers_md(view),
+        *by_cause_md(view),
     ]
     for table in view.tables:
         lines += ["", f"## {md_text(table.title)}", ""]

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from compatlab.incell.causes import CAUSES
 from compatlab.render._grid import (
     Key,
     Run,
@@ -28,7 +29,7 @@ from compatlab.render._grid import (
 )
 from compatlab.render.answers import answers, forced_marks, is_forced, shipped
 from compatlab.render.history import CHANGE_TITLES, Change, ChangeKind, diff_runs, figure_series
-from compatlab.runs.model import CellResult, CellState, StageResult, StageState
+from compatlab.runs.model import Blame, CellResult, CellState, StageResult, StageState
 
 __all__ = [
     "CHANGE_TITLES",
@@ -66,6 +67,7 @@ class CellView:
     forced_marks: tuple[str, ...]  # the pins a forced cell broke
     culprit: StageResult | None  # the stage that explains the colour
     reason: str  # the cell's one reason, in full
+    causes: tuple[Blame, ...]  # every independent cause of a red cell (runs/model.py), the most blocking first
     warnings: tuple[StageResult, ...]  # the warn stages of a green or amber cell
     install_command: str | None
     figures: Mapping[str, float]
@@ -151,6 +153,8 @@ class RunView:
     answers: AnswersView | None  # None: the run has no cells
     previous: RunRef | None
     changes: tuple[Change, ...]  # since *previous*, in CHANGE_KINDS order
+    # Red cells grouped by their causes: (code, the cause table's title, the cells), most frequent first.
+    by_cause: tuple[tuple[str, str, tuple[CellView, ...]], ...]
     moves: tuple[FigureMove, ...]  # since *previous*
 
 
@@ -208,6 +212,7 @@ def _cell(cell: CellResult, change: Change | None, series: Mapping[str, Sequence
         forced_marks=tuple(forced_marks(cell)),
         culprit=culprit(cell),
         reason=reason(cell),
+        causes=cell.causes,
         warnings=warnings,
         install_command=install_command(cell),
         figures=figs,
@@ -266,7 +271,15 @@ def build(run: Run, *, previous: Run | None = None, history: Sequence[Run] = ())
                 for n in found.neighbours
             ),
         )
+    red = [view(c) for c in run.cells if c.state == CellState.FAIL]
+    codes = list(dict.fromkeys(b.code for c in red for b in c.causes))
+    groups = [(code, tuple(c for c in red if any(b.code == code for b in c.causes))) for code in codes]
+    by_cause = tuple(
+        (code, CAUSES[code].title if code in CAUSES else code, cells)
+        for code, cells in sorted(groups, key=lambda g: -len(g[1]))
+    )
     return RunView(
+        by_cause=by_cause,
         summary=summarize(run),
         axis_titles=tuple(axis_title(a) for a in run.axes),
         tables=tables,

@@ -1,0 +1,83 @@
+"""The cause table: README.md shows it as the code has it, and every code a stage can name is in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compatlab.incell import causes, loadcheck
+from compatlab.runs.model import Blame, CellResult, CellState, StageResult, StageState
+from compatlab.stages import blame
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def test_the_readme_shows_the_table_as_the_code_has_it() -> None:
+    assert causes.markdown_table() in README.read_text(encoding="utf-8")
+
+
+def test_every_load_failure_kind_has_a_code_of_the_table() -> None:
+    for kind in [*loadcheck.STACK_KINDS, "no-driver", "missing-dependency"]:
+        failure = loadcheck.LoadFailure(kind=kind, message="m")
+        assert causes.is_known(failure.cause), kind
+
+
+@pytest.mark.parametrize(
+    ("symbol", "demangled", "code"),
+    [
+        (
+            "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib",
+            "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)",
+            "torch-abi",
+        ),
+        ("_PyThreadState_UncheckedGet", None, "python-abi"),
+        ("_ZN2ns5checkEi", "ns::check(int)", "abi-symbol"),
+    ],
+)
+def test_an_undefined_symbol_is_named_by_whose_it_is(symbol: str, demangled: str | None, code: str) -> None:
+    failure = loadcheck.LoadFailure(
+        kind="undefined-symbol", message="m", symbol=symbol, demangled=demangled
+    )
+    assert failure.cause == code
+
+
+def test_a_code_outside_the_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="cause 'abi-symbl' is not a code of incell/causes.py"):
+        StageResult(name="import", state=StageState.FAIL, cause="abi-symbl")
+
+
+def test_each_stage_gets_a_code_and_a_cell_its_independent_causes() -> None:
+    stages = (
+        StageResult(name="install", state=StageState.PASS),
+        StageResult(
+            name="pins",
+            state=StageState.FAIL,
+            reason="a 1.0 and b 1.0 both install 1 file (a/x.py, all code) with different bytes",
+            details={"file_clashes": [{"files": ["a/x.py"]}]},
+        ),
+        StageResult(
+            name="static",
+            state=StageState.FAIL,
+            reason="m.so needs c10::f()",
+            details={"findings": [{"severity": "fail", "kind": "symbol", "message": "m.so needs c10::f()"}]},
+        ),
+        StageResult(
+            name="import",
+            state=StageState.FAIL,
+            reason="m.so: undefined symbol c10::f()",
+            cause="torch-abi",
+            details={"causes": [{"cause": "torch-abi", "reason": "m.so: undefined symbol c10::f()"}]},
+        ),
+        StageResult(name="cuda", state=StageState.SKIP, reason="no driver"),
+        StageResult(name="perf", state=StageState.ERROR, reason="lab error: boom"),
+    )
+    coded = [blame.with_cause(s).cause for s in stages]
+    assert coded == ["", "file-clash", "torch-abi", "torch-abi", "not-run", "lab-error"]
+    # Static's prediction of the symbol the import stage saw missing is the same cause, not a second one.
+    assert blame.blames(stages) == (
+        Blame(stage="pins", code="file-clash", reason=stages[1].reason),
+        Blame(stage="import", code="torch-abi", reason="m.so: undefined symbol c10::f()"),
+    )
+    cell = CellResult(id="c", axes={}, state=CellState.FAIL, causes=blame.blames(stages))
+    assert CellResult.from_json(cell.to_json()).causes == cell.causes
