@@ -125,7 +125,8 @@ def test_a_module_that_import_needs_fails_the_check(tmp_path: Path, capsys: pyte
     verdict = next(line for line in printed.splitlines() if line.startswith("verdict "))
     assert verdict.startswith("verdict python")
     assert verdict.endswith(": fail in " + verdict.split(": fail in ")[1])
-    assert "— pins: optpkg 2.0 was replaced by 1.0" in verdict
+    assert "— 2 causes: pins: optpkg 2.0 was replaced by 1.0" in verdict
+    assert f"; also import: {OPT}: missing shared library libabsent.so.1" in verdict
 
 
 def test_a_python_that_is_not_a_venv_and_has_no_pytest_is_never_installed_into() -> None:
@@ -230,7 +231,7 @@ def test_a_build_named_by_path_that_import_loads_stays_red(tmp_path: Path) -> No
         "optpkg: missing shared library libabsent.so.1",
     ]
     entry = next(m for m in stages["import"].details["modules"] if m["module"] == OPT)
-    assert entry["needed_why"] == "`import optpkg` did not load, so it may need it"
+    assert entry["needed_why"] == "`import optpkg` tried to load it and failed on it"
     assert done.result.state == CellState.FAIL
 
 

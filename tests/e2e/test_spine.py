@@ -143,6 +143,7 @@ def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: 
         "name": "pins",
         "state": "skip",
         "reason": "blocked: install errored",
+        "cause": "not-run",
         "details": {},
         "seconds": 0.0,
         "required": True,

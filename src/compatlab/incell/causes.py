@@ -1,8 +1,8 @@
 """The one table of causes: every red or amber stage result names one of these codes.
 
 A code is what the grid groups red cells by, what a nightly job alarms on, and what the README's table of
-causes lists (tests/unit/test_causes.py compares the two). The table lives in incell/ because both sides use
-it: the import suite classifies a failed load in the cell (standard library only, Python 3.10 and up) and the
+causes lists (tests/unit/incell/test_cause_table.py compares the two). The table lives in incell/ because both
+sides use it: the import suite classifies a failed load in the cell (standard library only, Python 3.10 and up) and the
 lab's stages (install, pins, static, serve, nccl, perf) classify theirs. ``color`` says what the cause makes a
 cell: ``red`` (the stack is broken), ``amber`` (this machine could not judge it, or an optional part will not
 work) or ``grey`` (the lab or the infrastructure failed: the question is unanswered).
@@ -142,7 +142,7 @@ def is_known(code: str) -> bool:
 
 
 def markdown_table() -> str:
-    """The table as README.md shows it (tests/unit/test_causes.py keeps the two equal)."""
+    """The table as README.md shows it (tests/unit/incell/test_cause_table.py keeps the two equal)."""
     rows = ["| code | colour | what it means | what to do |", "| --- | --- | --- | --- |"]
     rows += [f"| `{c.code}` | {c.color} | {c.title} | {c.fix} |" for c in _TABLE]
     return "\n".join(rows) + "\n"

@@ -66,6 +66,7 @@ class Need:
     why: str
     feature: str = ""
     named: bool = False  # unknown because code that `import P` runs names it in a string (a load by path)
+    unnamed: bool = False  # no because no code of P imports it or names it (a computed path may still load it)
 
     @property
     def optional(self) -> bool:
@@ -74,10 +75,13 @@ class Need:
     def confirmable(self, rel: str, *, device_code: bool) -> bool:
         """May the import stage find this module not needed? Yes when the code says so, and when code that
         `import P` runs names it (it may load it by path), unless the loader may pick the build by GPU (see
-        :func:`picked_by_gpu`). Not when P has no Python code: then nothing runs that could leave it out."""
-        return self.optional or (
-            self.needed == _UNKNOWN and self.named and not picked_by_gpu(rel, device_code=device_code)
-        )
+        :func:`picked_by_gpu`). Not when P has no Python code: then nothing runs that could leave it out.
+        A module no code names at all is confirmable unless it too may be picked by GPU: a loader that builds
+        the path from the GPU it finds (``f"sm{major}{minor}"``) names it nowhere."""
+        by_gpu = picked_by_gpu(rel, device_code=device_code)
+        if self.optional:
+            return not (self.unnamed and by_gpu)
+        return self.needed == _UNKNOWN and self.named and not by_gpu
 
 
 def picked_by_gpu(rel: str, *, device_code: bool) -> bool:
@@ -355,7 +359,7 @@ class ImportGraph:
                 return Need(needed=_UNKNOWN, why=f"no Python code of {self.top} imports it")
             # `import P` ran P's code, which neither imports the module nor names it: the import stage
             # confirms it (P imported without mapping it) before this is a warning.
-            return Need(needed=_NOT_NEEDED, why=f"no Python code of {self.top} imports it or names it")
+            return Need(needed=_NOT_NEEDED, unnamed=True, why=f"no Python code of {self.top} imports it or names it")
         own = [r for r in refs if not _is_test(r.file)] or refs
         ref = (
             next((r for r in own if r.guarded and not r.function), None)

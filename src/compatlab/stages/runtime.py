@@ -64,15 +64,24 @@ def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str,
     return out
 
 
-def failed_by_path(result: StageResult) -> dict[str, str]:
+def failed_by_path(result: StageResult, static: StageResult | None) -> dict[str, str]:
     """The files of the environment a package's import tried to load and could not, whatever their names
     (``ctypes.CDLL`` of a ``_C.so``, ``torch.ops.load_library``): {label: the package whose import tried}.
     Their static findings are that package's failures (the import failed on them); a build the package did
     not pick, a name this machine lacks, and a feature's library the import worked without are not."""
+    if static is None:
+        return {}
+    # Only what static judged as loaded by no extension module (notes): an extension module's findings
+    # already count, as the static stage's own.
+    unloaded = {
+        str(f.get("module"))
+        for f in static.details.get("findings") or []
+        if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False
+    }
     out: dict[str, str] = {}
     for m in import_entries(result.details):
         for f in m.failed_loads or ():
-            if f.get("judged") == "cause" and not str(f.get("name", "")).startswith("/"):
+            if f.get("judged") == "cause" and str(f.get("name", "")) in unloaded:
                 out.setdefault(str(f["name"]), m.module)
     return out
 
@@ -82,7 +91,7 @@ def judge_loaded_by_path(ctx: CellContext, result: StageResult) -> StageResult:
     the static stage saw no extension module load them, so their findings were notes; the import stage saw
     the import map them, after `import torch`. A failure of theirs fails this stage, a warning warns."""
     mapped = loaded_by_path(result, ctx.stage("static"))
-    failed = failed_by_path(result)
+    failed = failed_by_path(result, ctx.stage("static"))
     found = {**mapped, **failed}
     if not found or result.state in (StageState.ERROR, StageState.SKIP):
         return result

@@ -464,22 +464,45 @@ def _confirmed(
     site_packages: str | None,
     paths: dict[str, str] | None,
 ) -> ImportEntry:
-    if entry.failure is None or entry.is_package:
-        return entry
+    if entry.failure is None or entry.is_package or entry.failure.get("kind") not in loadcheck.STACK_KINDS:
+        return entry  # only a failure of the stack is weighed: one for want of a GPU needs a GPU to judge
     if not packages:
         return dataclasses.replace(entry, needed_why=f"{entry.dist} has no package to import it: it is loaded alone")
     tried = next((p for p in packages if _tried(p, entry.module)), None)
     if tried is not None:
-        return dataclasses.replace(entry, needed_why=f"`import {tried.module}` loads it")
+        how = "loads it" if entry.module in (tried.mapped or ()) else "tried to load it and failed on it"
+        return dataclasses.replace(entry, needed_why=f"`import {tried.module}` {how}")
     failed = next((p for p in packages if not p.ok or p.mapped is None), None)
     if failed is not None:
         return dataclasses.replace(entry, needed_why=f"`import {failed.module}` did not load, so it may need it")
     guess = predicted.get(entry.module) or _reach(site_packages, entry.module, (paths or {}).get(entry.module))
-    names = ", ".join(f"`import {p.module}`" for p in packages)
+    if guess is None and _by_gpu(entry.module, (paths or {}).get(entry.module)):
+        return dataclasses.replace(
+            entry,
+            needed_why=f"a build its package may pick by GPU: whether `import {packages[0].module}` loads it here "
+            "says nothing of the target's GPU",
+        )
+    package = packages[0].module if guess is None else guess.get("package", packages[0].module)
     said = f"; {guess['package']} says it is for: {guess['feature']}" if guess and guess.get("feature") else ""
-    why = f" ({guess['why']})" if guess and guess.get("why") else ""
-    verdict = f"{entry.reason}; {names} does not need it: it loads without trying to load it{why}{said}"
+    if guess is None:
+        verdict = f"{entry.reason}; `import {package}` does not need it: it loads without trying to load it"
+    elif guess.get("needed") == "unknown":  # the code could not say; what `import` did here does
+        verdict = (
+            f"{entry.reason}; `import {package}` does not need it here: it loads "
+            f"without mapping it, though {guess.get('why', '')}{said}"
+        )
+    else:
+        verdict = (
+            f"{entry.reason}; `import {package}` does not need it: it loads "
+            f"without mapping it ({guess.get('why', '')}){said}"
+        )
     return dataclasses.replace(entry, needed=False, verdict=verdict)
+
+
+def _by_gpu(label: str, path: str | None) -> bool:
+    """A build a loader may pick by the GPU it finds (reach.picked_by_gpu): device code, or an sm90/ folder."""
+    symbols = loadcheck.dynamic_symbols(path) if path else None
+    return reach.picked_by_gpu(label, device_code=symbols is None or symbols.device_code)
 
 
 def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:

@@ -690,12 +690,20 @@ class _Needs:
             need = self.graph(top).need(dotted_name(rel))
             symbols = dynamic_symbols(self.sp / rel)  # one rule with the import stage's: a fat binary section
             device_code = symbols is None or symbols.device_code
+            confirmable = need.confirmable(rel, device_code=device_code)
+            if need.optional and not confirmable:  # no code names it, but a loader may pick it by GPU
+                return _Verdict(
+                    needed="unknown",
+                    why=f"{need.why}, but a loader may pick this build by the GPU it finds",
+                    package=top,
+                    feature=need.feature,
+                )
             return _Verdict(
                 needed=need.needed,
                 why=need.why,
                 package=top,
                 feature=need.feature,
-                confirmable=need.needed == "unknown" and need.confirmable(rel, device_code=device_code),
+                confirmable=need.needed == "unknown" and confirmable,
             )
         verdicts = [self.of(e, ()) for e in loaded_by if e != rel]
         if not verdicts:
