@@ -346,3 +346,14 @@ def test_states_are_enums_outside_the_cell() -> None:
         for line in state_literals(p.read_text(encoding="utf-8"))
     ]
     assert bad == []
+
+
+def test_test_files_have_unique_names() -> None:
+    """The test folders are not packages, so pytest imports each test file by its base name: two files of one
+    name fail collection in a clean clone ("import file mismatch"), as tests/unit/.../test_causes.py did."""
+    tests = Path(__file__).resolve().parents[1]
+    names: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        if "fixtures" not in path.relative_to(tests).parts:
+            names.setdefault(path.name, []).append(path.relative_to(tests).as_posix())
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
