@@ -123,6 +123,10 @@ class LoadFailure:
 _UNDEFINED = re.compile(r"undefined symbol: ([^\s,]+)")
 _VERSION = re.compile(r"version `([^']+)' not found(?: \(required by ([^)]+)\))?")
 _MISSING_LIB = re.compile(r"([^\s:]+\.so[0-9.]*): cannot open shared object file")
+# A package that looks its library up first (ctypes.util.find_library) and says so: sounddevice's
+# "PortAudio library not found", "libsndfile library not found".
+_NOT_FOUND = re.compile(r"([A-Za-z][\w.+-]*)(?: shared)? library (?:not found|could not be found)", re.IGNORECASE)
+_OWN_WORDS = frozenset({"missing-library", "undefined-symbol", "symbol-version", "numpy-abi", "no-driver"})
 _DRIVER_TEXT = (
     "found no nvidia driver",
     "cuda driver version is insufficient",
@@ -220,6 +224,15 @@ def classify_record(completed: Completed, record: dict[str, Any] | None) -> Load
     outer = record.get("outer")
     if isinstance(outer, list) and outer:
         said = tuple(f"{e.get('type', '')}: {e.get('message', '')}" for e in outer if isinstance(e, dict))
+        if failure.kind == "missing-dependency":
+            # A module the package tried and handled (pyvips' `import _libvips`, its API mode), then a
+            # failure of the fallback (its ABI mode cannot dlopen libvips.so.42): the fallback's is the cause.
+            for e in outer:
+                if isinstance(e, dict):
+                    tried = _classify_message(str(e.get("message", "")), str(e.get("type", "")), step, raw)
+                    if tried.kind in _OWN_WORDS:
+                        failure = tried
+                        break
         failure = dataclasses.replace(failure, outer=said)
     return failure
 
@@ -243,6 +256,8 @@ def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadF
         return LoadFailure(kind="numpy-abi", message=_numpy_words(message, raw), library="numpy", step=step, raw=raw)
     if any(t in message.lower() for t in _DRIVER_TEXT):
         return LoadFailure(kind="no-driver", message=message, step=step, raw=raw)
+    if exc_type in ("OSError", "ImportError", "ModuleNotFoundError") and (m := _NOT_FOUND.search(message)):
+        return LoadFailure(kind="missing-library", message=message, library=m.group(1), step=step, raw=raw)
     text = f"{exc_type}: {message}" if exc_type else message
     if exc_type == "ModuleNotFoundError" and (m := re.search(r"No module named '([^']+)'", message)):
         wanted = m.group(1).split(".")[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.incell import causes, loadcheck
+from compatlab.incell.proc import Completed
 from compatlab.runs.model import Blame, CellResult, CellState, StageResult, StageState
 from compatlab.stages import blame
 
@@ -80,3 +81,53 @@ def test_each_stage_gets_a_code_and_a_cell_its_independent_causes() -> None:
     )
     cell = CellResult(id="c", axes={}, state=CellState.FAIL, causes=blame.blames(stages))
     assert CellResult.from_json(cell.to_json()).causes == cell.causes
+
+
+def _record(record: dict[str, object]) -> loadcheck.LoadFailure | None:
+    done = Completed(argv=["python"], returncode=1, stdout="", stderr="", seconds=0.1)
+    return loadcheck.classify_record(done, record)
+
+
+def test_a_library_the_package_looked_up_and_did_not_find_is_missing() -> None:
+    failure = _record(
+        {"ok": False, "step": "import sounddevice", "type": "OSError", "message": "PortAudio library not found"}
+    )
+    assert failure is not None
+    assert (failure.kind, failure.library, failure.cause) == ("missing-library", "PortAudio", "missing-library")
+
+
+def test_a_handled_missing_module_yields_to_the_fallbacks_failure() -> None:
+    """pyvips: `import _libvips` (API mode) is tried and handled; then ABI mode cannot dlopen libvips.so.42."""
+    failure = _record(
+        {
+            "ok": False,
+            "step": "import pyvips",
+            "type": "ModuleNotFoundError",
+            "message": "No module named '_libvips'",
+            "outer": [
+                {
+                    "type": "OSError",
+                    "message": "cannot load library 'libvips.so.42': libvips.so.42: cannot open shared object file",
+                }
+            ],
+        }
+    )
+    assert failure is not None
+    assert (failure.kind, failure.library) == ("missing-library", "libvips.so.42")
+    assert failure.outer == (
+        "OSError: cannot load library 'libvips.so.42': libvips.so.42: cannot open shared object file",
+    )
+
+
+def test_a_missing_module_with_no_failing_fallback_stays_an_undeclared_dependency() -> None:
+    failure = _record(
+        {
+            "ok": False,
+            "step": "import optpkg",
+            "type": "ModuleNotFoundError",
+            "message": "No module named 'absentdep'",
+            "outer": [{"type": "ImportError", "message": "optpkg needs absentdep"}],
+        }
+    )
+    assert failure is not None
+    assert (failure.kind, failure.library) == ("missing-dependency", "absentdep")
