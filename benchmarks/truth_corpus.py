@@ -9,7 +9,8 @@ hard-links it into every env, so only the first costs the download).
 The ground truth is measured **without the lab** (nothing of compatlab is imported for it):
 
 * every top-level module of every distribution (``top_level.txt``, else the first part of each RECORD
-  path; ``tests``/``docs``-style folders skipped) is imported in a fresh ``ENV/bin/python -c "import X"``
+  path; ``tests``/``docs``-style folders skipped; and what a ``.pth`` file's folder on sys.path holds,
+  such as nvidia-cutlass-dsl's ``cutlass``) is imported in a fresh ``ENV/bin/python -c "import X"``
   with a timeout, from an empty folder, with PYTHONPATH and LD_LIBRARY_PATH unset;
 * every shared library inside the folders of the distributions a case is *about* is loaded with
   ``ctypes.CDLL(path, os.RTLD_NOW)`` in a fresh process: bare, then after ``import torch`` and the
@@ -67,11 +68,13 @@ This is a benchmark that prints figures, not a test: it takes real packages from
 of a machine; it is never run by CI, nox or pytest.
 
     python benchmarks/truth_corpus.py --lab /work/lab-base [-k SUBSTR] [--envs /work/truth-envs]
-        [--lab-out DIR] [--json FILE] [--list] [--truth-only] [--remeasure]
+        [--lab-out DIR] [--json FILE] [--list] [--truth-only] [--remeasure] [--rejudge]
 
 Envs are kept under ``--envs`` (default /work/truth-envs), each with the spec it was built from
 (``.truth-spec.json``) and its measured truth (``.truth-measure.json``): an env whose spec matches is
-reused and not measured again (``--remeasure`` forces it), so a second run costs only the lab's checks.
+reused and not measured again (``--remeasure`` forces it), so a second run costs only the lab's checks;
+``--rejudge`` judges the lab's outputs of an earlier run again (its times are kept beside them) without
+running the lab.
 The lab's outputs go to ``--lab-out`` (default ``ENVS/_lab/<the lab folder's name>``), one folder a
 case. Exit 0 when every case is right and none is broken, 1 otherwise, 2 on bad usage. Installs run one
 at a time; the probes of one env run two at a time (the machine has two cores); the lab's checks run one
@@ -103,7 +106,7 @@ EXCLUDE_NEWER = "2026-12-01"
 PYTHON = "python3.11"
 TORCH = "torch==2.14.1"
 SPEC_VERSION = 1
-MEASURE_VERSION = 5
+MEASURE_VERSION = 6
 
 INSTALL_TIMEOUT_S = 3600.0
 IMPORT_TIMEOUT_S = 240.0
@@ -230,6 +233,13 @@ class Case:
         return frozenset({self.code, *self.alt_codes})
 
 
+# What a reason must say to name a cause when the lab writes no codes (the baseline): the mechanism, not the
+# symptom ("operator torchvision::nms does not exist" says that the extension did not load, not why). A torch
+# pin the reason cites ("torchvision 0.28.0 requires torch==2.13.0") does say "built for another torch".
+TORCH_ABI_WORDS = ("undefined symbol", "another torch", "c10::", "requires torch==")
+CUDA12_WORDS = ("libcudart.so.12", "CUDA 12", "cu12")
+
+
 def _nodeps(*reqs: str) -> tuple[str, ...]:
     return ("--no-deps", *reqs)
 
@@ -253,7 +263,7 @@ CASES: tuple[Case, ...] = (
         code="torch-abi",
         alt_codes=("abi-symbol",),
         about=("torchvision",),
-        keywords=("undefined symbol", "torchvision::nms", "another torch", "c10::"),
+        keywords=TORCH_ABI_WORDS,
         note="built for torch 2.13: _C.so lacks a symbol, then 'operator torchvision::nms does not exist'",
     ),
     Case(
@@ -264,7 +274,7 @@ CASES: tuple[Case, ...] = (
         code="torch-abi",
         alt_codes=("abi-symbol",),
         about=("torchvision",),
-        keywords=("undefined symbol", "torchvision::nms", "another torch", "c10::"),
+        keywords=TORCH_ABI_WORDS,
         note="torchvision built for torch 2.11",
     ),
     Case(
@@ -275,7 +285,7 @@ CASES: tuple[Case, ...] = (
         code="cuda-major-mix",
         alt_codes=("torch-abi", "abi-symbol"),
         about=("torchvision",),
-        keywords=("libcudart.so.12", "CUDA 12", "undefined symbol", "another torch"),
+        keywords=CUDA12_WORDS + TORCH_ABI_WORDS,
         note="torchvision for torch 2.9.1+cu128: _C.so needs libcudart.so.12, image.so a c10 symbol",
     ),
     Case(
@@ -294,7 +304,7 @@ CASES: tuple[Case, ...] = (
         truth="fail",
         code="cuda-major-mix",
         about=("torchaudio",),
-        keywords=("libcudart.so.12", "CUDA 12", "libtorchaudio"),
+        keywords=CUDA12_WORDS,
         note="torchaudio 2.10.0 on PyPI is a CUDA 12.8 build: import torchaudio fails on libcudart.so.12 (every "
         "torch symbol libtorchaudio.so imports is in 2.14.1: no ABI break)",
     ),
@@ -306,7 +316,7 @@ CASES: tuple[Case, ...] = (
         code="cuda-major-mix",
         alt_codes=("torch-abi", "abi-symbol"),
         about=("torchaudio",),
-        keywords=("libcudart.so.12", "CUDA 12", "undefined symbol", "another torch"),
+        keywords=CUDA12_WORDS + TORCH_ABI_WORDS,
         note="torchaudio for torch 2.9.1+cu128: libtorchaudio.so needs libcudart.so.12",
     ),
     Case(
@@ -326,7 +336,7 @@ CASES: tuple[Case, ...] = (
         code="torch-abi",
         alt_codes=("abi-symbol",),
         about=("sglang-kernel",),
-        keywords=("c10_cuda_check_implementation", "undefined symbol", "another torch"),
+        keywords=("c10_cuda_check_implementation", *TORCH_ABI_WORDS),
         note="sglang-kernel 0.4.5 (built for torch 2.11) has no torch pin: uv installs it beside 2.14.1",
     ),
     Case(
@@ -798,6 +808,32 @@ def distributions(site: Path) -> list[Dist]:
     return out
 
 
+def path_modules(python: Path, site: Path, dists: Sequence[Dist]) -> dict[str, str]:
+    """Top-level modules that a ``.pth`` file makes importable from a folder inside site-packages
+    (nvidia-cutlass-dsl puts ``nvidia_cutlass_dsl/dsl_packages`` on sys.path: ``import cutlass``), each
+    with the distribution whose RECORD holds that folder. Read from the env's own ``sys.path``."""
+    done = run(
+        [str(python), "-c", "import json, sys; print(json.dumps(sys.path))"], timeout=TOOL_TIMEOUT_S, env=clean_env()
+    )
+    try:
+        entries = [Path(e) for e in json.loads(done.stdout)] if done.rc == 0 else []
+    except ValueError:
+        entries = []
+    out: dict[str, str] = {}
+    for entry in entries:
+        if not entry.is_dir() or entry.resolve() == site.resolve() or site.resolve() not in entry.resolve().parents:
+            continue
+        rel = entry.resolve().relative_to(site.resolve()).as_posix() + "/"
+        owner = next((d.name for d in dists if any(path.startswith(rel) for path, _ in d.files)), "")
+        for child in sorted(entry.iterdir()):
+            name = child.name.split(".")[0] if child.is_file() else child.name
+            if child.is_file() and not child.name.endswith(".py") and ".so" not in child.name:
+                continue
+            if name.isidentifier() and name not in NOT_LIBRARIES and _exists(entry, name):
+                out.setdefault(name, owner or rel.rstrip("/"))
+    return out
+
+
 def clashes(dists: Sequence[Dist]) -> list[dict[str, Any]]:
     """Files that two distributions' RECORDs both list with different hashes."""
     owners: dict[str, list[tuple[str, str]]] = {}
@@ -984,6 +1020,8 @@ def measure(case: Case, env: Path, uv: str) -> dict[str, Any]:
     for dist in dists:
         for top in dist.top_level:
             modules.setdefault(top, dist.name)
+    for top, owner in path_modules(python, site, dists).items():
+        modules.setdefault(top, owner)
     torch_there = "torch" in by_name
     loads: list[Load] = []
     for name in case.about:
@@ -1144,9 +1182,19 @@ def run_lab(lab: Path, env: Path, out: Path, uv: str) -> tuple[dict[str, Any] | 
     )
     seconds = time.monotonic() - start
     (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)
+    ran = {"seconds": round(seconds, 1), "rc": done.rc, "stderr": last_line(done.stderr)}
+    (out.parent / f"{out.name}.run.json").write_text(json.dumps(ran))
+    return read_lab(out)
+
+
+def read_lab(out: Path) -> tuple[dict[str, Any] | None, str, float]:
+    """The cell of a lab run's results.json, why there is none, and how long the run took."""
+    ran = read_json(out.parent / f"{out.name}.run.json")
+    ran = ran if isinstance(ran, dict) else {}
+    seconds = float(ran.get("seconds", 0.0))
     results = read_json(out / "results.json")
     if not isinstance(results, dict) or not results.get("cells"):
-        return None, f"no results.json (exit {done.rc}): {last_line(done.stderr)}", seconds
+        return None, f"no results.json (exit {ran.get('rc', '?')}): {ran.get('stderr', '')}", seconds
     cell = results["cells"][0]
     return (cell if isinstance(cell, dict) else None), "", seconds
 
@@ -1339,6 +1387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     parser.add_argument("--truth-only", action="store_true", help="build and measure; do not run the lab")
     parser.add_argument("--remeasure", action="store_true", help="measure the truth again even if recorded")
+    parser.add_argument(
+        "--rejudge", action="store_true", help="judge the lab's outputs already in --lab-out; do not run the lab"
+    )
     args = parser.parse_args(argv)
     cases = [c for c in CASES if args.select in c.name]
     if args.list:
@@ -1401,7 +1452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code_differs=differs,
         )
         if not args.truth_only:
-            cell, problem, row.lab_seconds = run_lab(lab, env, lab_out / case.name, uv)
+            out = lab_out / case.name
+            cell, problem, row.lab_seconds = read_lab(out) if args.rejudge else run_lab(lab, env, out, uv)
             row.right, row.why = judge(case, cell, problem)
             if cell is not None:
                 row.lab_state = str(cell.get("state"))
@@ -1432,12 +1484,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         right, total = print_scores(rows)
         tally = _counts(scored)
         lab_s = sum(r.lab_seconds for r in rows)
+        recorded = " as recorded (rejudged)" if args.rejudge else ""
         print(
             f"\nscore {right}/{total} right (broken cases left out: {broken_n}); false red {tally['false red']}, "
             f"false green {tally['false green']}, wrong cause {tally['wrong cause']}, "
             f"warning missing {tally['no warning']}, "
-            f"lab error {tally['lab error']}; lab checks {lab_s:.0f} s, all {seconds:.0f} s (lab {lab}, outputs "
-            f"{lab_out})"
+            f"lab error {tally['lab error']}; lab checks {lab_s:.0f} s{recorded}, "
+            f"all {seconds:.0f} s (lab {lab}, outputs {lab_out})"
         )
         ok = broken_n == 0 and right == total
     if args.json is not None:
