@@ -42,6 +42,15 @@ def run_import_stage(ctx: CellContext) -> StageResult:
     return blame_broken_pins(result, ctx.stage("pins"))
 
 
+def _loaded_by_no_extension(static: StageResult) -> set[str]:
+    """The files whose static findings are notes: no extension module of the environment loads them."""
+    return {
+        str(f.get("module"))
+        for f in static.details.get("findings") or []
+        if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False
+    }
+
+
 def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str, str]:
     """The libraries a package's import mapped that static judged as loaded by no extension module (its
     findings notes), or as not needed by `import` (no Python code names it): what the package loads itself,
@@ -49,12 +58,7 @@ def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str,
     glob). {label: the package whose import mapped it}."""
     if static is None:
         return {}
-    unloaded = {
-        str(f.get("module"))
-        for f in static.details.get("findings") or []
-        if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False
-    }
-    unloaded |= set(static.details.get("not_needed") or {})
+    unloaded = _loaded_by_no_extension(static) | set(static.details.get("not_needed") or {})
     out: dict[str, str] = {}
     for m in import_entries(result.details):
         if m.ok and m.is_package:
@@ -73,11 +77,7 @@ def failed_by_path(result: StageResult, static: StageResult | None) -> dict[str,
         return {}
     # Only what static judged as loaded by no extension module (notes): an extension module's findings
     # already count, as the static stage's own.
-    unloaded = {
-        str(f.get("module"))
-        for f in static.details.get("findings") or []
-        if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False
-    }
+    unloaded = _loaded_by_no_extension(static)
     out: dict[str, str] = {}
     for m in import_entries(result.details):
         for f in m.failed_loads or ():

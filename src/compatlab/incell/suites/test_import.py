@@ -369,7 +369,7 @@ def _own_mapped(
     return [entry if paths is None else own(entry, paths) for entry, paths in loaded]
 
 
-def _reach(site_packages: str | None, label: str, path: str | None) -> dict[str, str] | None:
+def _reach(site_packages: str | None, label: str, device_code: bool) -> dict[str, str] | None:
     """What the package's import graph says of a module static did not judge: {package, why, feature,
     needed} when the import stage may find `import <package>` does not need it, else None."""
     if not site_packages or not label.endswith(".so") or "/" not in label:
@@ -377,8 +377,6 @@ def _reach(site_packages: str | None, label: str, path: str | None) -> dict[str,
     sp = Path(site_packages)
     top = reach.package_of(sp, label)
     need = reach.ImportGraph(sp, top).need(reach.dotted_name(label))
-    symbols = loadcheck.dynamic_symbols(path) if path else None
-    device_code = symbols is None or symbols.device_code
     if not need.confirmable(label, device_code=device_code):
         return None
     return {"package": top, "why": need.why, "feature": need.feature, "needed": need.needed}
@@ -475,8 +473,13 @@ def _confirmed(
     failed = next((p for p in packages if not p.ok or p.mapped is None), None)
     if failed is not None:
         return dataclasses.replace(entry, needed_why=f"`import {failed.module}` did not load, so it may need it")
-    guess = predicted.get(entry.module) or _reach(site_packages, entry.module, (paths or {}).get(entry.module))
-    if guess is None and _by_gpu(entry.module, (paths or {}).get(entry.module)):
+    guess = predicted.get(entry.module)
+    if guess is None:  # static did not judge it: read the file once, for both questions
+        path = (paths or {}).get(entry.module)
+        symbols = loadcheck.dynamic_symbols(path) if path else None
+        device_code = symbols is None or symbols.device_code
+        guess = _reach(site_packages, entry.module, device_code)
+    if guess is None and reach.picked_by_gpu(entry.module, device_code=device_code):
         return dataclasses.replace(
             entry,
             needed_why=f"a build its package may pick by GPU: whether `import {packages[0].module}` loads it here "
@@ -497,12 +500,6 @@ def _confirmed(
             f"without mapping it ({guess.get('why', '')}){said}"
         )
     return dataclasses.replace(entry, needed=False, verdict=verdict)
-
-
-def _by_gpu(label: str, path: str | None) -> bool:
-    """A build a loader may pick by the GPU it finds (reach.picked_by_gpu): device code, or an sm90/ folder."""
-    symbols = loadcheck.dynamic_symbols(path) if path else None
-    return reach.picked_by_gpu(label, device_code=symbols is None or symbols.device_code)
 
 
 def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
