@@ -10,7 +10,8 @@ The ground truth is measured **without the lab** (nothing of compatlab is import
 
 * every top-level module of every distribution (``top_level.txt``, else the first part of each RECORD
   path; ``tests``/``docs``-style folders skipped; and what a ``.pth`` file's folder on sys.path holds,
-  such as nvidia-cutlass-dsl's ``cutlass``) is imported in a fresh ``ENV/bin/python -c "import X"``
+  such as nvidia-cutlass-dsl's ``cutlass``; and the modules a case's users import below the top level,
+  its ``uses``: ``xformers.ops``) is imported in a fresh ``ENV/bin/python -c "import X"``
   with a timeout, from an empty folder, with PYTHONPATH and LD_LIBRARY_PATH unset;
 * every shared library inside the folders of the distributions a case is *about* is loaded with
   ``ctypes.CDLL(path, os.RTLD_NOW)`` in a fresh process: bare, then after ``import torch`` and the
@@ -228,6 +229,9 @@ class Case:
     alt_codes: tuple[Code, ...] = ()
     warn_package: str = ""
     note: str = ""
+    # Modules below the top level that the case's users import (xformers' memory_efficient_attention lives
+    # in xformers.ops): imported for the truth like a top-level module, owned by the case's first `about`.
+    uses: tuple[str, ...] = ()
 
     def codes(self) -> frozenset[str]:
         return frozenset({self.code, *self.alt_codes})
@@ -348,17 +352,19 @@ CASES: tuple[Case, ...] = (
         about=("xformers",),
         warn_package="xformers",
         note="the xformers that requires torch==2.14.1, yet its _C.so needs libcudart.so.12; import xformers works",
+        uses=("xformers.ops",),
     ),
     Case(
         name="xformers-0.0.33-cu12-on-torch-2.14",
         category="torch-ext",
         steps=((TORCH, "numpy"), _nodeps("xformers==0.0.33.post2")),
-        truth="warn",
+        truth="fail",
         code="cuda-major-mix",
         alt_codes=("torch-abi", "abi-symbol"),
         about=("xformers",),
-        warn_package="xformers",
-        note="xformers for torch 2.9.1 forced beside torch 2.14.1: _C.so cannot load, import xformers works",
+        note="xformers for torch 2.9.1 forced beside torch 2.14.1: import xformers works, but import xformers.ops "
+        "(memory_efficient_attention) fails, its flash_attn_3/_C.so needing libcudart.so.12",
+        uses=("xformers.ops",),
     ),
     Case(
         name="onnxruntime-gpu-cu12-beside-torch-cu13",
@@ -1022,6 +1028,8 @@ def measure(case: Case, env: Path, uv: str) -> dict[str, Any]:
             modules.setdefault(top, dist.name)
     for top, owner in path_modules(python, site, dists).items():
         modules.setdefault(top, owner)
+    for used in case.uses:
+        modules.setdefault(used, case.about[0])
     torch_there = "torch" in by_name
     loads: list[Load] = []
     for name in case.about:
@@ -1057,9 +1065,14 @@ def measure(case: Case, env: Path, uv: str) -> dict[str, Any]:
 def measured(case: Case, env: Path, uv: str, *, fresh: bool) -> dict[str, Any]:
     cache = env / ".truth-measure.json"
     old = read_json(cache)
-    if not fresh and isinstance(old, dict) and old.get("version") == MEASURE_VERSION:
+    if (
+        not fresh
+        and isinstance(old, dict)
+        and old.get("version") == MEASURE_VERSION
+        and old.get("uses") == list(case.uses)
+    ):
         return old
-    data = measure(case, env, uv)
+    data = {**measure(case, env, uv), "uses": list(case.uses)}
     cache.write_text(json.dumps(data, indent=1))
     return data
 
@@ -1379,7 +1392,9 @@ def print_scores(rows: Sequence[Row]) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("-k", dest="select", default="", help="only the cases whose name contains SUBSTR")
+    parser.add_argument(
+        "-k", dest="select", action="append", default=[], help="only the cases whose name contains SUBSTR (repeatable)"
+    )
     parser.add_argument("--envs", type=Path, default=Path("/work/truth-envs"), help="where the envs are kept")
     parser.add_argument("--lab", type=Path, default=REPO_ROOT, help="the lab's source tree (its src/ is used)")
     parser.add_argument("--lab-out", type=Path, help="where the lab's outputs go (default ENVS/_lab/<lab's name>)")
@@ -1391,13 +1406,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rejudge", action="store_true", help="judge the lab's outputs already in --lab-out; do not run the lab"
     )
     args = parser.parse_args(argv)
-    cases = [c for c in CASES if args.select in c.name]
+    cases = [c for c in CASES if not args.select or any(k in c.name for k in args.select)]
     if args.list:
         for c in cases:
             print(f"{c.name:42} {c.category:11} {c.truth:9} {c.code:16} {' ; '.join(' '.join(s) for s in c.steps)}")
         return 0
     if not cases:
-        parser.error(f"no case matches {args.select!r}")
+        parser.error(f"no case matches {' or '.join(map(repr, args.select))}")
     lab = args.lab.resolve()
     if not args.truth_only and not (lab / "src" / "compatlab").is_dir():
         parser.error(f"{lab}: no src/compatlab there")

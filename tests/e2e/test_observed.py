@@ -200,18 +200,64 @@ def _picker(build: Path, wheels: Path) -> Path:
     return build_wheel(wheels, "picker", "1.0", files=files, tag=TAG)
 
 
+AUDIO_INIT = """\
+import ctypes, os
+_here = os.path.dirname(__file__)
+ctypes.CDLL(os.path.join(_here, "lib", "libaudioish.so"))  # what torch.ops.load_library does
+from audioish.lib import _audioish
+"""
+
+
+def _audioish(build: Path, wheels: Path, *, cuda12: bool) -> list[Path]:
+    """A torch +cu130 stand-in (its torch/version.py) and audioish, whose lib/_audioish extension needs its
+    own lib/libaudioish.so with no RUNPATH to it (torchaudio's): __init__ loads that library first. With
+    *cuda12* libaudioish.so needs libcudart.so.12, absent: a CUDA 12 build beside a CUDA 13 torch."""
+    d = build / ("audio12" if cuda12 else "audio")
+    cudart = compile_so(d / "fake" / "libcudart.so.12", "int cudart12(void) { return 0; }\n", soname="libcudart.so.12")
+    body = (
+        "int cudart12(void);\nint audio(void) { return cudart12(); }\n" if cuda12 else "int audio(void) { return 1; }\n"
+    )
+    lib = compile_so(d / "libaudioish.so", body, *([str(cudart)] if cuda12 else []), soname="libaudioish.so")
+    mod = ext_module(d, "_audioish", "audio();", f"-L{d}", "-laudioish", prelude="int audio(void);")
+    torch = build_wheel(
+        wheels,
+        "torch",
+        "2.14.1",
+        files={"torch/__init__.py": "", "torch/version.py": "__version__ = '2.14.1+cu130'\ncuda = '13.0'\n"},
+    )
+    files: dict[str, bytes | str] = {
+        "audioish/__init__.py": AUDIO_INIT,
+        "audioish/lib/__init__.py": "",
+        "audioish/lib/libaudioish.so": _so(lib),
+        f"audioish/lib/_audioish{EXT_SUFFIX}": _so(mod),
+    }
+    return [torch, build_wheel(wheels, "audioish", "12.0" if cuda12 else "13.0", files=files, tag=TAG)]
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     build, out = tmp_path_factory.mktemp("build"), tmp_path_factory.mktemp("wheels")
-    clash_a = build_wheel(out, "clasha", "1.0", files={"clasha/util.py": "X = 1\n"})
+    # clashb's clasha/util.py overwrites clasha's, which `import clasha` needs (pymongo's bson/ beside bson's).
+    clash_a = build_wheel(
+        out,
+        "clasha",
+        "1.0",
+        files={"clasha/__init__.py": "from clasha.util import NEEDED\n", "clasha/util.py": "NEEDED = 1\n"},
+    )
     clash_b = build_wheel(out, "clashb", "1.0", files={"clasha/util.py": "X = 2\n"})
+    # Two builds of one module, each whole: whichever is on disk imports (opencv-python and -headless).
+    twin_a = build_wheel(out, "twina", "1.0", files={"twin/__init__.py": "KIND = 'gui'\n"}, top_level=["twin"])
+    twin_b = build_wheel(out, "twinb", "1.0", files={"twin/__init__.py": "KIND = 'headless'\n"}, top_level=["twin"])
     return {
         "vision": [_visionish(build, out)],
         "bindings": _host_and_bindings(build, out),
         "pure": _pure(out),
         "numpy": _numpy1(build, out),
         "clash": [clash_a, clash_b],
+        "twins": [twin_a, twin_b],
         "picker": [_picker(build, out)],
+        "audio12": _audioish(build, out / "12", cuda12=True),
+        "audio": _audioish(build, out / "13", cuda12=False),
     }
 
 
@@ -287,12 +333,32 @@ def test_an_extension_built_for_numpy_1_is_named_so(wheels: dict[str, list[Path]
 
 
 def test_a_cell_with_two_independent_causes_names_both(wheels: dict[str, list[Path]], tmp_path: Path) -> None:
-    result = _check(tmp_path, wheels["clash"], wheels["vision"], packages=["clasha", "clashb", "visionish"])
+    [clasha, clashb] = wheels["clash"]
+    result = _check(tmp_path, [clasha], [clashb], wheels["vision"], packages=["clasha", "clashb", "visionish"])
     assert result.state == CellState.FAIL
     assert [(b.stage, b.code) for b in result.causes] == [("pins", "file-clash"), ("import", "abi-symbol")]
     assert result.reason.startswith("2 causes: pins: clasha 1.0 and clashb 1.0 both install 1 file")
     assert "; also import: visionish (it loads visionish/_C.so): undefined symbol ns::check(int)" in result.reason
     assert all(b.code in CAUSES for b in result.causes)
+    pins = result.stage("pins")
+    assert pins is not None
+    assert pins.state == StageState.FAIL
+    assert pins.details["file_clashes"][0]["fails"] is True
+
+
+def test_a_file_clash_whose_imports_all_work_is_a_warning(wheels: dict[str, list[Path]], tmp_path: Path) -> None:
+    [twina, twinb] = wheels["twins"]
+    result = _check(tmp_path, [twina], [twinb], packages=["twina", "twinb"])
+    state, reason, _cause = _stage(result, "pins")
+    assert state == StageState.WARN
+    assert reason.startswith(
+        "twina 1.0 and twinb 1.0 both install 1 file (twin/__init__.py, all code) with different bytes: the bytes "
+        "on disk are twinb 1.0's; every module of theirs loads here (`import twin`): what needs the other owner's "
+        "own code gets these bytes instead"
+    ), reason
+    [clash] = result.stage("pins").details["file_clashes"]  # type: ignore[union-attr]
+    assert (clash["fails"], clash["observed"].startswith("every module of theirs loads")) == (False, True)
+    assert result.state == CellState.PARTIAL, result.reason
 
 
 def test_a_build_not_picked_is_silent_and_a_feature_that_cannot_load_warns(
@@ -312,3 +378,42 @@ def test_a_build_not_picked_is_silent_and_a_feature_that_cannot_load_warns(
         "libcublasLt.so.12: what needs it will not work"
     ]
     assert (imported.cause, result.state) == ("feature-broken", CellState.PARTIAL)
+
+
+def test_a_cuda_12_library_beside_a_cuda_13_torch_is_a_cuda_major_mix_through_its_own_library(
+    wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    result = _check(tmp_path, wheels["audio12"], packages=["torch", "audioish"])
+    imported = result.stage("import")
+    assert imported is not None
+    assert (imported.state, imported.cause) == (StageState.FAIL, "cuda-major-mix"), imported.reason
+    by_module = {m["module"]: m for m in imported.details["modules"]}
+    ext = by_module[f"audioish/lib/_audioish{EXT_SUFFIX}"]
+    # Loaded alone it cannot find libaudioish.so; loaded after it, as its package does, the root shows.
+    assert (ext["preloaded"], ext["failure"]["library"]) == ("audioish/lib/libaudioish.so", "libcudart.so.12")
+    assert ext["failure"]["cuda_mix"] == {"library": 12, "env": 13}
+    assert ext["reason"] == (
+        f"audioish/lib/_audioish{EXT_SUFFIX} (it needs libaudioish.so of its own package, which does not load): "
+        "missing shared library libcudart.so.12, a CUDA 12 library in a CUDA 13 environment (built for another "
+        "CUDA major than torch's)"
+    )
+    assert by_module["audioish"]["cause"] == "cuda-major-mix"
+    static = result.stage("static")
+    assert [(b.stage, b.code) for b in result.causes] == [("import", "cuda-major-mix")], (
+        static.details["findings"] if static else None
+    )
+
+
+def test_a_module_that_needs_its_own_package_library_loads_after_it(
+    wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    result = _check(tmp_path, wheels["audio"], packages=["torch", "audioish"])
+    imported = result.stage("import")
+    assert imported is not None
+    ext = next(m for m in imported.details["modules"] if m["module"] == f"audioish/lib/_audioish{EXT_SUFFIX}")
+    assert (ext["ok"], ext["preloaded"]) == (True, "audioish/lib/libaudioish.so")
+    assert ext["loaded"] == (
+        "after audioish/lib/libaudioish.so, a library of its own package it needs: loaded alone, "
+        f"audioish/lib/_audioish{EXT_SUFFIX}: missing shared library libaudioish.so"
+    )
+    assert imported.state == StageState.PASS, imported.reason

@@ -29,6 +29,7 @@ _KEYS = (
     "verdict",
     "failed_loads",
     "cause",
+    "preloaded",
 )
 
 
@@ -62,6 +63,9 @@ class ImportEntry:
     # "feature" (the import worked without it: a warning) or "absent" (a library by name this machine lacks).
     failed_loads: tuple[Mapping[str, Any], ...] | None = None
     cause: str | None = None  # the failure's code in incell/causes.py
+    # A library of its own package it was loaded after, its label (torchaudio's libtorchaudio.so): it
+    # needs that one and no RUNPATH finds it; its package loads it first.
+    preloaded: str | None = None
 
     @property
     def is_package(self) -> bool:
@@ -109,6 +113,7 @@ class ImportEntry:
             verdict=data.get("verdict"),
             failed_loads=None if failed_loads is None else tuple(dict(v) for v in failed_loads),
             cause=data.get("cause"),
+            preloaded=data.get("preloaded"),
         )
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import importlib.machinery
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ __all__ = [
     "demangle",
     "describe",
     "dynamic_symbols",
+    "env_cuda_major",
     "importable_here",
     "is_extension_module",
     "load_module",
@@ -98,6 +100,10 @@ class LoadFailure:
     # The exceptions around the one classified, outermost first ("OSError: Could not load this library: …"):
     # the message is the innermost cause's.
     outer: tuple[str, ...] = ()
+    # For a missing CUDA library of another major than the environment's torch (libcudart.so.12 beside
+    # torch +cu130): {"library": 12, "env": 13}. That is two CUDA majors in one environment, not a
+    # library this machine lacks.
+    cuda_mix: Mapping[str, int] | None = None
 
     @property
     def stack(self) -> bool:
@@ -114,10 +120,66 @@ class LoadFailure:
                 return "python-abi"
             if re.match(r"(?:\w+ )?(?:c10|at|torch|caffe2)::", name) or "c10::" in name.split("(")[0]:
                 return "torch-abi"
+        if self.cuda_mix is not None:
+            return "cuda-major-mix"
         return _CAUSE_OF_KIND.get(self.kind, "unclassified")
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if self.cuda_mix is None:
+            del out["cuda_mix"]
+        else:
+            out["cuda_mix"] = dict(self.cuda_mix)
+        return out
+
+
+# CUDA libraries whose soname's major is the CUDA major they were built with (libcudart.so.12 is CUDA 12's);
+# cuDNN, NCCL and cuSPARSELt number their sonames by their own releases and are not here.
+_CUDA_SONAME = re.compile(
+    r"(?:libcudart|libcublas|libcublasLt|libcufft|libcufftw|libcurand|libcusparse|libcusolver|libcusolverMg|"
+    r"libnvrtc|libnvrtc-builtins|libnvjpeg|libnvJitLink|libcupti|libcufile|libnvToolsExt|libnvblas|libnpp\w*|"
+    r"libnvidia-ptxjitcompiler)\.so\.(\d+)(?:\.\d+)*"
+)
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+)\.", re.MULTILINE)
+
+
+@functools.cache
+def env_cuda_major() -> int | None:
+    """The CUDA major of this interpreter's environment (in a cell: the cell's): torch's build (its
+    ``torch/version.py``, read without importing torch; else a ``+cu130`` local version), else the
+    ``nvidia-cuda-runtime`` wheel's. None when neither is installed."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            text = (Path(folder) / "version.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if m := _TORCH_CUDA.search(text):
+            return int(m.group(1))
+    try:
+        if m := re.search(r"\+cu(\d+)\d$", importlib.metadata.version("torch")):
+            return int(m.group(1))
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for name in ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"):
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return int(name.rsplit("-cu", 1)[1]) if name[-2:].isdigit() else int(version.split(".")[0])
+    return None
+
+
+def _cuda_mix(library: str) -> dict[str, int] | None:
+    """{"library": 12, "env": 13} for a CUDA library of another major than the environment's."""
+    m = _CUDA_SONAME.fullmatch(os.path.basename(library))
+    env = env_cuda_major() if m else None
+    if m is None or env is None or int(m.group(1)) == env:
+        return None
+    return {"library": int(m.group(1)), "env": env}
 
 
 _UNDEFINED = re.compile(r"undefined symbol: ([^\s,]+)")
@@ -249,8 +311,11 @@ def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadF
         )
     if m := _MISSING_LIB.search(message):
         library = m.group(1)
-        kind = "no-driver" if library.startswith(_DRIVER_LIBS) else "missing-library"
-        return LoadFailure(kind=kind, message=message, library=library, step=step, raw=raw)
+        if library.startswith(_DRIVER_LIBS):
+            return LoadFailure(kind="no-driver", message=message, library=library, step=step, raw=raw)
+        return LoadFailure(
+            kind="missing-library", message=message, library=library, step=step, raw=raw, cuda_mix=_cuda_mix(library)
+        )
     if any(t in message for t in _NUMPY_ABI) or (exc_type == "ImportError" and any(t in raw for t in _NUMPY_ABI)):
         # The outer ImportError ("numpy.core.multiarray failed to import") is the symptom: say the break.
         return LoadFailure(kind="numpy-abi", message=_numpy_words(message, raw), library="numpy", step=step, raw=raw)
@@ -281,12 +346,21 @@ def describe(target: str, failure: LoadFailure) -> str:
     # A prerequisite (import torch) that fails is the real story: say so.
     if failure.step.startswith("import ") and failure.step != f"import {target}":
         where = f"{target} ({failure.step} failed)"
+    elif failure.step.startswith("preload "):  # a library of its own package it needs, loaded first
+        lib = failure.step.removeprefix("preload ")
+        where = f"{target} (it needs {Path(lib).name} of its own package, which does not load)"
     if failure.kind == "undefined-symbol":
         return f"{where}: undefined symbol {failure.demangled or failure.symbol}"
     if failure.kind == "symbol-version":
         needed = f" (required by {Path(failure.library).name})" if failure.library else ""
         return f"{where}: symbol version {failure.symbol} not found{needed}"
     if failure.kind == "missing-library":
+        if failure.cuda_mix is not None:
+            mix = failure.cuda_mix
+            return (
+                f"{where}: missing shared library {failure.library}, a CUDA {mix['library']} library in a CUDA "
+                f"{mix['env']} environment (built for another CUDA major than torch's)"
+            )
         return f"{where}: missing shared library {failure.library}"
     if failure.kind == "numpy-abi":
         return f"{where}: {failure.message}; fix: `numpy<2`, or a release built for NumPy 2"

@@ -1,8 +1,9 @@
 """Load one module and say what Python said: the probe of the import stage, in a fresh interpreter or a fork.
 
 ``python -m compatlab.incell.probe PATH NAME PRE`` (``loadcheck.probe_command``) imports the prerequisites
-PRE (comma-separated), then loads the extension module at PATH as NAME, or imports the package NAME when
-PATH is empty, and writes what happened as one tagged JSON line on stderr, the last it writes::
+PRE (comma-separated; an absolute path is a library, loaded with RTLD_GLOBAL), then loads the extension
+module at PATH as NAME, or imports the package NAME when PATH is empty, and writes what happened as one
+tagged JSON line on stderr, the last it writes::
 
     COMPATLAB-LOAD-RESULT {"ok": true, "step": "import torch", "mapped": [...], "attempts": [...]}
     COMPATLAB-LOAD-RESULT {"ok": false, "step": "load /x/m.so", "type": "OSError", "message": "...", "outer": [...]}
@@ -102,6 +103,12 @@ def steps(pre: Sequence[str], path: str | None, name: str) -> dict[str, Any]:
     observe()
     try:
         for mod in pre:
+            if os.path.isabs(mod):  # a library of the module's own package, loaded first as its package does
+                import ctypes
+
+                step = "preload " + mod
+                ctypes.CDLL(mod, mode=ctypes.RTLD_GLOBAL)
+                continue
             step = "import " + mod
             importlib.import_module(mod)
         _attempts.clear()  # what the prerequisites loaded is theirs, not the module's

@@ -37,6 +37,9 @@ def _static(result: StageResult) -> str:
     for f in result.details.get("findings") or []:
         if isinstance(f, dict) and f.get("severity") == result.state.value:
             code = _STATIC_KINDS.get(str(f.get("kind")), "unclassified")
+            details = f.get("details")
+            if code == "missing-library" and isinstance(details, dict) and details.get("torch_cuda"):
+                return "cuda-major-mix"  # a CUDA library of another major than torch's (static's library_hint)
             if code == "abi-symbol":
                 said = str(f.get("message", ""))
                 if any(ns in said for ns in ("c10::", "at::", "torch::")):
@@ -115,6 +118,15 @@ def blames(stages: Sequence[StageResult]) -> tuple[Blame, ...]:
         import_codes.add(cause_of(imported))
     if import_codes & _ABI:
         import_codes |= _ABI
+    # Import failures a file clash causes (runtime.observed_clashes): the clash's, told by the pins stage.
+    by_clash = {
+        str(r)
+        for s in stages
+        if s.name == "pins"
+        for c in s.details.get("file_clashes") or []
+        if isinstance(c, dict)
+        for r in c.get("breaks") or []
+    }
     for s in stages:
         if s.state != StageState.FAIL:
             continue
@@ -125,6 +137,8 @@ def blames(stages: Sequence[StageResult]) -> tuple[Blame, ...]:
             # An exception beside a broken pin is what the pin does (runtime.blame_broken_pins).
             code = s.cause if said == "import-error" and s.cause == "pin-broken" else said
             if s.name == "static" and code in import_codes:
+                continue
+            if s.name == "import" and code == "import-error" and reason in by_clash:
                 continue
             if (s.name, code) not in seen:
                 seen.add((s.name, code))

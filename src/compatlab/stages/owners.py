@@ -120,6 +120,8 @@ class Clash:
             "chain": self.chain,
             "older": self.older,
             "examples": list(self.files[:10]),
+            "fails": self.fails,
+            "text": self.describe(),
         }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 
 from packaging.utils import canonicalize_name
 
@@ -171,6 +172,71 @@ _LINK_KINDS = ("library", "symbol", "version", "by-name")
 
 
 def observed(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
+    """The stages, the pins stage's file clashes and static's prediction corrected by what the import
+    stage saw (``observed_clashes``, ``observed_static``)."""
+    return observed_static(observed_clashes(stages))
+
+
+def observed_clashes(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
+    """The stages, each file clash of code the pins stage failed on a warning when the import stage ran and
+    every module of the clashing distributions loaded, among them an import of the clashing files' own
+    top-level package: the files on
+    disk are one owner's and they import (opencv-python's cv2/ overwritten by opencv-python-headless's;
+    PyJWT's jwt/ by jwt's). What needs the other owner's own code gets these bytes, which the warning says.
+    A clash whose owners' imports fail stays a failure and says the first failure it causes (pymongo's bson/
+    overwritten by bson's: `import pymongo` cannot import SON), listed as its ``breaks``: the import stage's
+    failures there are the clash's, not a cause of their own (``blame.blames``). A clash where no import ran
+    stays as the pins stage said it."""
+    by_name = {s.name: s for s in stages}
+    pins, imported = by_name.get("pins"), by_name.get("import")
+    if pins is None or pins.state != StageState.FAIL or imported is None:
+        return stages
+    if imported.state in (StageState.SKIP, StageState.ERROR):
+        return stages
+    entries = import_entries(imported.details)
+    fails = [str(f) for f in pins.details.get("failures") or []]
+    warns = [str(w) for w in pins.details.get("warnings") or []]
+    observed_warns: list[str] = []
+    clashes: list[object] = []
+    for clash in pins.details.get("file_clashes") or []:
+        text = str(clash.get("text")) if isinstance(clash, dict) else ""
+        if not isinstance(clash, dict) or not clash.get("fails") or text not in fails:
+            clashes.append(clash)
+            continue
+        owners = {canonicalize_name(str(o).rsplit(" ", 1)[0]) for o in clash.get("owners") or []}
+        mine = [e for e in entries if canonicalize_name(e.dist) in owners]
+        # The imports of the clashing files' own top-level package(s): what runs the bytes on disk.
+        tops = {f.split("/", 1)[0].removesuffix(".py") for f in clash.get("examples") or [] if isinstance(f, str)}
+        imports = sorted({e.module for e in mine if e.is_package and e.module.split(".")[0] in tops})
+        broken = [str(e.reason) for e in mine if not e.ok and e.needed is not False and e.reason]
+        if broken:
+            # The clash is why they fail: said once, by the clash, with the first failure it causes.
+            more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+            said = f"{text}; it breaks {broken[0]}{more}"
+            fails[fails.index(text)] = said
+            clashes.append({**clash, "text": said, "breaks": broken})
+        elif imports:
+            said = (
+                f"every module of theirs loads here ({', '.join(f'`import {m}`' for m in imports)}): what needs "
+                "the other owner's own code gets these bytes instead"
+            )
+            fails.remove(text)
+            observed_warns.append(f"{text}; {said}")
+            clashes.append({**clash, "fails": False, "observed": said})
+        else:
+            clashes.append(clash)
+    if clashes == list(pins.details.get("file_clashes") or []):
+        return stages
+    warns = observed_warns + warns
+    state = StageState.FAIL if fails else StageState.WARN
+    top = fails or warns
+    reason = top[0] + (f" (and {len(top) - 1} more)" if len(top) > 1 else "")
+    details = {**pins.details, "failures": fails, "warnings": warns, "file_clashes": clashes}
+    fixed = dataclasses.replace(pins, state=state, reason=reason, cause="", details=details)
+    return tuple(fixed if s is pins else s for s in stages)
+
+
+def observed_static(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
     """The stages, static's prediction corrected by what the import stage saw, when both ran.
 
     A static failure of kind library, symbol, version or by-name on a module that loaded (alone, or mapped
@@ -196,6 +262,9 @@ def observed(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
         if e.is_package and e.ok:
             loaded.update(e.mapped or ())
     unneeded = {e.module: e for e in entries if e.needed is False}
+    # A module the import stage loaded after a library of its own package (no RUNPATH finds it; its package
+    # loads it first): static's "not found" of that library is moot, the library's own failure is the story.
+    preloaded = {e.module: os.path.basename(e.preloaded) for e in entries if e.preloaded}
     packages: dict[str, list[ImportEntry]] = {}
     for e in entries:
         if e.is_package:
@@ -219,6 +288,9 @@ def observed(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
         f = found
         if severity == "fail" and found.get("kind") in _LINK_KINDS and module in loaded:
             f = {**found, "severity": "note", "details": {**details, "observed": "it loaded here"}}
+        elif severity == "fail" and found.get("kind") == "library" and preloaded.get(module) == details.get("library"):
+            said = f"its package loads {details.get('library')} first; the import stage loaded it so"
+            f = {**found, "severity": "note", "details": {**details, "observed": said}}
         elif severity == "fail" and (module in unneeded or untried(module, details.get("dist"))):
             said = "`import` does not need it: its package imports without trying to load it"
             message = f"{found.get('message')} ({said})"

@@ -131,3 +131,56 @@ def test_a_missing_module_with_no_failing_fallback_stays_an_undeclared_dependenc
     )
     assert failure is not None
     assert (failure.kind, failure.library) == ("missing-dependency", "absentdep")
+
+
+def test_a_missing_cuda_library_of_another_major_is_a_cuda_major_mix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loadcheck, "env_cuda_major", lambda: 13)
+    said = "libcudart.so.12: cannot open shared object file: No such file or directory"
+    mix = _record({"ok": False, "step": "import tv", "type": "OSError", "message": said})
+    assert mix is not None
+    assert (mix.kind, mix.cause, mix.cuda_mix) == ("missing-library", "cuda-major-mix", {"library": 12, "env": 13})
+    assert loadcheck.describe("tv", mix) == (
+        "tv: missing shared library libcudart.so.12, a CUDA 12 library in a CUDA 13 environment (built for another "
+        "CUDA major than torch's)"
+    )
+    same = _record({"ok": False, "step": "import tv", "type": "OSError", "message": said.replace(".12", ".13")})
+    other = _record({"ok": False, "step": "import tv", "type": "OSError", "message": said.replace("cudart", "foo")})
+    assert [(f.cause, f.cuda_mix) for f in (same, other) if f is not None] == [
+        ("missing-library", None),
+        ("missing-library", None),
+    ]
+    static = StageResult(
+        name="static",
+        state=StageState.FAIL,
+        reason="x",
+        details={"findings": [{"severity": "fail", "kind": "library", "details": {"torch_cuda": "13.0"}}]},
+    )
+    assert blame.cause_of(static) == "cuda-major-mix"
+
+
+def test_an_import_failure_a_file_clash_breaks_is_the_clashs_cause() -> None:
+    broke = "pymongo: ImportError: cannot import name 'SON' from 'bson'"
+    stages = (
+        StageResult(
+            name="pins",
+            state=StageState.FAIL,
+            reason="bson and pymongo both install 3 files (bson/, all code)",
+            details={"file_clashes": [{"files": 3, "breaks": [broke]}]},
+        ),
+        StageResult(
+            name="import",
+            state=StageState.FAIL,
+            reason=broke,
+            cause="import-error",
+            details={
+                "causes": [
+                    {"cause": "import-error", "reason": broke},
+                    {"cause": "import-error", "reason": "other: ImportError: x"},
+                ]
+            },
+        ),
+    )
+    assert [(b.stage, b.code, b.reason) for b in blame.blames(stages)] == [
+        ("pins", "file-clash", stages[0].reason),
+        ("import", "import-error", "other: ImportError: x"),
+    ]

@@ -125,9 +125,12 @@ class _Loader:
                     self.problems.append(f"fork server could not start ({exc}): one process per module")
             return self.servers[key]
 
-    def load(self, target: loadcheck.LoadTarget) -> tuple[loadcheck.LoadFailure | None, Completed]:
+    def load(
+        self, target: loadcheck.LoadTarget, preload: Sequence[str] = ()
+    ) -> tuple[loadcheck.LoadFailure | None, Completed]:
+        """Load *target* after the prerequisites and then the libraries *preload* (absolute paths)."""
         env = self.driver.env()
-        pre = [m for m in self.pre if m != target.name]
+        pre = [m for m in self.pre if m != target.name] + list(preload)
         server = self._server(env) if self.fork else None
         if server is not None:
             try:
@@ -218,6 +221,14 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tup
         again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
         if again is None:
             failure, by_name = None, True
+    before = None
+    sibling = _own_library(target, failure)
+    if sibling is not None:
+        # It needs a library of its own package that no RUNPATH finds: its package loads that one first
+        # (torchaudio's libtorchaudio.so, by torch.ops.load_library), so load it first too. Then the
+        # failure, if any, is the library's own (libtorchaudio.so cannot find libcudart.so.12).
+        before = first
+        failure, _done = loader.load(target, preload=[sibling])
     failed_loads: list[dict[str, Any]] = []
     if target.path is None:
         failure, failed_loads = _judge_attempts(target, failure, loadcheck.attempts_of(done) or [])
@@ -227,10 +238,14 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tup
         ok=failure is None,
         failed_loads=tuple(failed_loads) or None,
         cause=failure.cause if failure is not None else None,
+        preloaded=_site_label(sibling) if sibling is not None else None,
         seconds=round(done.seconds, 2),
         loaded=(
             f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
             if by_name and first is not None
+            else f"after {_site_label(sibling)}, a library of its own package it needs: loaded alone, "
+            f"{loadcheck.describe(target.label, before)}"
+            if sibling is not None and before is not None and failure is None
             else None
         ),
         failure=failure.to_json() if failure is not None else None,
@@ -238,6 +253,34 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tup
     )
     # What a package's import mapped: reduced to its own distribution's shared objects afterwards.
     return entry, loadcheck.mapped_of(done) if failure is None and target.path is None else None
+
+
+def _own_library(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | None) -> str | None:
+    """The file of the module's own top-level package named as the library *failure* could not find
+    (``torchaudio/lib/_torchaudio.so`` needs ``libtorchaudio.so``, in the same folder but on no RUNPATH);
+    None when the failure is another or the package has no such file."""
+    if (
+        failure is None
+        or failure.kind != "missing-library"
+        or target.path is None
+        or not failure.library
+        or "/" in failure.library
+        or "/" not in target.label
+    ):
+        return None
+    real = os.path.realpath(target.path)
+    top = Path(real).parent
+    for _ in target.label.split("/")[1:-1]:  # up to the top-level folder the label starts with
+        top = top.parent
+    seen = 0
+    for folder, _dirs, files in os.walk(top):
+        if failure.library in files:
+            found = os.path.join(folder, failure.library)
+            return found if "," not in found and os.path.realpath(found) != real else None
+        seen += len(files)
+        if seen > 20000:  # a package this large is not searched further
+            break
+    return None
 
 
 def _reason(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure, failed_loads: list[dict[str, Any]]) -> str:
