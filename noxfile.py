@@ -104,7 +104,19 @@ logging.getLogger("nox").addFilter(_QuietNotApplicable())
 # nox logs at INFO; the lab's own INFO lines (each command it runs in this process) are for --debug.
 logging.getLogger("compatlab").setLevel(logging.WARNING)
 
-REPORTS = _user_path("COMPATLAB_REPORTS", ROOT / "reports")
+
+def _reports_of(matrix_path: Path) -> Path:
+    """Where a matrix's runs and grid go by default: reports/ for the repository's matrix.toml, and
+    reports/<file stem>/ for any other matrix file, so that no matrix's run replaces another's grid in
+    reports/latest (``examples/torchvision.toml`` -> ``reports/torchvision/``)."""
+    if matrix_path.resolve() == (ROOT / "matrix.toml").resolve():
+        return ROOT / "reports"
+    stem = matrix_path.stem
+    # Never a folder of the default matrix's own (reports/runs, reports/latest, reports/check).
+    return ROOT / "reports" / (f"matrix-{stem}" if stem in ("runs", "latest", "check", "box") else stem)
+
+
+REPORTS = _user_path("COMPATLAB_REPORTS", _reports_of(MATRIX_PATH))
 # Every cell session of one `nox` invocation writes into the same run.
 USER_RUN_ID = os.environ.get("COMPATLAB_RUN_ID", "")
 if not USER_RUN_ID:

@@ -66,7 +66,6 @@ __all__ = [
     "existing_cell",
     "explain_unsatisfiable",
     "freeze",
-    "freeze_before_pytest",
     "inspect_environment",
     "install_plan",
     "last_line",
@@ -622,6 +621,7 @@ def inspect_environment(python: Path) -> Environment:
     """Run *python* once and read what it is and sees. UsageError when it is not a usable interpreter."""
     from compatlab.stages.base import incell_command
 
+    python = Path(os.path.abspath(python))  # the probe runs in another folder: a relative path would miss
     if not python.exists():
         raise UsageError(f"{python}: no such interpreter; pass --python PATH or --venv DIR of the environment")
     # compatlab.incell.inspect_env, with the checked interpreter: who it is, and every distribution it sees.
@@ -754,14 +754,3 @@ def existing_cell(
     )
     cell = Cell(id=cell_id(tuple(axis_values)), values=(*axis_values, *extra))
     return matrix, cell
-
-
-def freeze_before_pytest(env: Environment) -> tuple[str, ...]:
-    """What the suites compare the stack with after adding pytest to a venv that lacks it (as uv lists it,
-    which is how they list it after); nothing when pytest is there already, since nothing is installed."""
-    if env.has_pytest or not env.is_venv:
-        return ()
-    done = freeze(env.python)
-    if not done.ok:
-        raise LabError(f"cannot list the packages of {env.python} before adding pytest: {last_line(done.stderr)}")
-    return tuple(done.stdout.splitlines())

@@ -26,6 +26,7 @@ from compatlab.envs import Environment
 from compatlab.errors import LabError, UsageError
 from compatlab.runs import store
 from compatlab.runs.model import (
+    PREFLIGHT,
     CellResult,
     CellState,
     Expectation,
@@ -201,23 +202,6 @@ def select_stages(
 # An existing environment (compatlab check): the same stages, through the same loop.
 
 
-def _suites_cannot_run(env: Environment, stage: Stage) -> Stage:
-    """The import and cuda suites need pytest; a Python that is not a venv is never installed into."""
-    if env.has_pytest or env.is_venv or stage.name not in ("import", "cuda"):
-        return stage
-    reason = (
-        f"{env.python} is not a virtual environment and has no pytest, which the {stage.name} suite runs "
-        "with; compatlab check installs nothing into it: install pytest for that interpreter "
-        f"({env.python} -m pip install pytest, or the distribution's python3-pytest), or check a venv"
-    )
-    required = stage.required
-
-    def skipped(_ctx: CellContext) -> StageResult:
-        return StageResult(name=stage.name, state=StageState.SKIP, reason=reason, required=required)
-
-    return dataclasses.replace(stage, run=skipped)
-
-
 def existing_stages(env: Environment, *, nccl: bool = False, only: Sequence[str] = ()) -> tuple[Stage, ...]:
     """The matrix's stages without ``install`` (its need dropped: the environment is there), nccl if asked;
     only those named in *only* when it is given."""
@@ -226,11 +210,7 @@ def existing_stages(env: Environment, *, nccl: bool = False, only: Sequence[str]
         chosen += [s for s in GPU8 if s.name == "nccl"]
     if only:
         chosen = [s for s in chosen if s.name in only]
-    out = []
-    for stage in chosen:
-        bare = dataclasses.replace(stage, needs=tuple(n for n in stage.needs if n != "install"))
-        out.append(_suites_cannot_run(env, bare))
-    return tuple(out)
+    return tuple(dataclasses.replace(s, needs=tuple(n for n in s.needs if n != "install")) for s in chosen)
 
 
 def existing_matrix(
@@ -265,9 +245,9 @@ def existing_context(
         python=env.python,
         work_dir=work_dir,
         site_packages=env.site_for([v.package for v in cell.packages if v.package]),
-        freeze=envs.freeze_before_pytest(env),
         install=InstallRecord(existing=str(env.prefix), python=str(env.python)),
         say=say,
+        tools_overlay=True,
     )
 
 
@@ -461,7 +441,7 @@ def run_pipeline(
                     name=s.name,
                     state=StageState.SKIP,
                     required=True,
-                    reason=f"not run: preflight stopped after {last}",
+                    reason=f"{PREFLIGHT} {last}",
                 )
                 for s in left_out
             )
@@ -499,7 +479,7 @@ def conclude(
         axes=ctx.cell.axes if axes is None else axes,
         state=state,
         expected=expected,
-        unexpected=is_unexpected(state, expected),
+        unexpected=is_unexpected(state, expected, preflight=any(s.reason.startswith(PREFLIGHT) for s in stages)),
         stages=stages,
         install=ctx.install,
         freeze=ctx.freeze,
@@ -561,12 +541,13 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
     return sr
 
 
-def is_unexpected(state: CellState, expected: Expectation | None) -> bool:
-    """News for the nightly job: a red cell nobody expected, a known-bad cell that passed, or an error."""
+def is_unexpected(state: CellState, expected: Expectation | None, *, preflight: bool = False) -> bool:
+    """News for the nightly job: a red cell nobody expected, a known-bad cell that passed, or an error. A
+    preflight judges only the stages it ran: a known-bad cell it left partial was not reached, no news."""
     if state == CellState.NA:
         return False
     if state == CellState.ERROR:
         return True
     if expected is not None and expected.state == CellState.FAIL:
-        return state in (CellState.PASS, CellState.PARTIAL)
+        return state == CellState.PASS or (state == CellState.PARTIAL and not preflight)
     return state == CellState.FAIL

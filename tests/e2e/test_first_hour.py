@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,64 @@ def test_the_start_lines_give_the_previous_runs_seconds_and_the_expected_end(tmp
         start,
     ), start
     assert "compatlab.incell.proc" not in first.stdout + first.stderr  # the lab's INFO log stays out of nox's
+
+
+BAD = "torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.7.4-cuda12.8"
+
+
+def test_a_preflight_judges_only_the_stages_it_ran_and_keeps_the_fuller_grid(tmp_path: Path, index_url: str) -> None:
+    matrix = EXPECTED_ONLY.format(url=index_url)
+    full = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu128 and cuda12", run_id="r1")
+    assert full.returncode == 0, full.stdout + full.stderr
+    pre = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu128 and cuda12", "--", "--until", "install", run_id="r2")
+    # The known-bad cell fails at pins, which an install preflight does not reach: no news, exit 0.
+    assert pre.returncode == 0, pre.stdout + pre.stderr
+    said = pre.stdout + pre.stderr
+    assert f"end   {BAD}: PARTIAL (known bad; this preflight did not reach the stage that fails)" in said
+    latest = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text(encoding="utf-8"))
+    shown = {c["id"]: (c["state"], c.get("run", "")) for c in latest["cells"] if c["state"] != "n/a"}
+    assert shown[BAD] == ("fail", "r1"), shown  # the full verdict stays in the grid
+    own = json.loads((tmp_path / "reports" / "runs" / "r2" / "results.json").read_text(encoding="utf-8"))
+    assert {c["id"]: c["state"] for c in own["cells"] if c["state"] != "n/a"}[BAD] == "partial"  # nothing lost
+
+
+def test_two_matrix_files_keep_two_grids(tmp_path: Path, index_url: str) -> None:
+    one = EXPECTED_ONLY.format(url=index_url)
+    first = nox(tmp_path, one, "-s", "matrix", "-k", "cu130 and cuda13", run_id="r1")
+    assert first.returncode == 0, first.stdout + first.stderr
+    # Another matrix file into the same reports folder: refused for reports/latest, kept in its own run.
+    other = tmp_path / "other.toml"
+    other.write_text(one.replace('name = "spine-a"', 'name = "spine-b"'), encoding="utf-8")
+    second = nox(
+        tmp_path,
+        one,
+        "-s",
+        "matrix",
+        "-k",
+        "cu130 and cuda13",
+        run_id="r2",
+        extra_env={"COMPATLAB_MATRIX": str(other)},
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "shows the grid of matrix 'spine-a', not of 'spine-b': left as it is" in second.stdout + second.stderr
+    latest = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text(encoding="utf-8"))
+    assert (latest["run"]["id"], latest["run"]["matrix_name"]) == ("r1", "spine-a")
+    assert (tmp_path / "reports" / "runs" / "r2" / "results.json").is_file()
+    # With no COMPATLAB_REPORTS, a matrix file other than the repository's matrix.toml has its own folder.
+    stem = f"test-{os.getpid()}-{tmp_path.name}"
+    mine = tmp_path / f"{stem}.toml"
+    mine.write_text(one, encoding="utf-8")
+    env = {
+        "COMPATLAB_MATRIX": str(mine),
+        "COMPATLAB_REPORTS": "",  # unset: the default
+        "COMPATLAB_RUN_ID": "r3",
+        "COMPATLAB_VENVS": str(tmp_path / "venvs"),
+    }
+    folder = ROOT / "reports" / stem
+    try:
+        done = _nox_here(tmp_path, "-s", "matrix", "-k", "cu130 and cuda13", "--", "--until", "install", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (folder / "runs" / "r3" / "results.json").is_file()
+        assert (folder / "latest" / "results.json").is_file()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

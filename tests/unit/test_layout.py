@@ -231,7 +231,7 @@ def test_a_circle_closed_under_type_checking_is_a_circle(tmp_path: Path) -> None
 
 
 INCELL = sorted(m for m in MODULES if m.startswith("compatlab.incell"))
-UNDER_PYTEST = ("compatlab.incell.plugin", "compatlab.incell.suites.")
+UNDER_PYTEST = ("compatlab.incell.plugin", "compatlab.incell.runpytest", "compatlab.incell.suites.")
 
 
 def test_incell_imports_only_the_standard_library_and_itself() -> None:

@@ -117,12 +117,14 @@ def run_check(env: Environment, *, out: Path, **options: Any) -> CheckRun:
 
 
 def _python(args: argparse.Namespace) -> Path:
+    """The interpreter to check, as an absolute path where the command runs (a relative --python or --venv is
+    a path under the folder the user is in; symlinks are kept: a venv's bin/python *is* the venv)."""
     from compatlab.errors import UsageError
 
     if args.python is not None:
-        return Path(args.python)
+        return Path(os.path.abspath(args.python))
     if args.venv is not None:
-        venv = Path(args.venv)
+        venv = Path(os.path.abspath(args.venv))
         if not (venv / "bin" / "python").exists():
             raise UsageError(
                 f"--venv {venv}: no bin/python there; pass the folder of a virtual environment, "
@@ -131,7 +133,7 @@ def _python(args: argparse.Namespace) -> Path:
         return venv / "bin" / "python"
     active = os.environ.get("VIRTUAL_ENV")
     if active:
-        return Path(active) / "bin" / "python"
+        return Path(os.path.abspath(active)) / "bin" / "python"
     raise UsageError("which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR")
 
 

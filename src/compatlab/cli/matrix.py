@@ -64,8 +64,12 @@ def end_line(result: object) -> str:
 
     assert isinstance(result, CellResult)
     verdict = result.state.upper()
-    if result.expected:
-        verdict += " (known)" if result.state == CellState.FAIL else " (expected fail!)"
+    if result.expected and result.state == CellState.FAIL:
+        verdict += " (known)"
+    elif result.expected and result.preflight and result.state == CellState.PARTIAL:
+        verdict += " (known bad; this preflight did not reach the stage that fails)"
+    elif result.expected:
+        verdict += " (expected fail!)"
     elif result.unexpected:
         verdict += " (unexpected)"
     why = f" — {result.reason}" if result.reason else ""

@@ -363,6 +363,10 @@ class InstallRecord:
         )
 
 
+# The reason of each stage a preflight (`--until`, `--stages`) left out: a cell with one is a thinner verdict.
+PREFLIGHT = "not run: preflight stopped after"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Expectation:
     """A known-bad (or known-good) cell's expected verdict, from matrix.toml's ``[[expect]]``."""
@@ -414,6 +418,12 @@ class CellResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", CellState(self.state))
+
+    @property
+    def preflight(self) -> bool:
+        """A preflight's verdict (`--until`/`--stages` left stages out): thinner than one of the whole
+        pipeline, which reports/latest keeps over it."""
+        return any(s.state == StageState.SKIP and s.reason.startswith(PREFLIGHT) for s in self.stages)
 
     @property
     def unreadable(self) -> bool:

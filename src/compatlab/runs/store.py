@@ -561,15 +561,20 @@ def whole_matrix(folder: Path, results: Results) -> Results:
 
     A run of one cell or of a ``-k``/``-t`` subset brings its cells; every other cell of its matrix that the
     folder showed (from an older run of a matrix of the same name) stays, marked with the run it came from.
-    A folder showing another matrix, or a newer run, is not merged with.
+    A cell the run only preflighted (`--until`) keeps the fuller verdict the folder showed. A folder showing
+    another matrix, or a newer run, is not merged with.
     """
     shown = _shown_results(folder)
     if shown is None or shown.run.matrix_name != results.run.matrix_name or shown.run.order > results.run.order:
         return results
-    have = {c.id for c in results.cells}
+    # A preflight's verdict (`--until`) never replaces a fuller one of the same cell: the fuller stays.
+    fuller = {c.id: c for c in shown.cells if not c.preflight and c.state != CellState.NA}
+    thin = {c.id for c in results.cells if c.preflight and c.id in fuller}
+    have = {c.id for c in results.cells} - thin
     older = {c.id: c for c in shown.cells if c.id not in have}
     if not older:
         return results
+    results = dataclasses.replace(results, cells=tuple(c for c in results.cells if c.id not in thin))
     kept = []
     for cid in results.run.planned:
         cell = older.get(cid)
@@ -599,6 +604,12 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         shown = _shown(folder)
+        if shown is not None and shown.matrix_name and shown.matrix_name != results.run.matrix_name:
+            # One folder, one matrix: another matrix's run would replace its whole grid.
+            raise StaleRun(
+                f"{folder} shows the grid of matrix {shown.matrix_name!r}, not of {results.run.matrix_name!r}: "
+                "left as it is; give each matrix its own reports folder (COMPATLAB_REPORTS, or --out)"
+            )
         if shown is not None and shown.id != results.run.id and shown.order > results.run.order:
             raise StaleRun(
                 f"{folder} shows run {shown.id} (started {shown.started}), newer than run "

@@ -48,6 +48,9 @@ class CellContext:
     previous: tuple[StageResult, ...] = ()
     # Where a long stage says how far it is (a line at a time, for people); None: quiet.
     say: Callable[[str], None] | None = None
+    # An environment the lab did not make (compatlab check): nothing is ever installed into it; the suites
+    # take pytest from an overlay outside it (suite.tools_overlay) when it has none.
+    tools_overlay: bool = False
 
     def stage(self, name: str) -> StageResult | None:
         for s in self.previous:

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.metadata
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from compatlab import envs
 from compatlab.incell.causes import CAUSES
@@ -18,7 +25,7 @@ from compatlab.incell.context import PreviousStage, SuiteContext, TargetInfo
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext, cell_env, incell_path
 
-__all__ = ["ensure_pytest", "run_suite", "suite_context"]
+__all__ = ["ensure_pytest", "run_suite", "suite_context", "tools_overlay"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,63 @@ def suite_context(ctx: CellContext) -> SuiteContext:
         thresholds=ctx.matrix.thresholds.for_suites(),
         previous={s.name: PreviousStage(state=s.state.value, reason=s.reason) for s in ctx.previous},
     )
+
+
+def _requirement_closure(root: str) -> list[importlib.metadata.Distribution]:
+    """*root*'s distribution and what it requires, as installed beside the lab (markers of this Python)."""
+    seen: dict[str, importlib.metadata.Distribution] = {}
+    todo = [root]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        dist = importlib.metadata.distribution(name)
+        seen[name] = dist
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return list(seen.values())
+
+
+def tools_overlay(cache: Path | None = None) -> Path:
+    """A folder outside every checked environment holding the lab's own pytest and what it requires (their
+    files copied from the lab's site-packages, made once per set of versions): how ``compatlab check`` runs a
+    suite in an environment without pytest and leaves it byte for byte as it found it. LabError when the
+    lab's environment has no pytest (compatlab requires it)."""
+    from compatlab.errors import LabError
+
+    try:
+        dists = _requirement_closure("pytest")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise LabError(
+            f"the lab's own environment lacks {exc.args[0]}, which compatlab requires: reinstall compatlab"
+        ) from None
+    tag = "-".join(sorted(f"{canonicalize_name(d.metadata['Name'])}{d.version}" for d in dists))
+    root = cache or Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")
+    dest = root / "tools" / tag
+    if (dest / ".complete").exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tools-", dir=dest.parent))
+    try:
+        for dist in dists:
+            for rel in dist.files or []:
+                parts = rel.parts
+                if not parts or parts[0] == ".." or parts[0].endswith(".dist-info") or "__pycache__" in parts:
+                    continue
+                src = Path(str(dist.locate_file(rel)))
+                if src.is_file():
+                    out = tmp.joinpath(*parts)
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, out)
+        (tmp / ".complete").write_text(tag + "\n", encoding="utf-8")
+        os.replace(tmp, dest)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / ".complete").exists():  # another run made it first: fine
+            raise LabError(f"cannot write the tools overlay {dest}: {exc.strerror or exc}") from None
+    return dest
 
 
 def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | None:
@@ -162,9 +226,18 @@ def run_suite(
 ) -> StageResult:
     """Run the compat suite test_<name>.py inside the cell and fold its tests into one stage result."""
     start = time.monotonic()
-    setup = ensure_pytest(ctx)
-    if setup is not None:
-        return dataclasses.replace(setup, name=name, seconds=time.monotonic() - start)
+    from compatlab.proc import run
+
+    overlay: Path | None = None
+    if ctx.tools_overlay:
+        # Not the lab's environment: nothing is installed into it; pytest comes from an overlay unless it
+        # has its own.
+        if not run([str(ctx.python), "-m", "pytest", "--version"], timeout=120, env=cell_env(ctx.venv)).ok:
+            overlay = tools_overlay()
+    else:
+        setup = ensure_pytest(ctx)
+        if setup is not None:
+            return dataclasses.replace(setup, name=name, seconds=time.monotonic() - start)
     work = ctx.work_dir / name
     work.mkdir(parents=True, exist_ok=True)
     ctx_file = work / "context.json"
@@ -176,10 +249,11 @@ def run_suite(
     env = cell_env(ctx.venv, {"PYTHONPATH": str(shim), "PYTHONDONTWRITEBYTECODE": "1"})
     if extra_env:
         env.update(extra_env)
+    # The overlay goes last on sys.path (compatlab.incell.runpytest): the environment's own packages win.
+    launch = ["-m", "compatlab.incell.runpytest", str(overlay)] if overlay is not None else ["-m", "pytest"]
     argv = [
         str(ctx.python),
-        "-m",
-        "pytest",
+        *launch,
         str(suites / f"test_{name}.py"),
         "--rootdir",
         str(suites),
@@ -197,8 +271,6 @@ def run_suite(
         "--compatlab-result",
         str(out_file),
     ]
-    from compatlab.proc import run
-
     with _progress(ctx, name, env) as fds:
         done = run(argv, timeout=timeout, env=env, cwd=work, pass_fds=fds)
     (work / "pytest.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr, encoding="utf-8")

@@ -82,9 +82,44 @@ def test_a_run_of_one_cell_keeps_the_other_cells_marked_with_their_run(tmp_path:
     assert "1 from older runs (marked *from run …*)" in md
 
 
-def test_another_matrix_replaces_latest_whole(tmp_path: Path, matrix: Matrix) -> None:
+def test_another_matrix_never_replaces_the_grid_of_the_first(
+    tmp_path: Path, matrix: Matrix, caplog: pytest.LogCaptureFixture
+) -> None:
     _run(tmp_path, matrix, "r1", _cell(OLD, "pass", 10.0), _cell(NEW, "pass", 20.0))
     other = parse_matrix({**MATRIX, "name": "other"}, str(tmp_path / "other.toml"))
-    _run(tmp_path, other, "r2", _cell(NEW, "pass", 20.0))
+    _run(tmp_path, other, "r2", _cell(NEW, "fail", 20.0))
     latest = store.load_results(tmp_path / "latest" / "results.json")
-    assert [c.id for c in latest.cells if c.state != CellState.NA] == [NEW]
+    assert (latest.run.id, [c.id for c in latest.cells if c.state != CellState.NA]) == ("r1", [OLD, NEW])
+    assert (
+        f"{tmp_path / 'latest'} shows the grid of matrix 'box', not of 'other': left as it is; give each matrix "
+        "its own reports folder (COMPATLAB_REPORTS, or --out)"
+    ) in caplog.text
+    # Nothing lost: the other matrix's run keeps its own results.
+    own = store.load_results(tmp_path / "runs" / "r2" / "results.json")
+    assert [(c.id, c.state) for c in own.cells if c.state != CellState.NA] == [(NEW, "fail")]
+
+
+def _preflight(cid: str) -> CellResult:
+    return CellResult(
+        id=cid,
+        axes={},
+        state=CellState.PARTIAL,
+        stages=(
+            StageResult(name="static", state=StageState.PASS),
+            StageResult(name="import", state=StageState.SKIP, reason="not run: preflight stopped after static"),
+        ),
+    )
+
+
+def test_a_preflight_never_replaces_a_fuller_verdict(tmp_path: Path, matrix: Matrix) -> None:
+    _run(tmp_path, matrix, "r1", _cell(OLD, "fail", 10.0))
+    _run(tmp_path, matrix, "r2", _preflight(OLD), _preflight(NEW))
+    latest = store.load_results(tmp_path / "latest" / "results.json")
+    assert [(c.id, c.state, c.run) for c in latest.cells if c.state != CellState.NA] == [
+        (OLD, "fail", "r1"),  # the full verdict stays
+        (NEW, "partial", ""),  # a cell with nothing fuller shows the preflight's
+    ]
+    # A full run of it replaces it again.
+    _run(tmp_path, matrix, "r3", _cell(OLD, "pass", 10.0))
+    latest = store.load_results(tmp_path / "latest" / "results.json")
+    assert next((c.id, c.state, c.run) for c in latest.cells if c.state != CellState.NA) == (OLD, "pass", "")

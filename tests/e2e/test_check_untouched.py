@@ -1,0 +1,68 @@
+"""`compatlab check` leaves the environment it checks byte for byte as it found it (issue 32): its suites take
+pytest from an overlay outside it (stages/suite.tools_overlay), never from an install into it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compatlab.cli.check import run_check
+from compatlab.envs import inspect_environment
+from compatlab.incell import fakecuda
+from compatlab.runs.model import StageState
+from fixtures.sofix import EXT_SUFFIX, ext_module
+from fixtures.wheels import build_wheel, venv_with
+
+pytestmark = pytest.mark.slow
+
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}-cp{sys.version_info.major}{sys.version_info.minor}-linux_x86_64"
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file, folder and link under *root*: its path, and a file's sha256 and mode."""
+    out: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(folder, d), root)] = "dir"
+        for f in files:
+            path = os.path.join(folder, f)
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                out[rel] = "link " + os.readlink(path)
+            else:
+                with open(path, "rb") as fh:
+                    out[rel] = f"{os.stat(path).st_mode:o} " + hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def test_check_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
+    monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
+    mod = ext_module(tmp_path / "build", "_fast")
+    wheel = build_wheel(
+        tmp_path / "wheels",
+        "fastpkg",
+        "1.0",
+        files={"fastpkg/__init__.py": "from fastpkg import _fast\n", f"fastpkg/_fast{EXT_SUFFIX}": mod.read_bytes()},
+        tag=TAG,
+    )
+    python = venv_with(tmp_path / "env", [wheel])
+    has = subprocess.run([str(python), "-c", "import pytest"], capture_output=True, timeout=60, check=False)
+    assert has.returncode != 0, "the checked venv must not see a pytest of its own"
+    before = _tree(tmp_path / "env")
+
+    result = run_check(inspect_environment(python), out=tmp_path / "out", packages=["fastpkg"], gpus=0).result
+
+    imported = result.stage("import")
+    assert imported is not None
+    assert (imported.state, imported.details["loaded"]) == (StageState.PASS, 2), imported.reason
+    assert _tree(tmp_path / "env") == before
+    [overlay] = (tmp_path / "cache" / "tools").iterdir()
+    assert (overlay / "pytest" / "__init__.py").is_file()
+    assert (overlay / "pluggy" / "__init__.py").is_file()
