@@ -87,6 +87,42 @@ if SHARD:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
+
+def _check_posargs(posargs: list[str]) -> None:
+    """The stage names a cell's posargs give (``-- --until static``, ``-- --stages install,pins``), checked
+    once against the pipeline before any session starts: a typo is one line and exit 2, not an error per
+    cell and an empty run."""
+    from compatlab.errors import UsageError
+    from compatlab.runner import PIPELINE, select_stages
+
+    until: str | None = None
+    only: list[str] = []
+    for i, arg in enumerate(posargs):
+        flag, eq, value = arg.partition("=")
+        if flag not in ("--until", "--stages"):
+            continue
+        if not eq:
+            if i + 1 >= len(posargs):
+                print(
+                    f"error: {flag} needs a value, e.g. {flag} {'static' if flag == '--until' else 'install,pins'}",
+                    file=sys.stderr,
+                )
+                sys.exit(2)
+            value = posargs[i + 1]
+        if flag == "--until":
+            until = value
+        else:
+            only.extend(n.strip() for n in value.split(",") if n.strip())
+    try:
+        select_stages(PIPELINE, until=until, only=tuple(only))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+if "--" in sys.argv:
+    _check_posargs(sys.argv[sys.argv.index("--") + 1 :])
+
 # An n/a cell is a session, so that `nox -l`, `-k` and `-t` list it, but it starts nothing and ends at once;
 # nox's own lines about it ("Running session", "was successful", its row of the final list) are dropped
 # from nox's log: the summary table says which cells are n/a, one line per reason.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import datetime as dt
 import fcntl
 import logging
@@ -192,7 +193,9 @@ def select_stages(
     names = [s.name for s in stages]
     for name in (*([until] if until else []), *only):
         if name not in names:
-            raise UsageError(f"no stage {name!r}; the pipeline is {', '.join(names)}")
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+            hint = f"; perhaps you meant {close[0]!r}?" if close else ""
+            raise UsageError(f"no stage {name!r}; the pipeline is {', '.join(names)}{hint}")
     keep = names[: names.index(until) + 1] if until else names
     if only:
         keep = [n for n in keep if n in only]

@@ -191,3 +191,15 @@ def test_two_matrix_files_keep_two_grids(tmp_path: Path, index_url: str) -> None
         assert (folder / "latest" / "results.json").is_file()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_misspelled_stage_after_the_double_dash_is_one_line_before_any_cell(tmp_path: Path) -> None:
+    (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url="http://127.0.0.1:9"), encoding="utf-8")
+    env = {"COMPATLAB_MATRIX": "matrix.toml", "COMPATLAB_REPORTS": "reports", "COMPATLAB_RUN_ID": "r1"}
+    done = _nox_here(tmp_path, "-s", "matrix", "--", "--until", "statc", env=env)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "error: no stage 'statc'; the pipeline is install, pins, static, import, cuda, serve; "
+        "perhaps you meant 'static'?\n"
+    )
+    assert not (tmp_path / "reports").exists()  # no empty run, no grid "in progress"

@@ -16,7 +16,7 @@ import enum
 import math
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -498,6 +498,14 @@ def _selected_values(
     return values
 
 
+def _names_a_package(raw: object) -> bool:
+    """Whether an axis's table names the distribution it installs (an extra axis), anywhere in it."""
+    if isinstance(raw, dict):
+        items = raw.get("values", [raw]) if "values" in raw else [raw]
+        return "package" in raw or any(isinstance(i, dict) and "package" in i for i in items or [])
+    return isinstance(raw, list) and any(isinstance(i, dict) and "package" in i for i in raw)
+
+
 def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tuple[list[Axis], set[str]]:
     """The axes, and the names of those with a problem (rules do not repeat it as a missing value)."""
     raw_axes = ck.table(data, "", "axes")
@@ -511,6 +519,13 @@ def _parse_axes(ck: Checker, data: Mapping[str, Any], locking: _Locking) -> tupl
             ck.error(where, "an axis name is lower-case letters, digits and '-', not 'reason' or 'expect'")
             continue
         kind = AXIS_KINDS.get(name)
+        close = difflib.get_close_matches(name, sorted(AXIS_KINDS), n=1, cutoff=0.75) if kind is None else []
+        if close and not _names_a_package(raw):
+            # A known axis misspelled ([axes.flashinfr]): one error with the name meant, not one per key that
+            # an extra axis would need; what refers to the name meant (rules, report) is not told again.
+            _unknown_axis(ck, name, where)
+            broken.update((name, close[0]))
+            continue
         package = kind.package if kind else None
         axis_package = axis_index = None
         select: Selector | None = None
@@ -671,6 +686,8 @@ def _parse_rules(
                 if key in RULE_META_KEYS:
                     continue
                 sub = f"{where}.{key}"
+                if key not in by_name and key in broken:
+                    continue  # an axis with a problem of its own (misspelled in [axes]): said there
                 if key not in by_name:
                     close = difflib.get_close_matches(key, sorted(set(by_name) | RULE_META_KEYS), n=1)
                     hint = f"; perhaps you meant {close[0]!r}?" if close else ""
@@ -810,7 +827,7 @@ def _parse_targets(ck: Checker, data: Mapping[str, Any]) -> list[Target]:
     return targets
 
 
-def _parse_report(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> Report:
+def _parse_report(ck: Checker, data: Mapping[str, Any], axes: list[Axis], broken: Set[str] = frozenset()) -> Report:
     raw = ck.table(data, "", "report")
     ck.keys(raw, "report", _REPORT_KEYS)
     names = {a.name for a in axes}
@@ -830,7 +847,7 @@ def _parse_report(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> Rep
         for i, v in enumerate(values):
             if given:
                 where = f"report.{key}[{i}]" if isinstance(raw[key], list) else f"report.{key}"
-                if names and v not in names:
+                if names and v not in names and v not in broken:
                     ck.error(where, f"{v!r} is not an axis ({', '.join(sorted(names))})")
                     continue
             else:
@@ -908,7 +925,7 @@ def parse_matrix(
             "interpreter; remove install.python, or the axis",
         )
     targets = _parse_targets(ck, data)
-    report = _parse_report(ck, data, axes)
+    report = _parse_report(ck, data, axes, broken)
     raw_thresholds = ck.table(data, "", "thresholds")
     perf = parse_perf_section(ck, ck.table(data, "", "perf"), raw_thresholds, path, Path(path).parent)
     serve = parse_serve_section(ck, ck.table(data, "", "serve"), Path(path).parent)

@@ -604,3 +604,25 @@ def test_a_distribution_is_known_by_its_kinds_axis() -> None:
         "torch",
         "deep-gemm",
     ]
+
+
+def test_a_misspelled_axis_is_one_problem_that_names_the_axis_meant(tmp_path: Path) -> None:
+    text = """
+    [[axes.torch]]
+    version = "2.9.1"
+    cuda = "12.8"
+    [axes.flashinfr]
+    select = { latest = 1 }
+    [[axes.cuda]]
+    version = "12.8"
+    [report]
+    columns = ["flashinfer"]
+    [[rules.exclude]]
+    flashinfer = "0.6.4"
+    reason = "x"
+    """
+    found = problems(tmp_path, text)
+    assert len(found) == 1, found
+    problem = found[0]
+    assert problem.startswith("axes.flashinfr: 'flashinfr' is not a known axis (")
+    assert "; perhaps you meant 'flashinfer'? An extra axis installs a package" in problem
