@@ -137,6 +137,45 @@ class _QuietNotApplicable(logging.Filter):
 
 
 logging.getLogger("nox").addFilter(_QuietNotApplicable())
+
+
+def _cell_description(cell: Cell) -> str:
+    """A cell's line in `nox -l`: why it is n/a, or that it runs (and what a known-bad one is expected to do)."""
+    if cell.na is not None:
+        return f"n/a: {cell.na}"
+    if cell.expect:
+        return (
+            f"runs; expected {cell.expect}: {cell.expect_reason}"
+            if cell.expect_reason
+            else f"runs; expected {cell.expect}"
+        )
+    return "runs"
+
+
+def _describe_cells() -> None:
+    """Give each matrix(cell) session its own description, which `nox -l` and `nox -l --json` show: nox
+    takes a session's description from its function's docstring, one for every parametrized call, so each
+    call gets its own as nox generates it. Nothing changes where nox's internals are not as expected."""
+    try:
+        from nox._decorators import Call
+
+        generate = Call.generate_calls.__func__  # type: ignore[attr-defined]
+    except (ImportError, AttributeError):
+        return
+    by_id = {c.id: c for c in CELLS}
+
+    def generate_calls(cls: type[Call], func: object, param_specs: object) -> list[Call]:
+        calls: list[Call] = generate(cls, func, param_specs)
+        for call in calls:
+            cell = by_id.get(str(call.call_spec.get("cell", "")))
+            if cell is not None and getattr(func, "name", None) == "matrix":
+                call.__doc__ = _cell_description(cell)
+        return calls
+
+    Call.generate_calls = classmethod(generate_calls)  # type: ignore[method-assign,assignment]
+
+
+_describe_cells()
 # nox logs at INFO; the lab's own INFO lines (each command it runs in this process) are for --debug.
 logging.getLogger("compatlab").setLevel(logging.WARNING)
 

@@ -203,3 +203,19 @@ def test_a_misspelled_stage_after_the_double_dash_is_one_line_before_any_cell(tm
         "perhaps you meant 'static'?\n"
     )
     assert not (tmp_path / "reports").exists()  # no empty run, no grid "in progress"
+
+
+def test_nox_list_says_which_cells_run_and_why_the_others_are_not_applicable(tmp_path: Path) -> None:
+    (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url="http://127.0.0.1:9"), encoding="utf-8")
+    done = _nox_here(tmp_path, "-l", "--json", env={"COMPATLAB_MATRIX": "matrix.toml"})
+    assert done.returncode == 0, done.stderr
+    said = {s["session"].removeprefix("matrix(").removesuffix(")"): s["description"] for s in json.loads(done.stdout)}
+    assert {said[c] for c in NA_CELLS} == {
+        "n/a: torch 2.9.1+cu130 is built for CUDA 13.0, this column is CUDA 12.8",
+        "n/a: torch 2.9.1+cu128 is built for CUDA 12.8, this column is CUDA 13.0",
+    }
+    assert said[BAD] == "runs; expected fail: cuda-bindings 13 beside a CUDA 12.8 torch; our driver is older"
+    assert said["torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"] == "runs"
+    listed = _nox_here(tmp_path, "-l", env={"COMPATLAB_MATRIX": "matrix.toml"}).stdout
+    assert f"* matrix({BAD}) [" in listed
+    assert "] -> runs; expected fail: cuda-bindings 13 beside a CUDA 12.8 torch" in listed
