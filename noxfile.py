@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import sys
 import tomllib
@@ -129,14 +130,31 @@ if "--" in sys.argv:
 NA = {c.id: c.na for c in CELLS if c.na is not None}
 
 
-class _QuietNotApplicable(logging.Filter):
+class _Quiet(logging.Filter):
+    """nox's lines, less what says nothing: those about n/a cells (they start nothing), its echo of the lab's
+    own commands (each cell says what it does; COMPATLAB_ECHO=1 keeps them), and in "Ran N sessions" the n/a
+    cells are not counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.na_started = 0
+
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
         start = text.find("matrix(")
-        return start < 0 or text[start + 7 : text.find(")", start)] not in NA
+        if start >= 0 and text[start + 7 : text.find(")", start)] in NA:
+            self.na_started += text.startswith("Running session ")
+            return False
+        if text.startswith(str(LAB_VENV)) and os.environ.get("COMPATLAB_ECHO") != "1":
+            return False
+        ran = re.match(r"Ran (\d+) sessions?(.*)$", text, flags=re.DOTALL)
+        if ran and self.na_started:
+            n = int(ran.group(1)) - self.na_started
+            record.msg, record.args = f"Ran {n} session{'s' if n != 1 else ''}{ran.group(2)}", ()
+        return True
 
 
-logging.getLogger("nox").addFilter(_QuietNotApplicable())
+logging.getLogger("nox").addFilter(_Quiet())
 
 
 def _cell_description(cell: Cell) -> str:
@@ -401,6 +419,34 @@ def _summarize(session: nox.Session, results: Path) -> None:
             env=_lab_env(),
             external=True,
         )
+        _next_steps(results)
+
+
+def _next_steps(results: Path) -> None:
+    """The run's last lines: where the grid is, and what to run next for what this machine could not answer."""
+    try:
+        shown = store.load_results(results)
+    except (ConfigError, OSError):
+        return
+    cells = [c for c in shown.cells if c.state != "n/a"]
+    say = [f"[compatlab] the grid: {LATEST / 'index.html'} (also compat.md, results.json)"]
+    thin = [c for c in cells if c.preflight]
+    no_gpu = [
+        c
+        for c in cells
+        if c.state == "partial" and not c.preflight and any(s.name == "cuda" and s.state == "skip" for s in c.stages)
+    ]
+    if thin:
+        say.append(f"[compatlab] {len(thin)} cell(s) preflighted only: `nox -s matrix` runs the whole pipeline")
+    if no_gpu:
+        say.append(
+            f"[compatlab] {len(no_gpu)} cell(s) amber: every stage this machine can run passed; the cuda and serve "
+            "stages need an NVIDIA GPU: on the GPU box run `nox -s matrix` (and `nox -s gpu8_perf` on 8 GPUs)"
+        )
+    red = [c for c in cells if c.state == "fail"]
+    if red:
+        say.append(f"[compatlab] {len(red)} cell(s) red: each one's causes are in {LATEST / 'compat.md'}")
+    print("\n".join(say), file=sys.stderr, flush=True)
 
 
 @nox.session(python=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import datetime as dt
+import difflib
 import fcntl
 import logging
 import os

@@ -97,6 +97,17 @@ def test_not_applicable_cells_start_nothing_and_are_one_line_per_reason(tmp_path
     ]
     latest = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text(encoding="utf-8"))
     assert {c["id"] for c in latest["cells"] if c["state"] == "n/a"} == NA_CELLS
+    # Quiet: the n/a cells are not counted, nox's echo of the lab's own commands is gone, and the last lines
+    # say where the grid is and what the GPU box should run.
+    said = done.stdout + done.stderr
+    assert "nox > Ran 5 sessions in " in said, said  # 4 live cells and the summary, not the 4 n/a
+    assert "-m compatlab cell" not in said
+    assert (
+        f"[compatlab] the grid: {tmp_path / 'reports' / 'latest' / 'index.html'} (also compat.md, results.json)" in said
+    )
+    assert (
+        "cell(s) amber: every stage this machine can run passed; the cuda and serve stages need an NVIDIA GPU" in said
+    )
 
 
 def test_the_start_lines_give_the_previous_runs_seconds_and_the_expected_end(tmp_path: Path, index_url: str) -> None:
@@ -144,6 +155,7 @@ def test_a_preflight_judges_only_the_stages_it_ran_and_keeps_the_fuller_grid(tmp
     assert pre.returncode == 0, pre.stdout + pre.stderr
     said = pre.stdout + pre.stderr
     assert f"end   {BAD}: PARTIAL (known bad; this preflight did not reach the stage that fails)" in said
+    assert "[compatlab] 2 cell(s) preflighted only: `nox -s matrix` runs the whole pipeline" in said
     latest = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text(encoding="utf-8"))
     shown = {c["id"]: (c["state"], c.get("run", "")) for c in latest["cells"] if c["state"] != "n/a"}
     assert shown[BAD] == ("fail", "r1"), shown  # the full verdict stays in the grid

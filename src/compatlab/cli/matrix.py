@@ -79,17 +79,38 @@ def end_line(result: object) -> str:
     return f"[compatlab] end   {result.id}: {verdict} in {took}{why}"
 
 
-def _progress(cell_id: str, *, quiet: bool) -> Callable[[StageResult], None] | None:
-    """A line per finished stage on stderr (stdout stays for results and JSON)."""
+_REASON_CHARS = 160
+
+
+def short_reason(reason: str, whole_at: Path | None = None) -> str:
+    """*reason* for one progress line: whole when short, else cut at a word with where the whole text is."""
+    if len(reason) <= _REASON_CHARS:
+        return reason
+    cut = reason[:_REASON_CHARS].rsplit(" ", 1)[0].rstrip(",;:")
+    return f"{cut} … (whole reason: {whole_at})" if whole_at is not None else f"{cut} …"
+
+
+def _progress(cell_id: str, *, quiet: bool, whole_at: Path | None = None) -> Callable[[StageResult], None] | None:
+    """A line per finished stage on stderr (stdout stays for results and JSON); the stages a failure blocks
+    share one line."""
     if quiet:
         return None
+    blocking: list[str] = []  # the reason of the blocked stage told last, while the stages after it are blocked too
 
     def say(stage: StageResult) -> None:
-        why = f" — {stage.reason}" if stage.reason and stage.state != StageState.PASS else ""
+        if stage.state == StageState.SKIP and stage.reason.startswith("blocked: "):
+            if not blocking:  # the first of a blocked tail speaks for it
+                blocking.append(stage.reason)
+                print(
+                    f"[compatlab] {cell_id}: {stage.name} and the stages after it that need it skip — {stage.reason}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        blocking.clear()
+        why = f" — {short_reason(stage.reason, whole_at)}" if stage.reason and stage.state != StageState.PASS else ""
         print(
-            f"[compatlab] {cell_id}: {stage.name} {stage.state} {stage.seconds:.1f} s{why[:160]}",
-            file=sys.stderr,
-            flush=True,
+            f"[compatlab] {cell_id}: {stage.name} {stage.state} {stage.seconds:.1f} s{why}", file=sys.stderr, flush=True
         )
 
     return say
@@ -140,7 +161,7 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         from compatlab.runner import PIPELINE, select_stages
 
         stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
-        told = _progress(cell.id, quiet=args.quiet)
+        told = _progress(cell.id, quiet=args.quiet, whole_at=store.cell_file(run_dir, cell.id))
         say = None if args.quiet else _say(cell.id)
         if not args.quiet:
             print(f"[compatlab] start {cell.id} ({where})", file=sys.stderr, flush=True)

@@ -76,6 +76,7 @@ __all__ = [
     "RunFolder",
     "StaleRun",
     "UnsavedResult",
+    "cell_file",
     "claim_run",
     "join_run",
     "load_results",
@@ -203,7 +204,7 @@ def _write_run_json(run_dir: Path, info: RunInfo) -> None:
     _write_bytes(run_dir / RUN_JSON, _json_bytes({"schema": RUN_SCHEMA, **info.to_json()}))
 
 
-def _cell_file(run_dir: Path, cell_id: str) -> Path:
+def cell_file(run_dir: Path, cell_id: str) -> Path:
     if not cell_id or "/" in cell_id or "\0" in cell_id or cell_id.startswith("."):
         raise UsageError(f"{cell_id!r}: not a cell id (a cell id is one file name)")
     return run_dir / CELLS / f"{cell_id}.json"
@@ -294,7 +295,7 @@ def read_cells(run_dir: Path, planned: Mapping[str, PlannedCell] | None = None) 
 
 def read_cell(run_dir: Path, cell_id: str) -> CellResult | None:
     """One cell's result, None when the run has none; an unreadable file raises ConfigError."""
-    path = _cell_file(run_dir, cell_id)
+    path = cell_file(run_dir, cell_id)
     if not path.exists() and not path.is_symlink():
         return None
     try:
@@ -402,7 +403,7 @@ class RunFolder:
 
         Absolute: the stages hand it to processes that run in it (a relative one would name itself twice).
         """
-        path = self.path.absolute() / CELLS / _cell_file(self.path, cell_id).stem
+        path = self.path.absolute() / CELLS / cell_file(self.path, cell_id).stem
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -414,7 +415,7 @@ class RunFolder:
 
     def write_cell(self, result: CellResult) -> Path:
         """Write ``cells/<id>.json``; when that fails the result is kept elsewhere (UnsavedResult says where)."""
-        path = _cell_file(self.path, result.id)
+        path = cell_file(self.path, result.id)
         data = {"schema": CELL_SCHEMA, **result.to_json()}
         try:
             self.check()

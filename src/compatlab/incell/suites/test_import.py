@@ -194,11 +194,15 @@ class _Progress:
         return loaded
 
     def _loop(self) -> None:
+        last = ""
         while not self._stop.wait(self.every):
             with self._lock:
                 line = f"{self.done}/{self.total} modules loaded"
                 if self.slowest[0]:
                     line += f", slowest so far {self.slowest[0]} {self.slowest[1]:.1f} s"
+            if line == last:
+                continue  # nothing moved: a line repeated says nothing
+            last = line
             try:
                 os.write(self.fd, (line + "\n").encode())  # type: ignore[arg-type]
             except OSError:
