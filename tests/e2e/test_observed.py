@@ -234,6 +234,21 @@ def _audioish(build: Path, wheels: Path, *, cuda12: bool) -> list[Path]:
     return [torch, build_wheel(wheels, "audioish", "12.0" if cuda12 else "13.0", files=files, tag=TAG)]
 
 
+def _cplugin(build: Path, wheels: Path) -> Path:
+    """cplugin's extension dlopen()s libcplugin_backend.so.3 from C at init (absent here) and raises
+    RuntimeError without naming it: only the loader's own log (LD_DEBUG) sees the load."""
+    body = """
+        void *h = dlopen("libcplugin_backend.so.3", RTLD_NOW);
+        if (h == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "cplugin: no backend available");
+            return NULL;
+        }
+    """
+    mod = ext_module(build / "cplugin", "_boot", body, "-ldl", prelude="#include <dlfcn.h>")
+    files = {"cplugin/__init__.py": "from cplugin import _boot\n", f"cplugin/_boot{EXT_SUFFIX}": _so(mod)}
+    return build_wheel(wheels, "cplugin", "1.0", files=files, tag=TAG)
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     build, out = tmp_path_factory.mktemp("build"), tmp_path_factory.mktemp("wheels")
@@ -256,6 +271,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
         "clash": [clash_a, clash_b],
         "twins": [twin_a, twin_b],
         "picker": [_picker(build, out)],
+        "cplugin": [_cplugin(build, out)],
         "audio12": _audioish(build, out / "12", cuda12=True),
         "audio": _audioish(build, out / "13", cuda12=False),
     }
@@ -417,3 +433,23 @@ def test_a_module_that_needs_its_own_package_library_loads_after_it(
         f"audioish/lib/_audioish{EXT_SUFFIX}: missing shared library libaudioish.so"
     )
     assert imported.state == StageState.PASS, imported.reason
+
+
+def test_a_library_c_code_could_not_load_is_named_from_the_loaders_own_log(
+    wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    result = _check(tmp_path, wheels["cplugin"], packages=["cplugin"])
+    state, reason, cause = _stage(result, "import")
+    assert (state, cause) == (StageState.FAIL, "missing-library"), reason
+    imported = result.stage("import")
+    assert imported is not None
+    entry = next(m for m in imported.details["modules"] if m["module"] == "cplugin")
+    assert entry["reason"] == (
+        f"cplugin (it loads cplugin/_boot{EXT_SUFFIX}): missing shared library libcplugin_backend.so.3; "
+        "then RuntimeError: cplugin: no backend available"
+    )
+    seen = [(f["name"], f["how"], f["error"]) for f in entry["failed_loads"] if f["how"] == "dlopen (C)"]
+    assert seen == [("libcplugin_backend.so.3", "dlopen (C)", f"not loaded; asked by cplugin/_boot{EXT_SUFFIX}")]
+    # The module loaded alone says the same: its C code's dlopen, not Python's exception, is the cause.
+    alone = next(m for m in imported.details["modules"] if m["module"] == f"cplugin/_boot{EXT_SUFFIX}")
+    assert (alone["cause"], alone["failure"]["library"]) == ("missing-library", "libcplugin_backend.so.3")

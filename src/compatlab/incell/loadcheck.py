@@ -31,6 +31,7 @@ from compatlab.incell.probe import RESULT_TAG
 from compatlab.incell.proc import HERE, Completed, InCellCommand, module_command, run
 
 __all__ = [
+    "DRIVER_LIBS",
     "FATBIN_SECTIONS",
     "STACK_KINDS",
     "DynamicSymbols",
@@ -38,6 +39,9 @@ __all__ = [
     "LoadFailure",
     "LoadTarget",
     "attempts_of",
+    "c_level_failure",
+    "c_level_failures",
+    "c_level_probe",
     "classify",
     "classify_attempt",
     "classify_record",
@@ -208,7 +212,7 @@ _DRIVER_TEXT = (
     "cuda is not available",
     "does not expose a usable cuda device",
 )
-_DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
+DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")  # the driver's: never a wheel's
 
 
 def _result_record(stderr: str) -> dict[str, Any] | None:
@@ -311,7 +315,7 @@ def _classify_message(message: str, exc_type: str, step: str, raw: str) -> LoadF
         )
     if m := _MISSING_LIB.search(message):
         library = m.group(1)
-        if library.startswith(_DRIVER_LIBS):
+        if library.startswith(DRIVER_LIBS):
             return LoadFailure(kind="no-driver", message=message, library=library, step=step, raw=raw)
         return LoadFailure(
             kind="missing-library", message=message, library=library, step=step, raw=raw, cuda_mix=_cuda_mix(library)
@@ -791,6 +795,74 @@ def importable_here(filename: str) -> bool:
     return any(
         filename.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES if suffix.startswith(".cpython-")
     )
+
+
+_LD_FILE = re.compile(r"^\s*\d+:\s+file=(\S+) \[\d+\];\s+(dynamically loaded by (\S+)|generating link map)")
+
+
+def c_level_failures(debug_dir: Path, python: str) -> list[tuple[str, str]]:
+    """From glibc's ``LD_DEBUG=files`` output (``LD_DEBUG_OUTPUT`` files under *debug_dir*), each library a
+    shared object's own C code asked ``dlopen`` for and never got: (name, the object that asked). A load is
+    an attempt ("file=X [0];  dynamically loaded by Y") and a success when its link map is made ("file=X [0];
+    generating link map"); one already mapped is not told at all. Loads asked by Python itself (``_ctypes``,
+    the interpreter importing an extension) are left out: the probe sees those with their errors."""
+    failed: dict[str, str] = {}
+    for file in sorted(debug_dir.glob("ld.*")):
+        try:
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        pending: dict[str, str] = {}
+        for line in lines:
+            m = _LD_FILE.match(line)
+            if m is None:
+                continue
+            name, caller = m.group(1), m.group(3)
+            if caller is not None:
+                pending[name] = caller
+            else:
+                pending.pop(name, None)
+        for name, caller in pending.items():
+            base = os.path.basename(caller)
+            if base.startswith(("_ctypes.", "libpython")) or os.path.realpath(caller) == os.path.realpath(python):
+                continue
+            if caller == "" or base.startswith("python"):
+                continue
+            failed.setdefault(name, caller)
+    return sorted(failed.items())
+
+
+def c_level_failure(name: str, caller: str, *, step: str, outer: tuple[str, ...]) -> LoadFailure:
+    """A library C code of the stack could not load (``c_level_failures``), as a LoadFailure: missing, or of
+    another CUDA major than the environment's."""
+    return LoadFailure(
+        kind="missing-library",
+        message=f"{name}: cannot open shared object file (dlopen by {os.path.basename(caller)}, in the loader's log)",
+        library=name,
+        step=step,
+        outer=outer,
+        cuda_mix=_cuda_mix(name),
+    )
+
+
+def c_level_probe(
+    python: str,
+    *,
+    path: str | None,
+    name: str,
+    pre_import: Sequence[str] = (),
+    timeout: float = 120.0,
+    env: Mapping[str, str],
+    debug_dir: Path,
+) -> list[tuple[str, str]]:
+    """Load module *path* as *name* (or import package *name*) once more in a fresh interpreter with the
+    loader's own log on (``LD_DEBUG=files``): the libraries C code of the stack tried to load and could not,
+    which no Python door sees (``c_level_failures``). The fallback for a load that failed without naming why."""
+    debug_dir.mkdir(parents=True, exist_ok=True)
+    command = probe_command(python, path=path, name=name, pre_import=pre_import)
+    watched = {**env, "LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(debug_dir / "ld")}
+    run(command.argv, timeout=timeout, env=watched, cwd=command.cwd)
+    return c_level_failures(debug_dir, python)
 
 
 def probe_command(python: str, *, path: str | None, name: str, pre_import: Sequence[str] = ()) -> InCellCommand:

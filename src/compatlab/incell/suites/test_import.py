@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -142,6 +143,29 @@ class _Loader:
             sys.executable, path=target.path, name=target.name, pre_import=pre, timeout=self.timeout, env=env
         )
 
+    def c_level(self, target: loadcheck.LoadTarget) -> list[tuple[str, str]]:
+        """What C code tried to load and could not while *target* loaded: a fresh interpreter with the
+        loader's log on (loadcheck.c_level_probe); never a fork (the log is per process)."""
+        pre = [m for m in self.pre if m != target.name]
+        with tempfile.TemporaryDirectory(prefix="compatlab-ld-") as tmp:
+            found = loadcheck.c_level_probe(
+                sys.executable,
+                path=target.path,
+                name=target.name,
+                pre_import=pre,
+                timeout=self.timeout,
+                env=self.driver.env(),
+                debug_dir=Path(tmp),
+            )
+        # Only what the module's own package asked for: another package's optional load (a plugin it
+        # looks for and does without) is not why this one failed.
+        top = target.label.split("/", 1)[0].split(".", 1)[0]
+        return [
+            (n, c)
+            for n, c in found
+            if not n.startswith(loadcheck.DRIVER_LIBS) and _site_label(os.path.realpath(c)).split("/", 1)[0] == top
+        ]
+
     def describe(self) -> str:
         live = [s for s in self.servers.values() if s is not None]
         if not live:
@@ -236,6 +260,27 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tup
     failed_loads: list[dict[str, Any]] = []
     if target.path is None:
         failure, failed_loads = _judge_attempts(target, failure, loadcheck.attempts_of(done) or [])
+    if failure is not None and failure.kind in ("import-error", "exit"):
+        # The load failed and said no library: C code may have dlopen()ed one itself, which no Python door
+        # sees. The fallback: the load once more with the loader's own log (LD_DEBUG).
+        unseen = loader.c_level(target)
+        if unseen:
+            symptom = failure.message if failure.kind == "import-error" else loadcheck.describe(target.label, failure)
+            name, caller = unseen[0]
+            failure = loadcheck.c_level_failure(
+                name, caller, step=f"import {target.name}", outer=(symptom, *failure.outer)
+            )
+            failed_loads += [
+                {
+                    "name": n,
+                    "how": "dlopen (C)",
+                    "error": f"not loaded; asked by {_site_label(os.path.realpath(c))}",
+                    "kind": "missing-library",
+                    "cause": loadcheck.c_level_failure(n, c, step="", outer=()).cause,
+                    "judged": "cause" if i == 0 else "absent",
+                }
+                for i, (n, c) in enumerate(unseen)
+            ]
     entry = ImportEntry(
         module=target.label,
         dist=target.dist,
