@@ -47,6 +47,7 @@ __all__ = [
     "PIPELINE",
     "STAGE_SECONDS",
     "StageTimeout",
+    "amber_reason",
     "cell_venv",
     "conclude",
     "existing_context",
@@ -499,13 +500,44 @@ def verdict(stages: tuple[StageResult, ...]) -> tuple[CellState, str]:
     """The cell's state from its stages, and its reason: the first stage that decided it, and where the static
     stage's prediction and the import stage's proof differ, that they do."""
     state = cell_state(stages)
-    bad: StageResult | None = None
     if state == CellState.PARTIAL:
-        bad = next((s for s in stages if s.state == StageState.SKIP and s.required), None)
-    elif state in (CellState.FAIL, CellState.ERROR):
+        return state, amber_reason(stages)
+    bad: StageResult | None = None
+    if state in (CellState.FAIL, CellState.ERROR):
         bad = next((s for s in stages if s.state.value == state.value), None)
     reason = f"{bad.name}: {bad.reason}" if bad is not None else ""
     return state, reason + _disagreement(stages)
+
+
+def amber_reason(stages: Sequence[StageResult]) -> str:
+    """A partial cell's reason: what it proved (the stages that ran, with the import stage's count and the
+    warnings) and what did not run here and why, so that two amber cells read alike only when they are:
+    ``ran install, pins, static, import (412/412 modules load; 3 warnings); not run here: cuda, serve — no
+    NVIDIA driver on this machine (no libcuda.so.1)``."""
+    ran: list[str] = []
+    warnings = 0
+    for s in stages:
+        if s.state not in (StageState.PASS, StageState.WARN):
+            continue
+        ran.append(s.name)
+        warnings += len(s.details.get("warnings") or []) if s.state == StageState.WARN else 0
+        if s.name == "import" and isinstance(s.details.get("loaded"), int) and isinstance(s.details.get("total"), int):
+            ran[-1] += f" ({s.details['loaded']}/{s.details['total']} modules load)"
+    groups: list[tuple[list[str], str]] = []
+    for s in stages:
+        if s.state != StageState.SKIP or not s.required:
+            continue
+        if groups and s.reason.startswith("blocked: "):
+            groups[-1][0].append(s.name)  # blocked by what the group before says
+        elif groups and s.reason == groups[-1][1]:
+            groups[-1][0].append(s.name)
+        else:
+            groups.append(([s.name], s.reason))
+    proved = "ran " + ", ".join(ran) if ran else "nothing ran"
+    if warnings:
+        proved += f"; {warnings} warning{'s' if warnings != 1 else ''}"
+    missing = "; ".join(f"{', '.join(names)} — {why.removeprefix('not run: ')}" for names, why in groups)
+    return f"{proved}; not run here: {missing}" if missing else proved
 
 
 _LINK_CAUSES = ("abi-symbol", "torch-abi", "python-abi", "symbol-version", "missing-library", "")
