@@ -25,7 +25,7 @@ from compatlab.cells import Cell, expand, planned  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
 from compatlab.errors import ConfigError, LabError  # noqa: E402
 from compatlab.host import host_facts  # noqa: E402
-from compatlab.plan import Plan, previous_seconds  # noqa: E402
+from compatlab.plan import Plan, previous_spans  # noqa: E402
 from compatlab.runs import store  # noqa: E402
 from compatlab.runs.store import RunFolder  # noqa: E402
 
@@ -89,10 +89,10 @@ if SHARD:
         sys.exit(exc.exit_code)
 
 
-def _check_posargs(posargs: list[str]) -> None:
+def _check_posargs(posargs: list[str]) -> list[str] | None:
     """The stage names a cell's posargs give (``-- --until static``, ``-- --stages install,pins``), checked
-    once against the pipeline before any session starts: a typo is one line and exit 2, not an error per
-    cell and an empty run."""
+    once against the pipeline before any session starts (a typo is one line and exit 2, not an error per
+    cell and an empty run); the stages they leave to run, None for the whole pipeline."""
     from compatlab.errors import UsageError
     from compatlab.runner import PIPELINE, select_stages
 
@@ -115,14 +115,15 @@ def _check_posargs(posargs: list[str]) -> None:
         else:
             only.extend(n.strip() for n in value.split(",") if n.strip())
     try:
-        select_stages(PIPELINE, until=until, only=tuple(only))
+        stages, left_out = select_stages(PIPELINE, until=until, only=tuple(only))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    return [s.name for s in stages] if left_out else None
 
 
-if "--" in sys.argv:
-    _check_posargs(sys.argv[sys.argv.index("--") + 1 :])
+# The stages the cells will run (None: the whole pipeline): what the estimate counts.
+STAGES = _check_posargs(sys.argv[sys.argv.index("--") + 1 :]) if "--" in sys.argv else None
 
 # An n/a cell is a session, so that `nox -l`, `-k` and `-t` list it, but it starts nothing and ends at once;
 # nox's own lines about it ("Running session", "was successful", its row of the final list) are dropped
@@ -289,7 +290,8 @@ def _queued_cells(session: nox.Session) -> list[str]:
 def _plan(session: nox.Session) -> Plan:
     """The run's plan, made by its first cell before anything is written, with the run's start line."""
     if not _PLAN:
-        _PLAN.append(Plan(cells=tuple(_queued_cells(session)), previous=previous_seconds(LATEST)))
+        spans = previous_spans(REPORTS / "runs", matrix_name=MATRIX.name, stages=STAGES, exclude=RUN_ID)
+        _PLAN.append(Plan(cells=tuple(_queued_cells(session)), previous=spans))
         if "-q" not in session.posargs and "--quiet" not in session.posargs:
             print("[compatlab] " + _PLAN[0].start_line(RUN_ID, not_applicable=len(NA)), file=sys.stderr, flush=True)
     return _PLAN[0]

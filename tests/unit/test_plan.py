@@ -1,4 +1,4 @@
-"""The run's start line: the previous run's seconds per cell, read before the new run replaces them."""
+"""The run's start line: what the earlier runs took per cell for the stages this run runs, as a range."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.plan import Plan, duration_words, previous_seconds
-from compatlab.runs.model import CellResult, CellState, Results, RunInfo
+from compatlab.plan import Plan, Span, duration_words, previous_spans
+from compatlab.runs.model import CellResult, CellState, Results, RunInfo, StageResult, StageState
 
 NOW = dt.datetime(2026, 12, 3, 17, 0, 0, tzinfo=dt.UTC)
 
@@ -36,7 +36,7 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.usefixtures("utc")
 def test_the_start_line_sums_what_was_timed_and_says_what_was_not() -> None:
-    plan = Plan(cells=("a", "b", "c"), previous={"a": 100.0, "b": 200.4, "z": 5.0})
+    plan = Plan(cells=("a", "b", "c"), previous={"a": Span(100.0, 100.0), "b": Span(200.4, 200.4), "z": Span(5, 5)})
     assert plan.start_line("r1", now=NOW, not_applicable=66) == (
         "run r1: 3 cells (66 n/a), about 5 min 00 s as in the previous run (1 not timed before, not counted), "
         "ending about 17:05 UTC"
@@ -48,16 +48,42 @@ def test_the_start_line_sums_what_was_timed_and_says_what_was_not() -> None:
     assert Plan(cells=("a",), previous={}).start_line("r2", now=NOW) == (
         "run r2: 1 cell, none timed in the previous run: no estimate"
     )
-
-
-def test_the_previous_seconds_are_those_of_cells_that_ran(tmp_path: Path) -> None:
-    assert previous_seconds(tmp_path) == {}
-    cells = (
-        CellResult(id="a", axes={}, state=CellState.PASS, seconds=12.5),
-        CellResult(id="b", axes={}, state=CellState.NA),
-        CellResult(id="c", axes={}, state=CellState.ERROR, seconds=3.0),
+    several = Plan(cells=("a", "b"), previous={"a": Span(100.0, 160.0, 3), "b": Span(200.0, 230.0, 2)})
+    assert several.start_line("r3", now=NOW) == (
+        "run r3: 2 cells, 5 min 00 s to 6 min 30 s as in the last 3 runs, ending between 17:05 and 17:06 UTC"
     )
-    (tmp_path / "results.json").write_text(json.dumps(Results(run=RunInfo(id="r0"), cells=cells).to_json()))
-    assert previous_seconds(tmp_path) == {"a": 12.5, "c": 3.0}
-    (tmp_path / "results.json").write_text("{")
-    assert previous_seconds(tmp_path) == {}
+
+
+def _cell(cid: str, seconds: float, stages: dict[str, float], *, preflight_after: str = "") -> CellResult:
+    results = [StageResult(name=n, state=StageState.PASS, seconds=s) for n, s in stages.items()]
+    if preflight_after:
+        results.append(
+            StageResult(
+                name="import", state=StageState.SKIP, reason=f"not run: preflight stopped after {preflight_after}"
+            )
+        )
+    return CellResult(id=cid, axes={}, state=CellState.PASS, seconds=seconds, stages=tuple(results))
+
+
+def _run(runs: Path, run_id: str, started_ns: int, *cells: CellResult, matrix: str = "m") -> None:
+    (runs / run_id).mkdir(parents=True)
+    info = RunInfo(id=run_id, started_ns=started_ns, matrix_name=matrix)
+    (runs / run_id / "results.json").write_text(json.dumps(Results(run=info, cells=cells).to_json()))
+
+
+def test_the_spans_come_from_several_runs_and_the_stages_that_will_run(tmp_path: Path) -> None:
+    assert previous_spans(tmp_path) == {}
+    whole = {"install": 10.0, "pins": 1.0, "static": 4.0, "import": 20.0}
+    _run(tmp_path, "r1", 1, _cell("a", 40.0, whole), CellResult(id="n", axes={}, state=CellState.NA))
+    _run(tmp_path, "r2", 2, _cell("a", 50.0, {**whole, "import": 30.0}))
+    _run(tmp_path, "r3", 3, _cell("a", 16.0, {"install": 10.0, "pins": 1.0, "static": 4.0}, preflight_after="static"))
+    _run(tmp_path, "other", 4, _cell("a", 999.0, whole), matrix="another")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "results.json").write_text("{")
+    # The whole pipeline: the two full runs (a preflight is thinner; another matrix's run is not read).
+    assert previous_spans(tmp_path, matrix_name="m") == {"a": Span(40.0, 50.0, 2)}
+    # A preflight to static: every run that ran those stages, with each run's time outside stages.
+    assert previous_spans(tmp_path, matrix_name="m", stages=["install", "pins", "static"]) == {
+        "a": Span(15.0 + 1.0, 15.0 + 5.0, 3)
+    }
+    assert previous_spans(tmp_path, matrix_name="m", exclude="r2", runs=1) == {"a": Span(40.0, 40.0, 1)}

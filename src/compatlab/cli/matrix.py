@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,14 +125,15 @@ def _say(cell_id: str) -> Callable[[str], None]:
     return say
 
 
-def _position(matrix: Matrix, cell_id: str, latest: Path | None) -> str:
+def _position(matrix: Matrix, cell_id: str, run_dir: Path, stages: Collection[str] | None) -> str:
     """``3/6, about 20 s as in the previous run; the run ends about 17:42 UTC`` for a cell run by hand: its
-    place among the matrix's live cells, and the seconds of the latest results (read before they change)."""
+    place among the matrix's live cells, and what the earlier runs beside *run_dir* took for *stages*."""
     from compatlab.cells import expand
-    from compatlab.plan import Plan, previous_seconds
+    from compatlab.plan import Plan, previous_spans
 
     live = tuple(c.id for c in expand(matrix) if c.na is None)
-    return Plan(cells=live, previous=previous_seconds(latest) if latest is not None else {}).cell_words(cell_id)
+    spans = previous_spans(run_dir.parent, matrix_name=matrix.name, stages=stages, exclude=run_dir.name)
+    return Plan(cells=live, previous=spans).cell_words(cell_id)
 
 
 def _cmd_cell(args: argparse.Namespace) -> int:
@@ -153,14 +154,15 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         if args.owner
         else store.claim_run(run_dir, run_id=args.run_id or run_dir.name, plan=planned(matrix), host=host_facts)
     )
-    where = args.estimate or (None if args.quiet else _position(matrix, cell.id, latest))
+    from compatlab.runner import PIPELINE, select_stages
+
+    stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
+    chosen = [s.name for s in stages] if left_out else None
+    where = args.estimate or (None if args.quiet else _position(matrix, cell.id, run_dir, chosen))
     with run:
         if not run.results_path.exists():
             # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
             run.aggregate(planned(matrix), latest=latest)
-        from compatlab.runner import PIPELINE, select_stages
-
-        stages, left_out = select_stages(PIPELINE, until=args.until, only=tuple(args.stages or ()))
         told = _progress(cell.id, quiet=args.quiet, whole_at=store.cell_file(run_dir, cell.id))
         say = None if args.quiet else _say(cell.id)
         if not args.quiet:
