@@ -161,7 +161,7 @@ def classify_uv_failure(
             return StageState.FAIL, "unsatisfiable: " + _conflict(text)
     for pattern in _INFRA_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
-            return StageState.ERROR, "index or network failure: " + _uv_summary(text)
+            return StageState.ERROR, "index or network failure: " + _which_index(text, plan) + _uv_summary(text)
     return StageState.ERROR, f"uv failed (exit {done.returncode}): " + _uv_summary(text)
 
 
@@ -208,6 +208,25 @@ def _conflict(text: str) -> str:
     return (together + "; ".join(facts))[:600]
 
 
+def _which_index(text: str, plan: InstallPlan | None) -> str:
+    """``http://host/torch/simple (the index of torch 2.9.1+cu130) did not answer: `` for the URL uv could not
+    fetch, named by the plan's index it belongs to and the pins it serves; "" when uv names none."""
+    m = re.search(r"Failed to fetch: `?([^`\s]+)", text) or re.search(r"for url \(([^)\s]+)\)", text)
+    if m is None:
+        return ""
+    url = m.group(1)
+    index = next((i for i in (plan.indexes if plan else ()) if url.startswith(i.url.rstrip("/") + "/")), None)
+    if index is None:
+        return f"{url} did not answer: "
+    pins = [
+        f"{p.package} {p.version}"
+        for p in (plan.pins if plan else ())
+        if p.index is not None and p.index.url == index.url
+    ]
+    served = f"the index of {', '.join(pins)}" if pins else "the install's index"
+    return f"{index.shown} ({served}) did not answer: "
+
+
 def _uv_summary(text: str, *, keep_hints: bool = False) -> str:
     lines = [ln.strip(" ╰─▶×|") for ln in text.splitlines()]
     lines = [ln.strip() for ln in lines if ln.strip() and (keep_hints or not ln.strip().startswith("hint:"))]
@@ -244,8 +263,29 @@ def venv_failure(done: Completed, *, python: str | None, cell: Cell) -> str:
             f"no Python {python} interpreter on this machine ({asked}; uv looks on PATH and in its own "
             f"installs, and downloads none here): install Python {python} where uv finds it, or {drop}"
         )
+    if python is not None and (shim := re.search(r"Failed to inspect Python interpreter .*? at `([^`]+)`", text)):
+        return _uninspectable(python, shim.group(1), text)
     _, why = classify_uv_failure(done)
     return "uv venv failed: " + why
+
+
+def _uninspectable(python: str, found: str, text: str) -> str:
+    """uv found an interpreter for *python* at *found* and could not run it: a pyenv shim for a version pyenv
+    has but has not activated says which version and the fix; anything else says what running it said."""
+    versions = re.search(r"command exists in these Python versions:[ \t]*\n((?:[ \t]+[\w.+-]+[ \t]*\n?)+)", text)
+    if "pyenv:" in text and versions:
+        have = versions.group(1).split()
+        root = Path(found).parent.parent  # ~/.pyenv/shims/python3.12 -> ~/.pyenv
+        where = root / "versions" / have[-1] / "bin" / f"python{python}"
+        return (
+            f"Python {python}: uv found {found}, a pyenv shim, and pyenv has {', '.join(have)} but has not "
+            f"activated it ({where}); fix: `pyenv global <your default> {have[-1]}` so that the shim answers, "
+            "or put that interpreter's folder first on PATH"
+        )
+    cause = re.search(r"cause: (.+)", text)
+    err = re.search(r"\[stderr\]\s*\n\s*(\S.*)", text)
+    said = "; ".join(x.group(1).strip() for x in (cause, err) if x) or "no output"
+    return f"Python {python}: uv found {found} and could not run it: {said}"
 
 
 def venv_python(venv: Path) -> Path:

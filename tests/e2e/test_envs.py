@@ -274,3 +274,35 @@ def test_the_versions_nearest_the_pin_are_listed_when_there_are_many(tmp_path: P
     present = dataclasses.replace(plan, pins=(envs.Pin(package="torch", version="2.12.0", index=index),))
     # Every pin is where it should be: the conflict is real, and uv's own words are the reason.
     assert envs.explain_unsatisfiable(present) is None
+
+
+PYENV_SHIM = """#!/bin/sh
+# What pyenv's shim says when the version asked is installed but not activated (pyenv 2.x, word for word).
+echo "pyenv: python3.97: command not found" >&2
+echo "" >&2
+echo "The \\`python3.97' command exists in these Python versions:" >&2
+echo "  3.97.1" >&2
+echo "" >&2
+echo "Note: See 'pyenv help global' for tips on allowing multiple" >&2
+echo "      Python versions to be found at the same time." >&2
+exit 127
+"""
+
+
+def test_a_pyenv_shim_for_a_version_not_activated_is_told_as_the_machine_fact_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shims = tmp_path / "pyenv" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "python3.97").write_text(PYENV_SHIM, encoding="utf-8")
+    (shims / "python3.97").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{uv_dir()}{os.pathsep}{os.environ['PATH']}")
+    done = envs.create_venv(tmp_path / "venv", python="3.97")
+    assert not done.ok
+    cell = Cell(id="c", values=())
+    said = envs.venv_failure(done, python="3.97", cell=cell)
+    assert said == (
+        f"Python 3.97: uv found {shims / 'python3.97'}, a pyenv shim, and pyenv has 3.97.1 but has not activated "
+        f"it ({tmp_path / 'pyenv' / 'versions' / '3.97.1' / 'bin' / 'python3.97'}); fix: `pyenv global <your "
+        "default> 3.97.1` so that the shim answers, or put that interpreter's folder first on PATH"
+    )

@@ -131,9 +131,10 @@ def test_a_swapped_pin_is_news(tmp_path: Path, index_url: str) -> None:
 
 
 def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: str) -> None:
+    port = closed_port()
     matrix = EXPECTED_ONLY.format(url=index_url).replace(
         f'version = "2.9.1+cu128"\nindex = "{index_url}/torch/simple"',
-        f'version = "2.9.1+cu128"\nindex = "http://127.0.0.1:{closed_port()}/simple"',
+        f'version = "2.9.1+cu128"\nindex = "http://127.0.0.1:{port}/simple"',
     )
     done = nox(tmp_path, matrix, "-s", "matrix", "-k", "cu128 and cuda12")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -142,7 +143,13 @@ def test_unreachable_index_is_an_error_not_a_failure(tmp_path: Path, index_url: 
     down = cells["torch2.9.1+cu128-sglkernel0.3.21-flashinfer0.6.4-cuda12.8"]
     assert down["state"] == "error"
     assert down["attempts"] == 2
-    assert down["reason"].startswith("install: index or network failure: ")
+    # The machine's fact, told as one: which index did not answer, and for which pin.
+    assert down["reason"].startswith(
+        f"install: index or network failure: http://127.0.0.1:{port}/simple (the index of torch 2.9.1+cu128) did "
+        "not answer: "
+    ), down["reason"]
+    said = done.stdout + done.stderr
+    assert "install error, attempt 1 of 2; retrying: index or network failure: http://127.0.0.1:" in said
     assert stage(down, "pins") == {
         "name": "pins",
         "state": "skip",

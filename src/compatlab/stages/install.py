@@ -76,7 +76,11 @@ def run_install_stage(ctx: CellContext) -> StageResult:
         result, record = _attempt(ctx)
         if result.state != StageState.ERROR or attempts > ctx.matrix.install.retries:
             break
-        log.warning("%s: install errored (%s); retrying", ctx.cell.id, result.reason)
+        said = f"install error, attempt {attempts} of {ctx.matrix.install.retries + 1}; retrying: {result.reason}"
+        if ctx.say is not None:  # one format with the cell's other lines
+            ctx.say(said)
+        else:
+            log.warning("%s: %s", ctx.cell.id, said)
     result = dataclasses.replace(
         result, details={**result.details, "attempts": attempts}, seconds=round(time.monotonic() - start, 3)
     )
