@@ -27,6 +27,7 @@ from compatlab.errors import ConfigError, LabError  # noqa: E402
 from compatlab.host import host_facts  # noqa: E402
 from compatlab.plan import Plan, previous_spans  # noqa: E402
 from compatlab.runs import store  # noqa: E402
+from compatlab.runs.model import CellState, StageState  # noqa: E402
 from compatlab.runs.store import RunFolder  # noqa: E402
 
 nox.options.default_venv_backend = "uv"
@@ -430,13 +431,15 @@ def _next_steps(results: Path) -> None:
         shown = store.load_results(results)
     except (ConfigError, OSError):
         return
-    cells = [c for c in shown.cells if c.state != "n/a"]
+    cells = [c for c in shown.cells if c.state != CellState.NA]
     say = [f"[compatlab] the grid: {LATEST / 'index.html'} (also compat.md, results.json)"]
     thin = [c for c in cells if c.preflight]
     no_gpu = [
         c
         for c in cells
-        if c.state == "partial" and not c.preflight and any(s.name == "cuda" and s.state == "skip" for s in c.stages)
+        if c.state == CellState.PARTIAL
+        and not c.preflight
+        and any(s.name == "cuda" and s.state == StageState.SKIP for s in c.stages)
     ]
     if thin:
         say.append(f"[compatlab] {len(thin)} cell(s) preflighted only: `nox -s matrix` runs the whole pipeline")
@@ -445,7 +448,7 @@ def _next_steps(results: Path) -> None:
             f"[compatlab] {len(no_gpu)} cell(s) amber: every stage this machine can run passed; the cuda and serve "
             "stages need an NVIDIA GPU: on the GPU box run `nox -s matrix` (and `nox -s gpu8_perf` on 8 GPUs)"
         )
-    red = [c for c in cells if c.state == "fail"]
+    red = [c for c in cells if c.state == CellState.FAIL]
     if red:
         say.append(f"[compatlab] {len(red)} cell(s) red: each one's causes are in {LATEST / 'compat.md'}")
     print("\n".join(say), file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from compatlab.errors import LabError
-from compatlab.runs.model import CellResult, CellState
+from compatlab.runs.model import PREFLIGHT, CellResult, CellState, StageState
 
 __all__ = ["RUNS", "Plan", "Span", "duration_words", "previous_spans"]
 
@@ -40,7 +40,7 @@ def _timed(cell: CellResult, stages: Collection[str] | None) -> float | None:
         return None
     if stages is None:
         return None if cell.preflight else cell.seconds
-    ran = {s.name: s for s in cell.stages if not (s.state == "skip" and s.reason.startswith("not run:"))}
+    ran = {s.name: s for s in cell.stages if not (s.state == StageState.SKIP and s.reason.startswith(PREFLIGHT))}
     if any(name not in ran for name in stages):
         return None
     outside = max(0.0, cell.seconds - sum(s.seconds for s in cell.stages))
