@@ -25,6 +25,7 @@ from compatlab.cells import Cell, expand, planned  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
 from compatlab.errors import ConfigError, LabError  # noqa: E402
 from compatlab.host import host_facts  # noqa: E402
+from compatlab.names import check_name  # noqa: E402
 from compatlab.plan import Plan, previous_spans  # noqa: E402
 from compatlab.runs import store  # noqa: E402
 from compatlab.runs.model import CellState, StageState  # noqa: E402
@@ -219,6 +220,11 @@ if not USER_RUN_ID:
 
     os.environ["COMPATLAB_RUN_ID"] = new_run_id()
 RUN_ID = os.environ["COMPATLAB_RUN_ID"]
+try:
+    check_name(RUN_ID, "COMPATLAB_RUN_ID")
+except LabError as exc:  # a UsageError: one line, exit 2, before any session writes anything
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
 RUN_DIR = REPORTS / "runs" / RUN_ID
 LATEST = REPORTS / "latest"
 VENVS = _user_path("COMPATLAB_VENVS", ROOT / ".compatlab" / "venvs")
