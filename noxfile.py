@@ -25,10 +25,10 @@ from compatlab.cells import Cell, expand, planned  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
 from compatlab.errors import ConfigError, LabError  # noqa: E402
 from compatlab.host import host_facts  # noqa: E402
-from compatlab.names import check_name  # noqa: E402
 from compatlab.plan import Plan, previous_spans  # noqa: E402
 from compatlab.runs import store  # noqa: E402
 from compatlab.runs.model import CellState, StageState  # noqa: E402
+from compatlab.runs.names import check_name  # noqa: E402
 from compatlab.runs.store import RunFolder  # noqa: E402
 
 nox.options.default_venv_backend = "uv"

@@ -484,7 +484,7 @@ def claim_run(
     only for a new run. An existing run keeps its start and host (more stages added to it later), unless
     *restart* (a merge writes a new run). LabError when another process owns the run or the folder cannot be written.
     """
-    from compatlab.names import check_name
+    from compatlab.runs.names import check_name
 
     check_name(run_id, "run id")  # before anything is written
     fd = _open_dir(run_dir)
