@@ -8,8 +8,11 @@ a StageResult. Outside a cell (the lab's own tests) the options are absent and n
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +21,20 @@ from typing import Any, NoReturn
 import pytest
 
 from compatlab.incell.context import SuiteContext
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a cell's suite (the lab passed --compatlab-result): die with the lab. The lab runs this pytest in
+    a process group of its own, so a lab killed outright (``kill -9``, the OOM killer) would leave it, its
+    fork server and its loads running; Linux's parent-death signal ends it instead, and the fork server,
+    reading EOF, takes its children down."""
+    if config.getoption("--compatlab-result", default=None) is None:
+        return
+    with contextlib.suppress(AttributeError, OSError):
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the lab died before the call
+            os._exit(70)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

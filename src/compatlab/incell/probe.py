@@ -177,8 +177,21 @@ def mapped_shared_objects() -> list[str] | None:
     return sorted(p for p in paths if p.startswith("/") and (p.endswith(".so") or ".so." in p))
 
 
+def _die_with_parent() -> None:
+    """Linux's parent-death signal: a probe outlives no suite (one killed outright takes its loads along)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (AttributeError, OSError):
+        return
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``PATH NAME PRE``: the probe (the module's docstring)."""
+    if argv is None:
+        _die_with_parent()
     path, name, pre = sys.argv[1:4] if argv is None else argv
     record = steps([m for m in pre.split(",") if m], path or None, name)
     sys.stderr.write(RESULT_TAG + json.dumps(record) + "\n")
