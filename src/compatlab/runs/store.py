@@ -590,6 +590,33 @@ def whole_matrix(folder: Path, results: Results) -> Results:
     return dataclasses.replace(results, cells=tuple(cells))
 
 
+LATEST_WAIT = 120.0  # seconds a writer of reports/latest waits for another one before leaving it as it is
+_WRITER = ".writer"  # who holds the folder's lock: "pid host run", written when the lock is taken
+
+
+def _lock_latest(fd: int, folder: Path, run_id: str) -> None:
+    """flock *folder* (reports/latest) within LATEST_WAIT seconds, then say who holds it in its .writer file;
+    StaleRun naming the holder when the wait runs out (the run's own folder still has every result)."""
+    deadline = time.monotonic() + LATEST_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                try:
+                    who = (folder / _WRITER).read_text(encoding="utf-8").strip() or "another process"
+                except OSError:
+                    who = "another process"
+                raise StaleRun(
+                    f"{folder} is being written by {who} and stayed locked for {LATEST_WAIT:.0f} s: left as it is; "
+                    f"run {run_id}'s results are in its run folder (`compatlab report` shows them later)"
+                ) from None
+            time.sleep(0.2)
+    with contextlib.suppress(OSError):
+        (folder / _WRITER).write_text(f"pid {os.getpid()} on {socket.gethostname()} (run {run_id})\n", encoding="utf-8")
+
+
 def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | None = None) -> list[Path]:
     """Show *results* in *folder* (reports/latest, a site root): its results.json plus *files* (name -> text).
 
@@ -606,7 +633,7 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
         return [folder / name for name in files or {}]
     fd = _open_dir(folder)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock_latest(fd, folder, results.run.id)
         shown = _shown(folder)
         if shown is not None and shown.matrix_name and shown.matrix_name != results.run.matrix_name:
             # One folder, one matrix: another matrix's run would replace its whole grid.

@@ -123,3 +123,23 @@ def test_a_preflight_never_replaces_a_fuller_verdict(tmp_path: Path, matrix: Mat
     _run(tmp_path, matrix, "r3", _cell(OLD, "pass", 10.0))
     latest = store.load_results(tmp_path / "latest" / "results.json")
     assert next((c.id, c.state, c.run) for c in latest.cells if c.state != CellState.NA) == (OLD, "pass", "")
+
+
+def test_a_latest_folder_locked_too_long_is_left_as_it_is_naming_who_holds_it(
+    tmp_path: Path, matrix: Matrix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+    import os
+
+    _run(tmp_path, matrix, "r1", _cell(OLD, "pass", 10.0))
+    assert (tmp_path / "latest" / ".writer").read_text(encoding="utf-8").endswith("(run r1)\n")
+    monkeypatch.setattr(store, "LATEST_WAIT", 0.5)
+    holder = os.open(tmp_path / "latest", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, stuck
+        (tmp_path / "latest" / ".writer").write_text("pid 4242 on box (run r0)\n", encoding="utf-8")
+        results = store.load_results(tmp_path / "runs" / "r1" / "results.json")
+        with pytest.raises(store.StaleRun, match=r"is being written by pid 4242 on box \(run r0\) and stayed locked"):
+            store.write_latest(tmp_path / "latest", results)
+    finally:
+        os.close(holder)
