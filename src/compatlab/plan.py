@@ -3,7 +3,8 @@
 The figures are the seconds of each cell's stages in the newest earlier runs of the same matrix
 (``reports/runs/<id>/results.json``, at most ``RUNS`` of them), counted for the stages this run will run (a
 preflight's ``--until static`` counts install, pins and static, and the cell's time outside its stages) and
-given as a range over those runs: one run gives one figure, several a lowest and a highest. They are read
+given as a range over those runs: one run gives one figure, several a lowest and a highest widened by a tenth
+either side (``NOISE``: what the next run differs by on a steady machine). They are read
 once, when the run starts, never from the run itself. A cell with no figure (new in the matrix, n/a before,
 or never run that far) is left out of the sum and counted as not timed, so an estimate never pretends to
 know more than it does.
@@ -77,7 +78,18 @@ def previous_spans(
             took = _timed(cell, stages)
             if took is not None and len(times.setdefault(cell.id, [])) < runs:
                 times[cell.id].append(took)
-    return {cid: Span(min(ts), max(ts), len(ts)) for cid, ts in times.items() if ts}
+    return {cid: _span(ts) for cid, ts in times.items() if ts}
+
+
+NOISE = 0.10  # run-to-run spread on one machine: several runs' range is widened by this much either side
+
+
+def _span(times: Sequence[float]) -> Span:
+    """One run: its figure. Several: their lowest and highest, widened by NOISE, since the next run differs
+    from each of them by about that much even on a steady machine."""
+    if len(times) == 1:
+        return Span(times[0], times[0], 1)
+    return Span(min(times) * (1 - NOISE), max(times) * (1 + NOISE), len(times))
 
 
 def duration_words(seconds: float) -> str:

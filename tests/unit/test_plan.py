@@ -81,9 +81,9 @@ def test_the_spans_come_from_several_runs_and_the_stages_that_will_run(tmp_path:
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "results.json").write_text("{")
     # The whole pipeline: the two full runs (a preflight is thinner; another matrix's run is not read).
-    assert previous_spans(tmp_path, matrix_name="m") == {"a": Span(40.0, 50.0, 2)}
+    assert previous_spans(tmp_path, matrix_name="m") == {"a": Span(40.0 * 0.9, 50.0 * 1.1, 2)}
     # A preflight to static: every run that ran those stages, with each run's time outside stages.
     assert previous_spans(tmp_path, matrix_name="m", stages=["install", "pins", "static"]) == {
-        "a": Span(15.0 + 1.0, 15.0 + 5.0, 3)
+        "a": Span((15.0 + 1.0) * 0.9, (15.0 + 5.0) * 1.1, 3)
     }
     assert previous_spans(tmp_path, matrix_name="m", exclude="r2", runs=1) == {"a": Span(40.0, 40.0, 1)}
