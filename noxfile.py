@@ -456,7 +456,9 @@ def _next_steps(results: Path) -> None:
         )
     red = [c for c in cells if c.state == CellState.FAIL]
     if red:
-        say.append(f"[compatlab] {len(red)} cell(s) red: each one's causes are in {LATEST / 'compat.md'}")
+        known = sum(1 for c in red if c.expected is not None and not c.unexpected)
+        tag = f" ({known} of them known-bad, as expected)" if known else ""
+        say.append(f"[compatlab] {len(red)} cell(s) red{tag}: each one's causes are in {LATEST / 'compat.md'}")
     print("\n".join(say), file=sys.stderr, flush=True)
 
 
