@@ -245,7 +245,10 @@ def _cplugin(build: Path, wheels: Path) -> Path:
         }
     """
     mod = ext_module(build / "cplugin", "_boot", body, "-ldl", prelude="#include <dlfcn.h>")
-    files = {"cplugin/__init__.py": "from cplugin import _boot\n", f"cplugin/_boot{EXT_SUFFIX}": _so(mod)}
+    files: dict[str, bytes | str] = {
+        "cplugin/__init__.py": "from cplugin import _boot\n",
+        f"cplugin/_boot{EXT_SUFFIX}": _so(mod),
+    }
     return build_wheel(wheels, "cplugin", "1.0", files=files, tag=TAG)
 
 

@@ -632,8 +632,10 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
             _write_bytes(folder / name, text.encode("utf-8"))
         return [folder / name for name in files or {}]
     fd = _open_dir(folder)
+    locked = False
     try:
         _lock_latest(fd, folder, results.run.id)
+        locked = True
         shown = _shown(folder)
         if shown is not None and shown.matrix_name and shown.matrix_name != results.run.matrix_name:
             # One folder, one matrix: another matrix's run would replace its whole grid.
@@ -656,6 +658,9 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
         written.append(folder / RESULTS)
         return written
     finally:
+        if locked:  # who holds it is said only while it is held: never left in a published folder
+            with contextlib.suppress(OSError):
+                (folder / _WRITER).unlink()
         os.close(fd)
 
 
