@@ -456,3 +456,7 @@ def test_a_library_c_code_could_not_load_is_named_from_the_loaders_own_log(
     # The module loaded alone says the same: its C code's dlopen, not Python's exception, is the cause.
     alone = next(m for m in imported.details["modules"] if m["module"] == f"cplugin/_boot{EXT_SUFFIX}")
     assert (alone["cause"], alone["failure"]["library"]) == ("missing-library", "libcplugin_backend.so.3")
+    assert alone["reason"] == (
+        f"cplugin/_boot{EXT_SUFFIX} (it loads libcplugin_backend.so.3): missing shared library "
+        "libcplugin_backend.so.3; then RuntimeError: cplugin: no backend available"
+    )

@@ -267,9 +267,8 @@ def _load(target: loadcheck.LoadTarget, driver: _Driver, loader: _Loader) -> tup
         if unseen:
             symptom = failure.message if failure.kind == "import-error" else loadcheck.describe(target.label, failure)
             name, caller = unseen[0]
-            failure = loadcheck.c_level_failure(
-                name, caller, step=f"import {target.name}", outer=(symptom, *failure.outer)
-            )
+            step = f"load {target.path}" if target.path is not None else f"import {target.name}"
+            failure = loadcheck.c_level_failure(name, caller, step=step, outer=(symptom, *failure.outer))
             failed_loads += [
                 {
                     "name": n,
