@@ -178,14 +178,14 @@ def observed(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
 
 
 def observed_clashes(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
-    """The stages, each file clash of code the pins stage failed on a warning when the import stage ran and
-    every module of the clashing distributions loaded, among them an import of the clashing files' own
-    top-level package: the files on disk are one owner's and they import (opencv-python's cv2/ overwritten
-    by opencv-python-headless's; PyJWT's jwt/ by jwt's). What needs the other owner's own code gets these
-    bytes, which the warning says. A clash whose owners' imports fail stays a failure and says the first failure it causes (pymongo's bson/
-    overwritten by bson's: `import pymongo` cannot import SON), listed as its ``breaks``: the import stage's
-    failures there are the clash's, not a cause of their own (``blame.blames``). A clash where no import ran
-    stays as the pins stage said it."""
+    """The stages, each file clash of code the pins stage failed on a warning when the import stage ran and every
+    module of the clashing distributions loaded, among them an import of the clashing files' own top-level
+    package: the files on disk are one owner's and they import (opencv-python's cv2/ overwritten by
+    opencv-python-headless's; PyJWT's jwt/ by jwt's). What needs the other owner's own code gets these bytes,
+    which the warning says. A clash whose owners' imports fail stays a failure and says the first failure it
+    causes (pymongo's bson/ overwritten by bson's: `import pymongo` cannot import SON), listed as its ``breaks``:
+    the import stage's failures there are the clash's, not a cause of their own (``blame.blames``). A clash where
+    no import ran stays as the pins stage said it."""
     by_name = {s.name: s for s in stages}
     pins, imported = by_name.get("pins"), by_name.get("import")
     if pins is None or pins.state != StageState.FAIL or imported is None:
