@@ -7,6 +7,7 @@ paths under the folder nox was started in, once, at import.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -100,8 +101,14 @@ def _check_posargs(posargs: list[str]) -> list[str] | None:
 
     until: str | None = None
     only: list[str] = []
+    known = ("--until", "--stages", "-q", "--quiet")
     for i, arg in enumerate(posargs):
         flag, eq, value = arg.partition("=")
+        if arg.startswith("-") and flag not in known and (i == 0 or posargs[i - 1] not in ("--until", "--stages")):
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            hint = f"; perhaps you meant {close[0]!r}?" if close else ""
+            print(f"error: {flag}: not an option of a matrix cell (it takes {', '.join(known)}){hint}", file=sys.stderr)
+            sys.exit(2)
         if flag not in ("--until", "--stages"):
             continue
         if not eq:
@@ -125,7 +132,22 @@ def _check_posargs(posargs: list[str]) -> list[str] | None:
 
 
 # The stages the cells will run (None: the whole pipeline): what the estimate counts.
-STAGES = _check_posargs(sys.argv[sys.argv.index("--") + 1 :]) if "--" in sys.argv else None
+def _cells_selected(argv: list[str]) -> bool:
+    """Whether this nox invocation runs matrix cells (no -s, or -s naming matrix, or -k/-t, which pick
+    cells): only then are the posargs a cell's."""
+    sessions: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg in ("-k", "-t", "--keywords", "--tags"):
+            return True
+        if arg == "--sessions":
+            sessions.extend(a for a in argv[i + 1 :] if not a.startswith("-"))
+        elif arg in ("-s", "--session", "-e") and i + 1 < len(argv):
+            sessions.append(argv[i + 1])
+    return not sessions or "matrix" in sessions
+
+
+_ARGV = sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+STAGES = _check_posargs(sys.argv[sys.argv.index("--") + 1 :]) if "--" in sys.argv and _cells_selected(_ARGV) else None
 
 # An n/a cell is a session, so that `nox -l`, `-k` and `-t` list it, but it starts nothing and ends at once;
 # nox's own lines about it ("Running session", "was successful", its row of the final list) are dropped

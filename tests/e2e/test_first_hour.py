@@ -215,6 +215,14 @@ def test_a_misspelled_stage_after_the_double_dash_is_one_line_before_any_cell(tm
         "perhaps you meant 'static'?\n"
     )
     assert not (tmp_path / "reports").exists()  # no empty run, no grid "in progress"
+    flag = _nox_here(tmp_path, "-s", "matrix", "--", "--untl", "static", env=env)
+    assert (flag.returncode, flag.stderr) == (
+        2,
+        "error: --untl: not an option of a matrix cell (it takes --until, --stages, -q, --quiet); perhaps you "
+        "meant '--until'?\n",
+    )
+    # Another session's posargs are its own: `nox -s tests -- unit -k x` is not a cell's.
+    assert _nox_here(tmp_path, "-s", "tests", "-l", "--", "unit", "-k", "x", env=env).returncode == 0
 
 
 def test_nox_list_says_which_cells_run_and_why_the_others_are_not_applicable(tmp_path: Path) -> None:
