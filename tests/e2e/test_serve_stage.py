@@ -87,6 +87,9 @@ def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, m
         assert figures[f"{name}_startup_s"] >= 0.3  # the stand-in's warm-up: health answers 503 until then
         assert group_members(servers[name]["pid"]) == []
         assert port_is_free(servers[name]["port"])
+    # Read before /flush_cache, which resets it (issue 31): the figure /server_info reported.
+    assert (figures["eagle3_accept_length"] or 0) > 1.0, servers["eagle3"]
+    assert servers["eagle3"]["accept_length_source"] == "/server_info"
     argv_log = (tmp_path / "cell" / "serve" / "logs" / "eagle3.log").read_text(encoding="utf-8")
     assert "speculative_algorithm='EAGLE3'" in argv_log
     draft = json.loads((tmp_path / "cell" / "serve" / "model" / "draft" / "config.json").read_text(encoding="utf-8"))

@@ -26,9 +26,11 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import logging
+import re
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,7 @@ from compatlab.stages.perf.server import ServerFailure, ServerProcess, check_spe
 from compatlab.stages.serve.causes import Cause, find_cause
 from compatlab.stages.serve.model import ModelFiles, SetupError, make_model
 
-__all__ = ["Gpu", "probe_gpus", "run_serve_stage"]
+__all__ = ["Gpu", "logged_accept_length", "probe_gpus", "run_serve_stage"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,18 @@ def _sglang_version(ctx: CellContext) -> str | None:
             continue
         if version:
             return str(version).strip()
+    return None
+
+
+_ACCEPT_LEN = re.compile(r"accept len: ([0-9]+(?:\.[0-9]+)?)")
+
+
+def logged_accept_length(lines: Sequence[str]) -> float | None:
+    """The last ``accept len: X`` SGLang's scheduler logged (its "Decode batch." line), or None."""
+    for line in reversed(lines):
+        if m := _ACCEPT_LEN.search(line):
+            value = float(m.group(1))
+            return value if value > 0 else None
     return None
 
 
@@ -255,12 +269,19 @@ def _serve(
                 record[f"median_ttft_ms_c{c}"] = round(statistics.median(level.ttfts) * 1000, 2)
                 itls = level.itls
                 record[f"median_itl_ms_c{c}"] = round(statistics.median(itls) * 1000, 3) if itls else None
+            if name == "eagle3":
+                # Before /flush_cache, which resets SGLang's lifetime figure; else the scheduler's last logged
+                # "accept len: X" line, which the flush does not take back.
+                value, why = server.server_accept_length()
+                source = "/server_info"
+                if value is None:
+                    value = logged_accept_length(server.tail(400).splitlines())
+                    source = "the server's log" if value is not None else (why or "not reported")
+                record["accept_length"], record["accept_length_source"] = value, source
             try:
                 server.flush_cache("after the requests")
             except ServerFailure as refused:  # the server is up and idle: refusing is the stack's own failure
                 raise _Failed(StageState.FAIL, str(refused)) from None
-            if name == "eagle3":
-                record["accept_length"], _ = server.server_accept_length()
         if server.leftover:
             raise _Failed(StageState.ERROR, server.leftover)
     except ServerFailure as failure:
