@@ -169,6 +169,45 @@ def _inner(tb: Traceback) -> str:
     return text
 
 
+_LINK_FACT = re.compile(r"undefined symbol: (\S+)|cannot open shared object file|version `[^']+' not found")
+_NO_FILES = re.compile(r"pattern: (\S+) - found files: \[\]")
+
+
+def _facts(log_lines: list[str], tb: Traceback) -> str:
+    """What a headline exception's own further lines say of why (sgl_kernel's "CRITICAL: Could not load any
+    common_ops library!" is followed by them, blank lines between): a link failure first (an undefined symbol,
+    demangled), then a build folder with no file, then the first of its "Error details"; "" when none."""
+    block: list[str] = []
+    for line in log_lines[tb.end : tb.end + 60]:
+        if "Traceback (most recent call last):" in line or _LOG_PREFIX.match(line) or line.strip() in _CHAINED:
+            break
+        block.append(line.strip())
+    block = [*tb.more.splitlines(), *block]
+    for line in block:
+        if m := _LINK_FACT.search(line):
+            if m.group(1):
+                from compatlab.incell.loadcheck import demangle
+
+                return f"undefined symbol {demangle(m.group(1)) or m.group(1)}"
+            return " ".join(short_path(w) for w in line.lstrip("- ").split())
+    for line in block:
+        if m := _NO_FILES.search(line):
+            return f"no file matches {short_path(m.group(1))}"
+    details = next((i for i, line in enumerate(block) if line.startswith("Error details")), None)
+    if details is not None:
+        item = next((line for line in block[details + 1 :] if line.startswith("- ")), "")
+        return item.removeprefix("- ")
+    return ""
+
+
+def _clip(text: str, width: int = 300) -> str:
+    """*text* in at most about *width* characters, keeping its end: a compiler's line ends with what it
+    could not find (a header's name after a long generated path)."""
+    if len(text) <= width:
+        return text
+    return f"{text[: width // 3].rstrip()} … {text[-(2 * width) // 3 :].lstrip()}"
+
+
 def find_cause(log: str, *, arch: str = "") -> Cause | None:
     """The cause of a failed start-up or request in *log* (SGLang's), or None when it shows no exception.
 
@@ -215,5 +254,7 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
             ),
             root.text,
         )
-        return Cause(state=StageState.FAIL, reason=f"{pkg} JIT: the kernel build failed{at}: {detail[:300]}", **common)
-    return Cause(state=StageState.FAIL, reason=f"{root.text[:300]}{at}", **common)
+        return Cause(state=StageState.FAIL, reason=f"{pkg} JIT: the kernel build failed{at}: {_clip(detail)}", **common)
+    fact = _facts(log.splitlines(), root)
+    said = f"{root.text[:300]} — {fact}" if fact and fact not in root.text else root.text[:300]
+    return Cause(state=StageState.FAIL, reason=f"{said}{at}", **common)

@@ -33,7 +33,8 @@ def test_a_module_sglang_imports_at_start() -> None:
 def test_a_kernel_build_missing_for_the_gpu_names_the_package_and_its_message() -> None:
     assert _reason("h200-no-sm90.log") == (
         "fail",
-        "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library! (in sgl_kernel/load_utils.py:197)",
+        "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library! — no file matches "
+        "sgl_kernel/sm90/common_ops.* (in sgl_kernel/load_utils.py:197)",
     )
 
 
@@ -171,3 +172,18 @@ def test_a_kernel_jit_that_fails_names_nvcc_s_error() -> None:
             "is undefined"
         ),
     )
+
+
+def test_a_long_compiler_line_keeps_its_end() -> None:
+    generated = "/root/.cache/flashinfer/" + "generated/" * 40 + "batch_prefill_jit_binding.cu"
+    log = JIT.replace(
+        '/v/flashinfer/data/include/flashinfer/attention/prefill.cuh(1021): error: identifier "__nv_fp8x4_e4m3" '
+        "is undefined",
+        f"{generated}(3): fatal error: cutlass/numeric_types.h: No such file or directory",
+    )
+    cause = find_cause(log)
+    assert cause is not None
+    assert cause.reason.endswith(
+        "batch_prefill_jit_binding.cu(3): fatal error: cutlass/numeric_types.h: No such file or directory"
+    )
+    assert " … " in cause.reason
