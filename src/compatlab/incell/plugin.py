@@ -30,10 +30,11 @@ def pytest_configure(config: pytest.Config) -> None:
     reading EOF, takes its children down."""
     if config.getoption("--compatlab-result", default=None) is None:
         return
+    # The lab says its pid: a lab that died before the call below left this process to another parent already.
+    lab = os.environ.get("COMPATLAB_LAB_PID", "")
     with contextlib.suppress(AttributeError, OSError):
-        parent = os.getppid()
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the lab died before the call
+        if lab.isdigit() and os.getppid() != int(lab):  # the lab died before the call: nobody reads the result
             os._exit(70)
 
 

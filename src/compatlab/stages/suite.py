@@ -246,7 +246,10 @@ def run_suite(
     out_file.unlink(missing_ok=True)
     shim = incell_path()
     suites = shim / "compatlab" / "incell" / "suites"
-    env = cell_env(ctx.venv, {"PYTHONPATH": str(shim), "PYTHONDONTWRITEBYTECODE": "1"})
+    # COMPATLAB_LAB_PID: the suite dies with this process (incell/plugin.py), and knows if it already has.
+    env = cell_env(
+        ctx.venv, {"PYTHONPATH": str(shim), "PYTHONDONTWRITEBYTECODE": "1", "COMPATLAB_LAB_PID": str(os.getpid())}
+    )
     if extra_env:
         env.update(extra_env)
     # The overlay goes last on sys.path (compatlab.incell.runpytest): the environment's own packages win.
