@@ -131,7 +131,6 @@ def _check_posargs(posargs: list[str]) -> list[str] | None:
     return [s.name for s in stages] if left_out else None
 
 
-# The stages the cells will run (None: the whole pipeline): what the estimate counts.
 def _cells_selected(argv: list[str]) -> bool:
     """Whether this nox invocation runs matrix cells (no -s, or -s naming matrix, or -k/-t, which pick
     cells): only then are the posargs a cell's."""
@@ -147,6 +146,7 @@ def _cells_selected(argv: list[str]) -> bool:
 
 
 _ARGV = sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+# The stages the cells will run (None: the whole pipeline): what the estimate counts.
 STAGES = _check_posargs(sys.argv[sys.argv.index("--") + 1 :]) if "--" in sys.argv and _cells_selected(_ARGV) else None
 
 # An n/a cell is a session, so that `nox -l`, `-k` and `-t` list it, but it starts nothing and ends at once;
