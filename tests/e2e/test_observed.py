@@ -252,6 +252,43 @@ def _cplugin(build: Path, wheels: Path) -> Path:
     return build_wheel(wheels, "cplugin", "1.0", files=files, tag=TAG)
 
 
+CODEC_INIT = """\
+import ctypes, os
+_here = os.path.dirname(__file__)
+for _major in (6, 5):  # one build per FFmpeg major, as torchcodec tries them; none is required
+    try:
+        ctypes.CDLL(os.path.join(_here, f"libcore{_major}.so"))
+        break
+    except OSError:
+        continue
+"""
+
+
+def _codec_and_brokenpkg(build: Path, wheels: Path) -> list[Path]:
+    """codecish tries two builds (each needing an absent libavutil) and does without; brokenpkg imports it, then
+    fails for a reason of its own (torchaudio's CUDA check beside sglang)."""
+    d = build / "codec"
+    # Its own helper loads, as torchcodec's libtorchcodec_image.so does: the folder is not all failures.
+    helper = compile_so(d / "libhelper.so", "int h(void) { return 1; }\n")
+    files: dict[str, bytes | str] = {
+        "codecish/__init__.py": "import ctypes, os\n"
+        + "ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'libhelper.so'))\n"
+        + CODEC_INIT,
+        "codecish/libhelper.so": _so(helper),
+    }
+    for major in (5, 6):
+        dep = compile_so(
+            d / "fake" / f"libavutil.so.{major}", "int av(void) { return 0; }\n", soname=f"libavutil.so.{major}"
+        )
+        core = compile_so(d / f"libcore{major}.so", "int av(void);\nint c(void) { return av(); }\n", str(dep))
+        files[f"codecish/libcore{major}.so"] = _so(core)
+    brokenpkg = "import codecish\nraise RuntimeError('Detected that PyTorch and TorchAudio were compiled with different CUDA versions.')\n"
+    return [
+        build_wheel(wheels, "codecish", "1.0", files=files, tag=TAG),
+        build_wheel(wheels, "brokenpkg", "1.0", files={"brokenpkg/__init__.py": brokenpkg}),
+    ]
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     build, out = tmp_path_factory.mktemp("build"), tmp_path_factory.mktemp("wheels")
@@ -275,6 +312,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
         "twins": [twin_a, twin_b],
         "picker": [_picker(build, out)],
         "cplugin": [_cplugin(build, out)],
+        "codec": _codec_and_brokenpkg(build, out),
         "audio12": _audioish(build, out / "12", cuda12=True),
         "audio": _audioish(build, out / "13", cuda12=False),
     }
@@ -460,3 +498,17 @@ def test_a_library_c_code_could_not_load_is_named_from_the_loaders_own_log(
         f"cplugin/_boot{EXT_SUFFIX} (it loads libcplugin_backend.so.3): missing shared library "
         "libcplugin_backend.so.3; then RuntimeError: cplugin: no backend available"
     )
+
+
+def test_another_package_trying_its_alternatives_is_not_why_an_import_failed(
+    wheels: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    result = _check(tmp_path, wheels["codec"], packages=["codecish", "brokenpkg"])
+    imported = result.stage("import")
+    assert imported is not None
+    entry = next(m for m in imported.details["modules"] if m["module"] == "brokenpkg")
+    assert entry["reason"] == (
+        "brokenpkg: RuntimeError: Detected that PyTorch and TorchAudio were compiled with different CUDA versions."
+    )
+    assert {f["judged"] for f in entry["failed_loads"]} == {"feature"}
+    assert (imported.state, imported.cause) == (StageState.FAIL, "import-error")

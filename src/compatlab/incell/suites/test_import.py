@@ -363,6 +363,7 @@ def _judge_attempts(
     """
     judged: list[dict[str, Any]] = []
     cause: loadcheck.LoadFailure | None = None
+    alternatives = _tried_alternatives(target, failure, attempts)
     for i, attempt in enumerate(attempts):
         lf = loadcheck.classify_attempt(attempt)
         if lf is None:
@@ -386,7 +387,7 @@ def _judge_attempts(
             verdict = "absent"
         elif picked is not None:
             verdict = "not-picked"
-        elif failure is not None and lf.stack:
+        elif failure is not None and lf.stack and folder not in alternatives:
             verdict = "cause"
             cause = cause or lf
         else:
@@ -408,6 +409,29 @@ def _judge_attempts(
             cause, step=f"import {target.name}", outer=(symptom, *failure.outer), raw=failure.raw
         )
     return failure, judged
+
+
+def _tried_alternatives(
+    target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | None, attempts: list[dict[str, Any]]
+) -> set[str]:
+    """Folders of another package in which the import tried two or more libraries that did not load (torchcodec
+    tries one build per FFmpeg major; its other libraries load): that package looking for something optional. Such
+    a folder is not why *target*'s import failed unless the failure names that package; its loads are told as
+    a feature that will not work."""
+    tried: dict[str, set[str]] = {}
+    for attempt in attempts:
+        name = str(attempt.get("name", ""))
+        if os.path.isabs(name) and not attempt.get("ok"):
+            real = os.path.realpath(name)
+            tried.setdefault(os.path.dirname(real), set()).add(real)
+    said = (failure.message + " " + " ".join(failure.outer)) if failure is not None else ""
+    top = target.name.split(".", 1)[0]
+    out = set()
+    for folder, files in tried.items():
+        owner = _site_label(folder).split("/", 1)[0]
+        if len(files) >= 2 and owner != top and owner not in said:
+            out.add(folder)
+    return out
 
 
 def _feature_warnings(entries: list[ImportEntry]) -> list[str]:
