@@ -189,25 +189,10 @@ MISSING_LIBRARY_PATTERNS = (
     "cannot load library",
     "could not find",
 )
-# CUDA libraries whose soname major follows the CUDA major (cuDNN, NCCL and cuSPARSELt do not).
+# CUDA libraries whose soname major follows the CUDA major (cuFFT, cuRAND, cuSPARSE, cuSOLVER, cuDNN, NCCL and
+# cuSPARSELt number theirs by their own releases).
 CUDA_LIBRARIES = frozenset(
-    {
-        "libcudart",
-        "libcublas",
-        "libcublasLt",
-        "libcufft",
-        "libcurand",
-        "libcusparse",
-        "libcusolver",
-        "libnvrtc",
-        "libnvjpeg",
-        "libnvJitLink",
-        "libcupti",
-        "libcufile",
-        "libnvToolsExt",
-        "libnppc",
-        "libnvblas",
-    }
+    {"libcudart", "libcublas", "libcublasLt", "libnvrtc", "libnvJitLink", "libcupti", "libnvblas"}
 )
 _CANNOT_OPEN = re.compile(r"(lib[\w+.-]+?)\.so\.(\d+)[\w.]*: cannot open shared object file")
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")

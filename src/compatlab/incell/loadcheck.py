@@ -31,6 +31,7 @@ from compatlab.incell.probe import RESULT_TAG
 from compatlab.incell.proc import HERE, Completed, InCellCommand, module_command, run
 
 __all__ = [
+    "CUDA_MAJOR_LIB",
     "DRIVER_LIBS",
     "FATBIN_SECTIONS",
     "STACK_KINDS",
@@ -138,12 +139,9 @@ class LoadFailure:
 
 
 # CUDA libraries whose soname's major is the CUDA major they were built with (libcudart.so.12 is CUDA 12's);
-# cuDNN, NCCL and cuSPARSELt number their sonames by their own releases and are not here.
-_CUDA_SONAME = re.compile(
-    r"(?:libcudart|libcublas|libcublasLt|libcufft|libcufftw|libcurand|libcusparse|libcusolver|libcusolverMg|"
-    r"libnvrtc|libnvrtc-builtins|libnvjpeg|libnvJitLink|libcupti|libcufile|libnvToolsExt|libnvblas|libnpp\w*|"
-    r"libnvidia-ptxjitcompiler)\.so\.(\d+)(?:\.\d+)*"
-)
+# cuFFT, cuRAND, cuSPARSE, cuSOLVER, cuDNN and NCCL number their sonames by their own releases and are not here.
+# The static stage reads the same table.
+CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
 _TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+)\.", re.MULTILINE)
 
 
@@ -179,11 +177,11 @@ def env_cuda_major() -> int | None:
 
 def _cuda_mix(library: str) -> dict[str, int] | None:
     """{"library": 12, "env": 13} for a CUDA library of another major than the environment's."""
-    m = _CUDA_SONAME.fullmatch(os.path.basename(library))
+    m = CUDA_MAJOR_LIB.match(os.path.basename(library))
     env = env_cuda_major() if m else None
-    if m is None or env is None or int(m.group(1)) == env:
+    if m is None or env is None or int(m.group(2)) == env:
         return None
-    return {"library": int(m.group(1)), "env": env}
+    return {"library": int(m.group(2)), "env": env}
 
 
 _UNDEFINED = re.compile(r"undefined symbol: ([^\s,]+)")
@@ -859,9 +857,8 @@ def c_level_probe(
     loader's own log on (``LD_DEBUG=files``): the libraries C code of the stack tried to load and could not,
     which no Python door sees (``c_level_failures``). The fallback for a load that failed without naming why."""
     debug_dir.mkdir(parents=True, exist_ok=True)
-    command = probe_command(python, path=path, name=name, pre_import=pre_import)
     watched = {**env, "LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(debug_dir / "ld")}
-    run(command.argv, timeout=timeout, env=watched, cwd=command.cwd)
+    load_module(python, path=path, name=name, pre_import=pre_import, timeout=timeout, env=watched)
     return c_level_failures(debug_dir, python)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from compatlab.config.matrix import AXIS_KINDS
 from compatlab.errors import LabError, UsageError
 from compatlab.incell.files import read_regular
+from compatlab.incell.loadcheck import CUDA_MAJOR_LIB as _CUDA_MAJOR_LIB  # the one table, shared with import
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, dotted_name, package_of
 from compatlab.runs.model import StageResult, StageState
@@ -81,7 +82,6 @@ NOT_NEEDED_FILE = "not-needed.json"
 # Installed with the NVIDIA driver, never with a wheel: missing on a machine without a GPU is expected.
 DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
-_CUDA_MAJOR_LIB = re.compile(r"^lib(cudart|nvrtc|cublas|cublasLt|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
 _KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "driver-api": 4, "arch": 5}
 
 
