@@ -251,7 +251,7 @@ def existing_context(
         site_packages=env.site_for([v.package for v in cell.packages if v.package]),
         install=InstallRecord(existing=str(env.prefix), python=str(env.python)),
         say=say,
-        tools_overlay=True,
+        tools_overlay=not env.has_pytest,  # inspect_environment asked it once already
     )
 
 

@@ -48,8 +48,8 @@ class CellContext:
     previous: tuple[StageResult, ...] = ()
     # Where a long stage says how far it is (a line at a time, for people); None: quiet.
     say: Callable[[str], None] | None = None
-    # An environment the lab did not make (compatlab check): nothing is ever installed into it; the suites
-    # take pytest from an overlay outside it (suite.tools_overlay) when it has none.
+    # The suites take pytest from an overlay outside the environment (suite.tools_overlay): one the lab did not
+    # make (compatlab check: ``install.existing``), which is never installed into, and which has no pytest.
     tools_overlay: bool = False
 
     def stage(self, name: str) -> StageResult | None:

@@ -229,12 +229,9 @@ def run_suite(
     from compatlab.proc import run
 
     overlay: Path | None = None
-    if ctx.tools_overlay:
-        # Not the lab's environment: nothing is installed into it; pytest comes from an overlay unless it
-        # has its own.
-        if not run([str(ctx.python), "-m", "pytest", "--version"], timeout=120, env=cell_env(ctx.venv)).ok:
-            overlay = tools_overlay()
-    else:
+    if ctx.tools_overlay:  # an environment without pytest of its own: the lab's, from outside it
+        overlay = tools_overlay()
+    elif ctx.install is None or not ctx.install.existing:  # never install into one the lab did not make
         setup = ensure_pytest(ctx)
         if setup is not None:
             return dataclasses.replace(setup, name=name, seconds=time.monotonic() - start)
