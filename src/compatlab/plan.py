@@ -23,6 +23,7 @@ from compatlab.runs.model import PREFLIGHT, CellResult, CellState, StageState
 __all__ = ["RUNS", "Plan", "Span", "duration_words", "previous_spans"]
 
 RUNS = 3  # the earlier runs an estimate reads, newest first
+READ = 10  # at most this many runs' results are read for it (subset runs time only some cells)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -58,20 +59,28 @@ def previous_spans(
 ) -> dict[str, Span]:
     """{cell id: Span} over the newest *runs* earlier runs under *runs_dir* of the matrix *matrix_name* (any,
     when empty) that timed the cell for *stages*; the run *exclude* (this one) is never read."""
-    from compatlab.runs.store import load_results, results_in
+    from compatlab.runs.store import load_results, results_in, run_info
 
-    found = []
+    # Which runs, newest first, from each one's small run.json; only the newest READ are read whole (a nightly
+    # box keeps hundreds of runs, and every `nox -s matrix` starts here).
+    newest: list[tuple[tuple[int, str], Path]] = []
     for path in results_in(runs_dir):
         if path.parent.name == exclude:
             continue
         try:
-            results = load_results(path)
+            info = run_info(path.parent)
         except LabError:
             continue
-        if matrix_name and results.run.matrix_name and results.run.matrix_name != matrix_name:
+        if matrix_name and info.matrix_name and info.matrix_name != matrix_name:
             continue
-        found.append(results)
-    found.sort(key=lambda r: r.run.order, reverse=True)
+        newest.append((info.order, path))
+    newest.sort(reverse=True)
+    found = []
+    for _order, path in newest[:READ]:
+        try:
+            found.append(load_results(path))
+        except LabError:
+            continue
     times: dict[str, list[float]] = {}
     for results in found:
         for cell in results.cells:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.plan import Plan, Span, duration_words, previous_spans
-from compatlab.runs.model import CellResult, CellState, Results, RunInfo, StageResult, StageState
+from compatlab.runs.model import RUN_SCHEMA, CellResult, CellState, Results, RunInfo, StageResult, StageState
 
 NOW = dt.datetime(2026, 12, 3, 17, 0, 0, tzinfo=dt.UTC)
 
@@ -69,6 +69,7 @@ def _run(runs: Path, run_id: str, started_ns: int, *cells: CellResult, matrix: s
     (runs / run_id).mkdir(parents=True)
     info = RunInfo(id=run_id, started_ns=started_ns, matrix_name=matrix)
     (runs / run_id / "results.json").write_text(json.dumps(Results(run=info, cells=cells).to_json()))
+    (runs / run_id / "run.json").write_text(json.dumps({"schema": RUN_SCHEMA, **info.to_json()}))
 
 
 def test_the_spans_come_from_several_runs_and_the_stages_that_will_run(tmp_path: Path) -> None:
@@ -87,3 +88,6 @@ def test_the_spans_come_from_several_runs_and_the_stages_that_will_run(tmp_path:
         "a": Span((15.0 + 1.0) * 0.9, (15.0 + 5.0) * 1.1, 3)
     }
     assert previous_spans(tmp_path, matrix_name="m", exclude="r2", runs=1) == {"a": Span(40.0, 40.0, 1)}
+    # A folder whose run.json cannot be read is not a run to time from, whatever its results say.
+    (tmp_path / "r2" / "run.json").unlink()
+    assert previous_spans(tmp_path, matrix_name="m", runs=1) == {"a": Span(40.0, 40.0, 1)}

@@ -85,6 +85,7 @@ __all__ = [
     "read_cell",
     "read_cells",
     "results_in",
+    "run_info",
     "unsaved_dir",
     "whole_matrix",
     "write_latest",
@@ -186,6 +187,12 @@ def results_in(runs_dir: Path) -> list[Path]:
         if entry.is_dir(follow_symlinks=False) and (Path(entry.path) / RESULTS).is_file():
             found.append(Path(entry.path) / RESULTS)
     return found
+
+
+def run_info(run_dir: Path) -> RunInfo:
+    """A run's run.json (who, when, which matrix): what to read of a run without its results; ConfigError when
+    it is missing or not one."""
+    return _read_run_json(run_dir)
 
 
 def _read_run_json(run_dir: Path) -> RunInfo:
