@@ -103,8 +103,9 @@ def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, m
             "ipython",
             (
                 "fail",
-                "both servers: ModuleNotFoundError: No module named 'IPython' (imported by "
-                f"sglang/utils.py:{_line('sglang/utils.py', 'from IPython')})",
+                "baseline server: ModuleNotFoundError: No module named 'IPython' (imported by "
+                f"sglang/utils.py:{_line('sglang/utils.py', 'from IPython')}); eagle3 server not started: the "
+                "baseline failed at start-up (import), before the model loads, where EAGLE-3 starts the same way",
             ),
         ),
         (
@@ -149,6 +150,10 @@ def test_a_failed_start_names_its_cause(
     assert stage.details["figures"] == {}
     started = ["baseline", "eagle3"] if state == "fail" else ["baseline"]  # an error stops: it would recur
     assert list(stage.details["servers"]) == started
+    # A baseline that fails before the model loads (an import) does not pay SGLang's import twice (issue 31).
+    eagle3 = stage.details["servers"].get("eagle3", {})
+    assert (eagle3.get("state") == StageState.SKIP) == (fault == "ipython"), eagle3
+    assert ("log" in eagle3) == (fault not in ("ipython", "oom")), eagle3
 
 
 def test_a_server_that_never_becomes_healthy_is_an_error(

@@ -43,7 +43,7 @@ from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.perf.client import LevelResult, Target, run_level
 from compatlab.stages.perf.server import ServerFailure, ServerProcess, check_speculation, group_members
-from compatlab.stages.serve.causes import Cause, find_cause
+from compatlab.stages.serve.causes import Cause, Phase, find_cause
 from compatlab.stages.serve.model import ModelFiles, SetupError, make_model
 
 __all__ = ["Gpu", "logged_accept_length", "probe_gpus", "run_serve_stage"]
@@ -51,6 +51,7 @@ __all__ = ["Gpu", "logged_accept_length", "probe_gpus", "run_serve_stage"]
 log = logging.getLogger(__name__)
 
 SERVERS = ("baseline", "eagle3")
+_BEFORE_MODEL = (Phase.IMPORT, Phase.START)  # a baseline failing there fails EAGLE-3 the same way
 # As on the GPU box's NCCL: NVLink multicast off (SGLang's custom all-reduce and symmetric memory use it).
 _ENV = {"PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
@@ -379,9 +380,21 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
             failures.append(failed)
             if failed.state == StageState.ERROR:
                 break  # a time-out or the machine's fault: the next server would meet it again
+            if name == "baseline" and failed.cause is not None and failed.cause.phase in _BEFORE_MODEL:
+                # The same interpreter, the same imports, nothing of the draft yet: EAGLE-3 would fail the same
+                # way after the same ~30 s of SGLang's own import. Not started, and said so.
+                skipped = (
+                    f"eagle3 server not started: the baseline failed at {failed.cause.phase}, before the model "
+                    "loads, where EAGLE-3 starts the same way"
+                )
+                details["servers"]["eagle3"] = {"state": StageState.SKIP, "reason": skipped}
+                failures.append(_Failed(StageState.SKIP, skipped))
+                break
     details["figures"] = _figures({n: r for n, r in details["servers"].items() if "state" not in r})
     if failures:
         first = next((f for f in failures if f.state == StageState.FAIL), failures[0])
+        if len(failures) == 2 and failures[1].state == StageState.SKIP:
+            return result(first.state, f"{first.reason}; {failures[1].reason}", details)
         if len(failures) == len(SERVERS) and len({f.reason.split(" server: ", 1)[-1] for f in failures}) == 1:
             return result(first.state, "both servers: " + first.reason.split(" server: ", 1)[-1], details)
         others = [f.reason for f in failures if f is not first]

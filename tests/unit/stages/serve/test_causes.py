@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compatlab.runs.model import StageState
-from compatlab.stages.serve.causes import find_cause, tracebacks
+from compatlab.stages.serve.causes import Phase, find_cause, tracebacks
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "serve_logs"
 
@@ -43,8 +43,9 @@ def test_the_scheduler_s_exception_wins_over_the_launcher_s_wrappers() -> None:
     assert "Scheduler hit an exception" in log
     assert _reason("h200-eagle3-two-layers.log") == (
         "fail",
-        "RuntimeError: The size of tensor a (3072) must match the size of tensor b (1024) at "
-        "non-singleton dimension 1 (in sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py:1585)",
+        "CUDA graph failed (prefill runner, backend breakable): RuntimeError: The size of tensor a (3072) must "
+        "match the size of tensor b (1024) at non-singleton dimension 1 (in "
+        "sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py:1585)",
     )
 
 
@@ -187,3 +188,132 @@ def test_a_long_compiler_line_keeps_its_end() -> None:
         "batch_prefill_jit_binding.cu(3): fatal error: cutlass/numeric_types.h: No such file or directory"
     )
     assert " … " in cause.reason
+
+
+# Triton 3.6 compiling a kernel whose ptxas (TRITON_PTXAS_PATH to an older toolkit) does not know the GPU: ptxas's
+# CalledProcessError, then Triton's PTXASError carrying ptxas's stderr, raised while handling it (its
+# backends/nvidia/compiler.py make_cubin), as the scheduler logs the chain.
+PTXAS = """\
+[2026-12-04 10:02:11 TP0] Load weight end. elapsed=0.09 s, type=LlamaForCausalLM, avail mem=138.91 GB
+[2026-12-04 10:02:12 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=106.4 GB
+[2026-12-04 10:02:13 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/v/lib/python3.12/site-packages/triton/backends/nvidia/compiler.py", line 555, in make_cubin
+    subprocess.run(ptxas_cmd, check=True, close_fds=False, stderr=flog)
+  File "/usr/lib/python3.12/subprocess.py", line 571, in run
+    raise CalledProcessError(retcode, process.args,
+subprocess.CalledProcessError: Command '['/opt/cuda-11.8/bin/ptxas', '-lineinfo', '-v', '--gpu-name=sm_90a', \
+'/tmp/tmpx.ptx', '-o', '/tmp/tmpx.ptx.o']' returned non-zero exit status 255.
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/v/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 4947, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)
+  File "/v/lib/python3.12/site-packages/sglang/srt/layers/sampler.py", line 88, in forward
+    top_k_renorm_prob(probs, top_k)
+  File "/v/lib/python3.12/site-packages/triton/runtime/jit.py", line 419, in <lambda>
+    return lambda *args, **kwargs: self.run(grid=grid, warmup=False, *args, **kwargs)
+  File "/v/lib/python3.12/site-packages/triton/compiler/compiler.py", line 320, in compile
+    next_module = compile_ir(module, metadata)
+  File "/v/lib/python3.12/site-packages/triton/backends/nvidia/compiler.py", line 587, in make_cubin
+    raise PTXASError(error)
+triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error
+`ptxas` stderr:
+ptxas fatal   : Value 'sm_90a' is not defined for option 'gpu-name'
+
+Repro command: /opt/cuda-11.8/bin/ptxas -lineinfo -v --gpu-name=sm_90a /tmp/tmpx.ptx -o /tmp/tmpx.ptx.o
+
+[2026-12-04 10:02:14] Received sigquit from a child process. It usually means the child failed.
+"""
+
+
+def test_a_ptxas_that_does_not_know_the_gpu_is_told_by_ptxas_and_triton() -> None:
+    """The translation that carries the tool's stderr is the root, not the CalledProcessError before it (issue
+    31); Triton raised it, the caller is kept; the phase is the JIT build, not the graph capture around it."""
+    cause = find_cause(PTXAS, arch="sm_90")
+    assert cause is not None
+    assert (cause.state, cause.reason) == (
+        "fail",
+        "JIT build (Triton's ptxas) failed: triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX "
+        "codegen error — ptxas fatal : Value 'sm_90a' is not defined for option 'gpu-name' (in "
+        "triton/backends/nvidia/compiler.py:587, called from sglang/srt/layers/sampler.py:88)",
+    )
+    assert (cause.raised_in, cause.phase, cause.where) == ("triton", Phase.JIT, "sglang/srt/layers/sampler.py:88")
+    assert cause.exception.startswith("triton.runtime.errors.PTXASError")
+
+
+def test_an_explicit_cause_stays_the_root_and_a_plain_translation_does_not_win() -> None:
+    """An explicit cause ("The above exception was the direct cause …"): the first is the root, whatever the second says; and a
+    handler's own error that carries no tool output does not replace the exception it was handling."""
+    explicit = PTXAS.replace(
+        "During handling of the above exception, another exception occurred:",
+        "The above exception was the direct cause of the following exception:",
+    )
+    cause = find_cause(explicit, arch="sm_90")
+    assert cause is not None
+    assert cause.exception.startswith("subprocess.CalledProcessError: Command ")
+    plain = CHAINED.replace(
+        "Possible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n", ""
+    )
+    cause = find_cause(plain, arch="sm_90")
+    assert cause is not None
+    assert cause.exception.startswith("torch.AcceleratorError: CUDA error: no kernel image")
+
+
+NO_PTXAS = """\
+[2026-12-04 10:05:40 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=106.4 GB
+[2026-12-04 10:05:41 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/v/lib/python3.12/site-packages/sglang/srt/layers/sampler.py", line 88, in forward
+    top_k_renorm_prob(probs, top_k)
+  File "/v/lib/python3.12/site-packages/triton/backends/nvidia/compiler.py", line 514, in make_cubin
+    ptxas = get_ptxas(self.target.arch).path
+  File "/v/lib/python3.12/site-packages/triton/knobs.py", line 217, in transform
+    raise RuntimeError(f"Cannot find {self.binary}")
+RuntimeError: Cannot find ptxas
+"""
+
+
+def test_triton_s_missing_ptxas_is_triton_s_not_its_caller_s() -> None:
+    cause = find_cause(NO_PTXAS, arch="sm_90")
+    assert cause is not None
+    assert cause.reason == (
+        "JIT build (Triton's ptxas) failed: RuntimeError: Cannot find ptxas (in triton/knobs.py:217, called from "
+        "sglang/srt/layers/sampler.py:88)"
+    )
+    assert cause.raised_in == "triton"
+
+
+def _at(marks: str, exc: str = "RuntimeError: boom") -> str:
+    return (
+        marks + "[2026-12-04 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/v/lib/python3.12/site-packages/sglang/srt/model_loader/loader.py", line 12, in load\n'
+        "    x()\n" + exc + "\n"
+    )
+
+
+def test_sglang_s_phases_are_read_from_what_it_logged_before() -> None:
+    """Each phase from SGLang 0.5.17's own lines on the H200 (h200-eagle3-two-layers.log)."""
+    cases = {
+        "": (Phase.START, "RuntimeError: boom (in sglang/srt/model_loader/loader.py:12)"),
+        "[2026-12-04 10:00:01 TP0] Load weight begin. avail mem=139.09 GB\n": (
+            Phase.MODEL_LOAD,
+            "model load failed: RuntimeError: boom (in sglang/srt/model_loader/loader.py:12)",
+        ),
+        "[2026-12-04 10:00:01 TP0] Load weight end. elapsed=0.09 s\n"
+        "[2026-12-04 10:00:02 TP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4\n": (
+            Phase.GRAPH,
+            "CUDA graph capture failed (target verify): RuntimeError: boom (in sglang/srt/model_loader/loader.py:12)",
+        ),
+        "[2026-12-04 10:00:02 TP0] Capture draft decode CUDA graph end. elapsed=4.92 s\n"
+        "[2026-12-04 10:00:03] INFO:     Uvicorn running on http://127.0.0.1:57099 (Press CTRL+C to quit)\n": (
+            Phase.FIRST_REQUEST,
+            "first request failed: RuntimeError: boom (in sglang/srt/model_loader/loader.py:12)",
+        ),
+    }
+    for marks, (phase, reason) in cases.items():
+        cause = find_cause(_at(marks))
+        assert cause is not None
+        assert (cause.phase, cause.reason) == (phase, reason), marks
+    imported = find_cause(_at("", "ModuleNotFoundError: No module named 'IPython'"))
+    assert imported is not None
+    assert imported.phase == Phase.IMPORT
