@@ -30,6 +30,7 @@ def _cmd_static(args: argparse.Namespace) -> int:
         packages=args.package,
         cache=ElfCache(args.cache_dir),
         min_driver=args.min_driver,
+        env=dict(os.environ),  # the compilers this environment's stack would call (toolchain.py)
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -108,6 +108,18 @@ _TABLE = (
         "a compiler the stack calls at run time failed (Triton, flashinfer's JIT)",
         "read the compiler's own line in the details",
     ),
+    Cause(
+        "toolchain",
+        "red",
+        "a compiler the stack calls at run time cannot target the GPU, or is missing (Triton's ptxas)",
+        "point TRITON_PTXAS_PATH at a toolkit that knows the arch, or unset it for Triton's own",
+    ),
+    Cause(
+        "jit-toolchain",
+        "amber",
+        "the nvcc a JIT would build with is missing, of another CUDA major, or does not know the arch",
+        "set CUDA_HOME to a toolkit of torch's CUDA major that knows the arch, if a kernel must be built",
+    ),
     Cause("serve-failed", "red", "SGLang's server did not start or did not answer right", "read the log"),
     Cause("too-slow", "red", "a measured figure is below its threshold", "compare the figures with the baseline"),
     Cause("nccl", "red", "NCCL failed: init, a hang, a wrong result or too little bandwidth", "read the report"),

@@ -27,6 +27,7 @@ _STATIC_KINDS = {
     "metadata": "metadata",
     "unreadable": "metadata",
     "by-name": "missing-library",
+    "toolchain": "toolchain",
 }
 
 
@@ -71,6 +72,8 @@ def cause_of(result: StageResult) -> str:
     if state == StageState.ERROR:
         return "lab-error" if reason.startswith("lab error") else "infra"
     if state == StageState.WARN:
+        if result.name == "static" and _static(result) == "toolchain":
+            return "jit-toolchain"  # the JIT's nvcc: a kernel it must build will not build
         return "feature-broken" if result.name in ("import", "static") else ""
     name = result.name
     if name == "install":

@@ -34,7 +34,7 @@ from compatlab.incell.loadcheck import CUDA_MAJOR_LIB as _CUDA_MAJOR_LIB  # the 
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, dotted_name, package_of
 from compatlab.runs.model import StageResult, StageState
-from compatlab.stages.base import CellContext
+from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.site import (
     SiteDist,
     declared_tops,
@@ -54,6 +54,7 @@ from compatlab.stages.static.ldso import TORCH_PRELOAD_GLOBS as TORCH_PRELOAD_GL
 from compatlab.stages.static.ldso import Library, LoadSet, Resolver, provided_symbols
 from compatlab.stages.static.ldso import ld_cache as ld_cache  # noqa: PLC0414
 from compatlab.stages.static.symbols import function_name, last_identifier, symbol_offers
+from compatlab.stages.static.toolchain import toolchain_problems
 
 __all__ = [
     "DRIVER_LIBS",
@@ -82,7 +83,7 @@ NOT_NEEDED_FILE = "not-needed.json"
 # Installed with the NVIDIA driver, never with a wheel: missing on a machine without a GPU is expected.
 DRIVER_LIBS = frozenset({"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"})
 # Libraries whose soname major is the CUDA major they were built for (libcufft.so.11 is CUDA 12: not it).
-_KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "driver-api": 4, "arch": 5}
+_KIND_ORDER = {"family": 0, "library": 1, "version": 2, "symbol": 3, "driver-api": 4, "arch": 5, "toolchain": 6}
 
 
 class Severity(StrEnum):
@@ -106,6 +107,7 @@ class Kind(StrEnum):
     DRIVER = "driver"  # the driver a module needs
     UNREADABLE = "unreadable"  # a file that cannot be read as ELF
     BY_NAME = "by-name"  # a library loaded by name, not by a DT_NEEDED entry
+    TOOLCHAIN = "toolchain"  # a compiler the stack calls at run time (Triton's ptxas, the JIT's nvcc)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -908,7 +910,10 @@ def _check(
     packages: Sequence[str] | None,
     cache: ElfCache | None = None,
     min_drivers: Sequence[tuple[str, str]] = (),
+    env: Mapping[str, str] | None = None,
 ) -> StaticReport:
+    """The stage's checks of *site_packages*; with *env* (the environment the stack runs in) also the
+    compilers it calls at run time (toolchain.py)."""
     start = time.monotonic()
     sp = Path(site_packages)
     if not sp.is_dir():
@@ -985,6 +990,25 @@ def _check(
                 details={"dist": mix.other[0], "family": mix.family.name, "versions": dict([mix.first, mix.other])},
             )
         )
+    archs_all = list(dict.fromkeys(a for _n, archs, _nn in targets for a in archs))
+    if env is not None and archs_all:
+        for problem in toolchain_problems(
+            sp,
+            archs_all,
+            env,
+            torch_cuda=ck.torch_cuda(),
+            dists=[d.canonical for d in ck.dists],
+            owner=lambda path: d.canonical if (d := ck.dist_of(str(path))) else None,
+        ):
+            findings.append(
+                Finding(
+                    severity=Severity(problem.severity),
+                    module=problem.dist,
+                    kind=Kind.TOOLCHAIN,
+                    message=problem.message,
+                    details={"dist": problem.dist, **problem.details},
+                )
+            )
     findings.sort(
         key=lambda f: (
             list(Severity).index(f.severity),
@@ -995,7 +1019,6 @@ def _check(
             f.module,
         )
     )
-    archs_all = list(dict.fromkeys(a for _n, archs, _nn in targets for a in archs))
     return StaticReport(
         site_packages=str(sp),
         archs=archs_all,
@@ -1016,6 +1039,7 @@ def check_site_packages(
     packages: Sequence[str] | None = None,
     cache: ElfCache | None = None,
     min_driver: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> StaticReport:
     """Check every shared object of *packages* (None: every package with .so files) in *site_packages*.
 
@@ -1029,6 +1053,7 @@ def check_site_packages(
         packages=packages,
         cache=cache,
         min_drivers=[("", min_driver)] if min_driver else (),
+        env=env,
     )
 
 
@@ -1070,6 +1095,7 @@ def run_static_stage(ctx: CellContext) -> StageResult:
             targets=targets,
             packages=declared_tops(ctx.site, declared),
             min_drivers=[(t.name, t.min_driver) for t in ctx.matrix.targets if t.min_driver],
+            env=cell_env(ctx.venv),  # what SGLang's server will run with: its compilers are these
         )
     except LabError as exc:
         return StageResult(name="static", state=StageState.ERROR, reason=str(exc))
