@@ -4,6 +4,11 @@
 # zstandard wheel of the carry beside them: the device has no zstd tool, scripts/device/unzstd.py unpacks).
 #   scripts/device/serve-h200.sh ok       compatlab check --stage serve on the carried stack (baseline + EAGLE-3)
 #   scripts/device/serve-h200.sh broken   the same on two broken copies: IPython missing; sgl_kernel's sm90 build gone
+#   scripts/device/serve-h200.sh toolchain  static + serve with Triton's ptxas broken: TRITON_PTXAS_PATH at CUDA
+#                                         11.8's ptxas (a real one, carried as ptxas-11.8: it does not know
+#                                         sm_90a), and a Triton without its ptxas; each with an empty Triton cache
+#   scripts/device/serve-h200.sh abi      serve with sgl_kernel's sm90 common_ops built for another torch (the
+#                                         carried common_ops.abi3.so: gcc-made, needs a c10 symbol torch lacks)
 #   scripts/device/serve-h200.sh bench    benchmarks/bench_vs_sglang.py --real: SGLang's client and ours, 5 rounds
 # The verdicts, results.json and the servers' logs go to $OUT (the device tool's output folder, 8 files at most).
 set -uo pipefail
@@ -44,11 +49,25 @@ make_cell() {  # name [entries to leave out...]
   echo "$venv"
 }
 
-check() {  # venv label: the report stays in $HOME/reports/label; the verdict, results and server logs go to $OUT
-  python3 -m compatlab check --venv "$1" --stage serve --serve-from examples/serve-device.toml \
-    --out "$HOME/reports/$2" 2>&1 | tee "$OUT/$2.log"
-  cp "$HOME/reports/$2/results.json" "$OUT/$2-results.json"
-  for log in "$HOME/reports/$2"/runs/*/cells/*/serve/logs/*.log; do cp "$log" "$OUT/$2-$(basename "$log")"; done
+check() {  # venv label [stages...]: the report stays in $HOME/reports/label; the verdict goes to $OUT/label.log,
+  # results.json and the servers' logs to $OUT/label.tar (the device tool brings back 8 files at most)
+  local venv=$1 label=$2; shift 2
+  local stages=(--stage serve); [ $# -gt 0 ] && stages=(); for st in "$@"; do stages+=(--stage "$st"); done
+  [ "${PACKAGE:-}" ] && stages+=(--package "$PACKAGE")  # static of that distribution only (the toolchain check is whole)
+  python3 -m compatlab check --venv "$venv" "${stages[@]}" --target sm_90 --serve-from examples/serve-device.toml \
+    --out "$HOME/reports/$label" 2>&1 | tee "$OUT/$label.log"
+  local keep=$HOME/keep/$label; rm -rf "$keep"; mkdir -p "$keep"
+  cp "$HOME/reports/$label/results.json" "$keep/results.json"
+  for log in "$HOME/reports/$label"/runs/*/cells/*/serve/logs/*.log; do [ -f "$log" ] && cp "$log" "$keep/"; done
+  tar -C "$HOME/keep" -cf "$OUT/$label.tar" "$label"
+}
+
+with_triton() {  # venv: a copy of the device's Triton (links) and its dist-info in the cell's own site-packages
+  local sp; sp=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  local tdir; tdir=$(python3 -c 'import os, triton; print(os.path.dirname(triton.__file__))')
+  rm -rf "${sp:?}/triton"; cp -rs "$tdir" "$sp/triton"
+  for info in "$(dirname "$tdir")"/triton-*.dist-info; do cp -r "$info" "$sp/"; done
+  echo "$sp"
 }
 
 case $mode in
@@ -61,6 +80,19 @@ case $mode in
     sp=$("$cell/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     cp -r "$site/sgl_kernel" "$sp/sgl_kernel" && rm -rf "$sp/sgl_kernel/sm90"
     check "$cell" check-nosm90 ;;
+  toolchain)
+    chmod +x "$HOME/sglang-parts/ptxas-11.8"
+    cell=$(make_cell cell-oldptxas) && with_triton "$cell" >/dev/null || exit 1
+    PACKAGE=triton TRITON_CACHE_DIR=$(mktemp -d) TRITON_PTXAS_PATH=$HOME/sglang-parts/ptxas-11.8 \
+      check "$cell" check-oldptxas static serve
+    cell=$(make_cell cell-noptxas) || exit 1
+    sp=$(with_triton "$cell") && rm -f "$sp/triton/backends/nvidia/bin/ptxas" || exit 1
+    PACKAGE=triton TRITON_CACHE_DIR=$(mktemp -d) check "$cell" check-noptxas static serve ;;
+  abi)
+    cell=$(make_cell cell-abi sgl_kernel) || exit 1
+    sp=$("$cell/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    cp -r "$site/sgl_kernel" "$sp/sgl_kernel" && cp "$HOME/sglang-parts/common_ops.abi3.so" "$sp/sgl_kernel/sm90/" &&
+      check "$cell" check-abi ;;
   bench)
     cell=$(make_cell cell) || exit 1
     python3 -c 'import sys; from pathlib import Path; from compatlab.stages.serve.model import make_model
