@@ -26,3 +26,16 @@ def test_a_headline_keeps_the_fact_its_error_details_give() -> None:
         "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library! — undefined symbol "
         "c10::cuda::CUDAErrorLogCapture::~CUDAErrorLogCapture() (in sgl_kernel/load_utils.py:197)"
     )
+
+
+def test_a_real_sgl_kernel_headline_keeps_the_undefined_symbol() -> None:
+    """Real sgl_kernel 0.4.10 (sglang 0.5.23's) importing on this CPU machine, its sm100/common_ops replaced by
+    tests/fixtures/fake_common_ops.c built with gcc (it needs the c10 destructor torch 2.11 lacks): the loader's
+    own "Error details" hold the undefined symbol, and the reason keeps it, demangled."""
+    cause = find_cause((LOGS / "cpu-sglkernel0410-abi.log").read_text(encoding="utf-8"), arch="sm_90")
+    assert cause is not None
+    assert cause.reason == (
+        "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library! — undefined symbol "
+        "c10::cuda::CUDAErrorLogCapture::~CUDAErrorLogCapture() (in sgl_kernel/load_utils.py:192)"
+    )
+    assert cause.phase == "start-up (import)"

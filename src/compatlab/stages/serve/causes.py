@@ -26,7 +26,8 @@ What an SGLang 0.5 log looks like when start-up fails:
   begin.`` without its end, or the exception's ``Capture cuda graph failed:`` (decode graph capture), or
   ``Fail when using backend: breakable for prefill runner.`` (the prefill graph, which SGLang also runs at the
   first request), the server's own ``Uvicorn running`` (the first request), and the build tools' words in the
-  chain (Triton's ptxas, nvcc, ninja: a JIT build).
+  chain (Triton's ptxas, nvcc, ninja: a JIT build). Triton's LLVM aborts the process with one ``LLVM ERROR:``
+  line and no traceback (a ptxas too old for the arch: ``PTX version 7.8 does not support target 'sm_90a'``).
 
 Out of GPU memory and a port in use are the machine's, not the stack's: those causes are ``error``.
 """
@@ -323,6 +324,14 @@ def find_cause(log: str, *, arch: str = "") -> Cause | None:
     chains = _chains(tracebacks(log))
     real = [c for c in chains if not all(_WRAPPERS.search(tb.text) for tb in c)]
     if not real:
+        llvm = next((line.strip() for line in log.splitlines() if line.startswith("LLVM ERROR: ")), None)
+        if llvm is not None:  # Triton's LLVM aborts the process: no traceback, one line (an old ptxas's PTX version)
+            return Cause(
+                state=StageState.FAIL,
+                reason=f"JIT build (LLVM) failed: {_clip(_ANSI.sub('', llvm))}",
+                exception=llvm,
+                phase=Phase.JIT,
+            )
         if _OOM.search(log):
             line = next(x for x in log.splitlines() if _OOM.search(x))
             return Cause(state=StageState.ERROR, reason=f"out of GPU memory: {line.strip()[:300]}")

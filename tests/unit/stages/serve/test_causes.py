@@ -317,3 +317,38 @@ def test_sglang_s_phases_are_read_from_what_it_logged_before() -> None:
     imported = find_cause(_at("", "ModuleNotFoundError: No module named 'IPython'"))
     assert imported is not None
     assert imported.phase == Phase.IMPORT
+
+
+# Real Triton 3.8 (sglang 0.5.23's) compiling one kernel for sm_90 on this CPU machine (triton.compile with
+# GPUTarget("cuda", 90, 32): the same make_cubin the GPU box runs), with TRITON_CACHE_DIR empty:
+#   cpu-triton38-ptxas-refuses.log  TRITON_PTXAS_PATH at tests/fixtures/ptxas-refuses (answers --version as CUDA
+#                                   12.8's ptxas, refuses the arch in CUDA 11.8's ptxas's own words)
+#   cpu-triton38-no-ptxas.log       a linked copy of that Triton without backends/nvidia/bin/ptxas
+#   cpu-triton38-ptxas-11.8.log     TRITON_PTXAS_PATH at CUDA 11.8's real ptxas (nvidia-cuda-nvcc-cu11 11.8.89):
+#                                   Triton writes PTX 7.8 for it, and its LLVM aborts the process
+
+
+def test_real_triton_with_a_ptxas_that_refuses_the_arch() -> None:
+    assert _reason("cpu-triton38-ptxas-refuses.log") == (
+        "fail",
+        "JIT build (Triton's ptxas) failed: triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX "
+        "codegen error — ptxas fatal : Value 'sm_90a' is not defined for option 'gpu-name' (in "
+        "triton/backends/nvidia/compiler.py:590)",
+    )
+
+
+def test_real_triton_without_its_ptxas() -> None:
+    assert _reason("cpu-triton38-no-ptxas.log") == (
+        "fail",
+        "JIT build (Triton's ptxas) failed: RuntimeError: Cannot find ptxas (in triton/knobs.py:218)",
+    )
+
+
+def test_real_triton_with_an_old_ptxas_aborts_in_llvm() -> None:
+    cause = find_cause((LOGS / "cpu-triton38-ptxas-11.8.log").read_text(encoding="utf-8"), arch="sm_90")
+    assert cause is not None
+    assert (cause.state, cause.phase) == ("fail", Phase.JIT)
+    assert cause.reason.startswith(
+        "JIT build (LLVM) failed: LLVM ERROR: PTX version 7.8 does not support target 'sm_90a'. Minimum required PTX "
+        "version is 8.0."
+    )
