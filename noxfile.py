@@ -24,8 +24,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from compatlab.cells import Cell, expand, planned  # noqa: E402
 from compatlab.config.matrix import load_matrix  # noqa: E402
-from compatlab.errors import ConfigError, LabError  # noqa: E402
+from compatlab.errors import ConfigError, LabError, UsageError  # noqa: E402
 from compatlab.host import host_facts  # noqa: E402
+from compatlab.parallel import CellPool, parse_jobs  # noqa: E402
 from compatlab.plan import Plan, previous_spans  # noqa: E402
 from compatlab.runs import store  # noqa: E402
 from compatlab.runs.model import CellState, StageState  # noqa: E402
@@ -82,7 +83,6 @@ for _note in MATRIX.notes:  # a lock older than the matrix, a selected version n
     print(f"note: {_note}".replace(str(ROOT) + os.sep, ""), file=sys.stderr)
 SHARD = os.environ.get("COMPATLAB_SHARD", "")
 if SHARD:
-    from compatlab.errors import UsageError
     from compatlab.shard import parse_shard, shard_cells
 
     try:
@@ -96,33 +96,40 @@ def _check_posargs(posargs: list[str]) -> list[str] | None:
     """The stage names a cell's posargs give (``-- --until static``, ``-- --stages install,pins``), checked
     once against the pipeline before any session starts (a typo is one line and exit 2, not an error per
     cell and an empty run); the stages they leave to run, None for the whole pipeline."""
-    from compatlab.errors import UsageError
     from compatlab.runner import PIPELINE, select_stages
 
     until: str | None = None
     only: list[str] = []
-    known = ("--until", "--stages", "-q", "--quiet")
+    known = ("--until", "--stages", "-q", "--quiet", "-j", "--jobs")
+    valued = ("--until", "--stages", "-j", "--jobs")
     for i, arg in enumerate(posargs):
         flag, eq, value = arg.partition("=")
-        if arg.startswith("-") and flag not in known and (i == 0 or posargs[i - 1] not in ("--until", "--stages")):
+        if arg.startswith("-") and flag not in known and (i == 0 or posargs[i - 1] not in valued):
             close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
             hint = f"; perhaps you meant {close[0]!r}?" if close else ""
             print(f"error: {flag}: not an option of a matrix cell (it takes {', '.join(known)}){hint}", file=sys.stderr)
             sys.exit(2)
-        if flag not in ("--until", "--stages"):
+        if flag not in valued:
             continue
         if not eq:
             if i + 1 >= len(posargs):
+                example = {"--until": "static", "--stages": "install,pins"}.get(flag, "4")
                 print(
-                    f"error: {flag} needs a value, e.g. {flag} {'static' if flag == '--until' else 'install,pins'}",
+                    f"error: {flag} needs a value, e.g. {flag} {example}",
                     file=sys.stderr,
                 )
                 sys.exit(2)
             value = posargs[i + 1]
         if flag == "--until":
             until = value
-        else:
+        elif flag == "--stages":
             only.extend(n.strip() for n in value.split(",") if n.strip())
+        else:  # -j: checked here, once, before any session starts
+            try:
+                parse_jobs(value, len(CELLS))
+            except UsageError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                sys.exit(exc.exit_code)
     try:
         stages, left_out = select_stages(PIPELINE, until=until, only=tuple(only))
     except UsageError as exc:
@@ -326,6 +333,23 @@ def _plan(session: nox.Session) -> Plan:
     return _PLAN[0]
 
 
+def _split_jobs(posargs: list[str]) -> tuple[str, list[str]]:
+    """(the -j value, "1" when none; the posargs without it): -j is the nox session's, not a cell's."""
+    jobs, rest, i = "1", [], 0
+    while i < len(posargs):
+        flag, eq, value = posargs[i].partition("=")
+        if flag in ("-j", "--jobs"):
+            jobs = value if eq else (posargs[i + 1] if i + 1 < len(posargs) else "1")
+            i += 1 if eq else 2
+            continue
+        rest.append(posargs[i])
+        i += 1
+    return jobs, rest
+
+
+_POOL: list[CellPool] = []
+
+
 @nox.session(name="matrix", python=False)
 # Tags name each axis value (`nox -t flashinfer-0.7.4`); `-k` matches id substrings (`-k "cu13 and torch2"`).
 @nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()]) for c in CELLS])
@@ -337,27 +361,44 @@ def matrix(session: nox.Session, cell: str) -> None:
     if cell in NA:
         return  # the run's results.json shows it as n/a (runs/store.py: aggregate); nothing to start
     session.notify("matrix_summary")
-    where = _plan(session).cell_words(cell)
-    args = [
-        "cell",
-        cell,
-        "--matrix",
-        str(MATRIX.path),
-        "--run-dir",
-        str(RUN_DIR),
-        "--run-id",
-        RUN_ID,
-        "--latest",
-        str(LATEST),
-        "--venvs",
-        str(VENVS),
-        "--owner",
-        _run_owner(session),
-        "--estimate",
-        where,
-        *session.posargs,
-    ]
-    session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True)
+    plan = _plan(session)
+    jobs_value, posargs = _split_jobs(list(session.posargs))
+    owner, python = _run_owner(session), _lab_python(session)
+
+    def argv(cid: str) -> list[str]:
+        return [
+            python,
+            "-m",
+            "compatlab",
+            "cell",
+            cid,
+            "--matrix",
+            str(MATRIX.path),
+            "--run-dir",
+            str(RUN_DIR),
+            "--run-id",
+            RUN_ID,
+            "--latest",
+            str(LATEST),
+            "--venvs",
+            str(VENVS),
+            "--owner",
+            owner,
+            "--estimate",
+            plan.cell_words(cid),
+            *posargs,
+        ]
+
+    jobs = parse_jobs(jobs_value, len(plan.cells))
+    if jobs <= 1:
+        session.run(*argv(cell), env=_lab_env(), external=True)
+        return
+    # -j N (parallel.py): the first session starts N cells; each session shows its own cell and ends with it.
+    if not _POOL:
+        _POOL.append(CellPool(jobs, plan.cells, argv, {**os.environ, **_lab_env()}))
+    status = _POOL[0].wait(cell)
+    if status != 0:
+        session.error(f"compatlab cell {cell} exited with status {status}")
 
 
 @nox.session(name="gpu8_perf", python=False)

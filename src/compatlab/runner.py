@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
-from compatlab import envs
+from compatlab import envs, gpulease
 from compatlab.cells import Cell, expand, planned
 from compatlab.config.matrix import Matrix
 from compatlab.config.serve import ServeConfig
@@ -561,8 +561,9 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
     if skipped is not None:
         return dataclasses.replace(skipped, required=stage.required)
     s0 = time.monotonic()
+    held: gpulease.Lease | None = None
     try:
-        with _deadline(STAGE_SECONDS.get(stage.name, DEFAULT_STAGE_SECONDS), stage.name):
+        with _gpus(stage, ctx) as held, _deadline(STAGE_SECONDS.get(stage.name, DEFAULT_STAGE_SECONDS), stage.name):
             sr = stage.run(ctx)
     except StageTimeout as exc:  # the question is unanswered: an error, never a verdict on the stack
         log.error("cell %s: %s", ctx.cell.id, exc)
@@ -573,7 +574,39 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
         sr = StageResult(name=stage.name, state=StageState.ERROR, reason=f"lab error: {why}")
     if not sr.seconds:
         sr = dataclasses.replace(sr, seconds=round(time.monotonic() - s0, 3))
+    if held is not None and held.gpus:
+        sr = dataclasses.replace(
+            sr, details={**sr.details, "gpu_lease": {"gpus": list(held.gpus), "waited_s": held.waited_s}}
+        )
     return sr
+
+
+@contextlib.contextmanager
+def _gpus(stage: Stage, ctx: CellContext) -> Iterator[gpulease.Lease | None]:
+    """A GPU stage's lease (gpulease.py), with CUDA_VISIBLE_DEVICES its GPUs while it runs; None for the rest."""
+    need = gpulease.GPU_STAGES.get(stage.name)
+    if need is None:
+        yield None
+        return
+    total = gpulease.gpu_count()
+    if need == "all":
+        count = total
+    elif need == "tp":
+        count = ctx.matrix.serve.tp or max((t.gpus for t in ctx.matrix.targets), default=1)
+    else:
+        count = int(need)
+    with gpulease.lease(count, f"cell {ctx.cell.id} {stage.name}", total=total, say=ctx.say) as held:
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if held.gpus:
+            os.environ["CUDA_VISIBLE_DEVICES"] = held.visible
+        try:
+            yield held
+        finally:
+            if held.gpus:
+                if before is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 def is_unexpected(state: CellState, expected: Expectation | None, *, preflight: bool = False) -> bool:
