@@ -1,6 +1,7 @@
 """Every HTTP client of the lab against real loopback servers that misbehave on purpose: the SGLang stand-in
 (``fixtures.standin_server``: ``--drip``, ``--huge-body``, ``--huge-line``, ``--wrong-shape``,
-``--token-factor``), and the serve stage on the SGLang stand-in (``fixtures.fakesglang``). Each request is bounded as a whole (``compatlab.net``): these tests
+``--token-factor``), the serve stage on the SGLang stand-in (``fixtures.fakesglang``), and the index that
+misbehaves (``fixtures.badindex``). Each request is bounded as a whole (``compatlab.net``): these tests
 assert the error and its message, and that the time taken stays under three times the limit, never a
 precise duration.
 """
@@ -12,6 +13,7 @@ import re
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +21,16 @@ import pytest
 from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.config.perf import Protocol, ServerSpec
+from compatlab.index import client
 from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
 from compatlab.stages.perf.client import Target, run_level
 from compatlab.stages.perf.server import ServerFailure, ServerProcess, group_members
 from compatlab.stages.serve.stage import run_serve_stage
+from fixtures.badindex import BadIndex, serve_bad
 from fixtures.fakesglang import fake_sglang_venv
 from fixtures.hostile import hard_deadline
+from fixtures.wheels import build_wheel
 
 TESTS = str(Path(__file__).resolve().parents[1])  # where fixtures lives
 STANDIN = [
@@ -223,3 +228,33 @@ def test_the_serve_stage_calls_a_miscounting_server_an_error_not_a_fail(
         r"counts cannot be believed",
         stage.reason,
     ), stage.reason
+
+
+# -- the package index ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bad(tmp_path: Path) -> Iterator[BadIndex]:
+    with serve_bad(build_wheel(tmp_path, "hostpkg", "1.0")) as server:
+        yield server
+
+
+def test_an_index_that_drips_its_headers_is_let_go_at_the_deadline(bad: BadIndex) -> None:
+    # Before, the request ran on in a thread the caller stopped waiting for: the connection stayed open,
+    # read a byte every 0.2 s, for as long as the server dripped. Now it is closed at the deadline.
+    start = time.monotonic()
+    with hard_deadline(20, "an index that drips its headers"), pytest.raises(client.IndexUnavailable) as info:
+        client.releases(f"{bad.url}/driphead/simple", "hostpkg", timeout=1)
+    assert time.monotonic() - start < 3 * 1
+    assert str(info.value) == f"{bad.url}/driphead/simple is unreachable: no complete answer within 1 s"
+    assert bad.hangups.acquire(timeout=5), "the lab still holds the connection after its deadline"
+
+
+def test_an_index_page_of_the_wrong_shape_is_no_answer(bad: BadIndex) -> None:
+    # Before, the file whose filename is a number was left out in silence: "no releases".
+    with pytest.raises(client.IndexUnavailable) as info:
+        client.releases(f"{bad.url}/shape/simple", "hostpkg", timeout=5)
+    assert str(info.value) == (
+        f"{bad.url}/shape/simple answered PEP 691 JSON of the wrong shape for hostpkg's page: "
+        "files[0].filename: expected a string, got an integer (7)"
+    )
