@@ -23,10 +23,12 @@ Nothing here knows matrix.toml: callers pass URLs and names.
 An index's answers are believed only when complete, and asking is bounded work:
 
 - every request (connection, headers and body together) has one wall-clock deadline, ``timeout``; a
-  server that drips a byte at a time is cut off there, not at each read's socket timeout;
+  server that drips a byte at a time is cut off there, not at each read's socket timeout (``compatlab.net``,
+  as for every client of the lab);
 - a body shorter than its ``Content-Length`` (or a chunked body cut before its last chunk), or longer than
   the limit (``PAGE_LIMIT``, ``WHOLE_LIMIT``), is no answer; so is PEP 691 JSON that does not parse, whose
-  ``name`` is another project, or whose ``files`` is not a list;
+  ``name`` is another project, or that is not of PEP 691's shape (``PROJECT_PAGE``: a list of files, each
+  with a string ``filename``);
 - file links resolve against the URL that answered (after redirects); a remote page's links are followed
   only to http(s) (a ``file://`` link on a remote page would read this machine's files), and credentials go
   only to the host of the index they belong to;
@@ -39,12 +41,7 @@ import dataclasses
 import email.parser
 import http.client
 import io
-import json
 import struct
-import threading
-import time
-import urllib.error
-import urllib.request
 import zipfile
 import zlib
 from collections.abc import Sequence
@@ -55,12 +52,14 @@ from urllib.parse import unquote, urljoin, urlsplit
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from compatlab import net
 from compatlab.errors import LabError
 from compatlab.urls import Credentials, redact, redact_text, split
 
 __all__ = [
     "ACCEPT_PROJECT",
     "ACCEPT_ROOT",
+    "PROJECT_PAGE",
     "DistFile",
     "IndexUnavailable",
     "Page",
@@ -88,6 +87,11 @@ WHOLE_LIMIT = 64 << 20
 _TAIL = 256 << 10  # the end of a wheel read first: the zip's central directory is there
 _MAX_RANGE_READS = 64  # HTTP range requests for one wheel's metadata
 _CHUNK = 64 << 10
+# What is read of a PEP 691 project page (other keys are not looked at).
+PROJECT_PAGE = net.Obj(
+    required={"files": net.ListOf(net.Obj(required={"filename": str}, optional={"url": str}))},
+    optional={"name": str},
+)
 
 
 class IndexUnavailable(LabError):
@@ -126,120 +130,58 @@ class Page:
 
 
 class _Incomplete(ValueError):
-    """An answer that cannot be believed whole: cut short, too long, or too slow."""
+    """A wheel whose metadata cannot be read within the bounds: too many or too large range requests."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Answer:
-    status: int
-    headers: Any
-    body: bytes
-    url: str
+class _Refused(Exception):
+    """An HTTP error status (4xx, 5xx) where a file was asked for."""
 
-
-def _read_body(answer: Any, limit: int, deadline: float, seconds: float) -> bytes:
-    """The whole body, or _Incomplete: past *deadline*, over *limit*, or short of its Content-Length."""
-    length = answer.headers.get("Content-Length", "") if answer.headers else ""
-    if length.strip().isdigit() and int(length) > limit:
-        raise _Incomplete(f"the answer is {int(length) >> 20} MiB, more than the {limit >> 20} MiB read of one")
-    chunks: list[bytes] = []
-    total = 0
-    read = getattr(answer, "read1", None) or answer.read
-    while True:
-        if time.monotonic() > deadline:
-            raise _Incomplete(f"no complete answer within {seconds:g} s")
-        chunk = read(_CHUNK)
-        if not chunk:
-            break
-        total += len(chunk)
-        if total > limit:
-            raise _Incomplete(f"the answer is larger than {limit >> 20} MiB")
-        chunks.append(chunk)
-    if length.strip().isdigit() and total != int(length):
-        raise _Incomplete(f"the answer was cut short: {total} of the {int(length)} bytes its Content-Length announced")
-    return b"".join(chunks)
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
 
 
 def _get(
-    opener: urllib.request.OpenerDirector, request: urllib.request.Request, *, limit: int, seconds: float
-) -> _Answer:
-    """One request, connection to last byte within *seconds* of wall clock.
-
-    The request runs in a daemon thread that the caller stops waiting for at the deadline (a server that
-    drips its headers holds that thread, never the lab); its body loop stops at the deadline too.
-    """
-    deadline = time.monotonic() + seconds
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            with opener.open(request, timeout=seconds) as answer:
-                body = _read_body(answer, limit, deadline, seconds)
-                box["answer"] = _Answer(
-                    status=answer.status or 200, headers=answer.headers, body=body, url=answer.geturl()
-                )
-        except urllib.error.HTTPError as exc:
-            exc.close()  # its socket: the caller needs only the status
-            box["error"] = exc
-        except BaseException as exc:  # noqa: BLE001  handed to the waiting caller as it is
-            box["error"] = exc
-
-    thread = threading.Thread(target=work, name="compatlab-index", daemon=True)
-    thread.start()
-    thread.join(seconds + 0.5)
-    if thread.is_alive():
-        raise _Incomplete(f"no complete answer within {seconds:g} s")
-    if "error" in box:
-        raise box["error"]
-    answer: _Answer = box["answer"]
+    url: str, credentials: Credentials | None, *, limit: int, timeout: float, headers: dict[str, str] | None = None
+) -> net.Answer:
+    """One request through ``compatlab.net``: whole within *timeout*, at most *limit* bytes, redirects
+    followed (credentials to *url*'s own host only), the environment's proxies honoured as uv honours them."""
+    answer = net.request(
+        url,
+        timeout=timeout,
+        limit=limit,
+        headers=headers,
+        credentials=credentials,
+        follow_redirects=True,
+        proxies=True,
+    )
+    if answer.status >= 300:
+        raise _Refused(answer.status)
     return answer
-
-
-def _opener(url: str, credentials: Credentials | None) -> urllib.request.OpenerDirector:
-    """Basic auth towards *url*'s own host only: a redirect to another host gets no credentials."""
-    handlers: list[urllib.request.BaseHandler] = []
-    if credentials is not None:
-        parts = urlsplit(url)
-        manager = urllib.request.HTTPPasswordMgrWithPriorAuth()
-        manager.add_password(
-            None,
-            f"{parts.scheme}://{parts.netloc}/",
-            credentials.username,
-            credentials.password or "",
-            is_authenticated=True,
-        )
-        handlers.append(urllib.request.HTTPBasicAuthHandler(manager))
-    return urllib.request.build_opener(*handlers)
 
 
 def fetch(url: str, credentials: Credentials | None, *, accept: str, limit: int, timeout: float) -> Page:
     """GET a page of an index (*url* without credentials; those apart), whole within *timeout* seconds."""
-    # The URL is an index of matrix.toml, which admits only http(s):// and file:// ones.
-    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "compatlab"})  # noqa: S310
     try:
-        answer = _get(_opener(url, credentials), request, limit=limit, seconds=timeout)
-    except urllib.error.HTTPError as exc:
-        return Page(status=exc.code)
-    except _Incomplete as exc:
-        return Page(status=None, unreachable=str(exc))
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, FileNotFoundError):
+        answer = _get(url, credentials, limit=limit, timeout=timeout, headers={"Accept": accept})
+    except _Refused as exc:
+        return Page(status=exc.status)
+    except net.Unreachable as exc:
+        if isinstance(exc.error, FileNotFoundError):
             return Page(status=404)  # a file:// index without that page
-        if isinstance(exc, http.client.IncompleteRead):
-            return Page(status=None, unreachable="the answer was cut short (a chunked body without its last chunk)")
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        return Page(status=None, unreachable=redact_text(str(reason)) or type(exc).__name__)
-    ctype = answer.headers.get("Content-Type", "") if answer.headers else ""
-    text = answer.body.decode("utf-8", "replace")
+        return Page(status=None, unreachable=exc.reason)
+    except net.HttpError as exc:
+        return Page(status=None, unreachable=exc.reason)
+    ctype = answer.headers.get("Content-Type", "")
     if ctype.startswith("application/vnd.pypi.simple.v1+json"):
         try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):
+            data = answer.json()
+        except net.BadJson:
             # Cut or broken JSON is no answer: read as complete, it lost releases without a word.
             return Page(status=None, unreachable=f"its PEP 691 JSON does not parse ({len(answer.body)} bytes)")
         return Page(status=answer.status, json=data, url=answer.url)
     parser = SimpleHTML()
-    parser.feed(text)
+    parser.feed(answer.text())
     return Page(status=answer.status, html=parser, url=answer.url)
 
 
@@ -252,7 +194,8 @@ def page_url(base: str, *parts: str) -> str:
 def page_files(page: Page) -> list[str]:
     """The distribution file names a project page lists."""
     if isinstance(page.json, dict):
-        return [str(f.get("filename", "")) for f in page.json.get("files", []) if isinstance(f, dict)]
+        files = page.json.get("files")
+        return [str(f.get("filename", "")) for f in files if isinstance(f, dict)] if isinstance(files, list) else []
     if page.html is None:
         return []
     names = [unquote(href.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1]) for href in page.html.hrefs]
@@ -393,8 +336,8 @@ def releases(index: str, package: str, *, timeout: float = TIMEOUT) -> tuple[Rel
     if page.status != 200 or (page.json is None and page.html is None):
         raise IndexUnavailable(f"{shown} answered HTTP {page.status} for {name}'s page")
     if page.json is not None:
-        if not isinstance(page.json, dict) or not isinstance(page.json.get("files"), list):
-            raise IndexUnavailable(f"{shown} answered PEP 691 JSON without a list of files for {name}'s page")
+        if problem := net.check_shape(page.json, PROJECT_PAGE):
+            raise IndexUnavailable(f"{shown} answered PEP 691 JSON of the wrong shape for {name}'s page: {problem}")
         listed = page.json.get("name")
         if isinstance(listed, str) and canonicalize_name(listed) != name:
             raise IndexUnavailable(f"{shown} answered the page of {listed!r} when asked for {name}'s")
@@ -427,9 +370,9 @@ class _RangeFile(io.RawIOBase):
     900 GiB is refused, never allocated), each whole within the timeout, each a 206 of the span asked.
     """
 
-    def __init__(self, opener: urllib.request.OpenerDirector, url: str, size: int, tail: bytes, timeout: float) -> None:
+    def __init__(self, credentials: Credentials | None, url: str, size: int, tail: bytes, timeout: float) -> None:
         super().__init__()
-        self._opener, self._url, self._size, self._timeout = opener, url, size, timeout
+        self._credentials, self._url, self._size, self._timeout = credentials, url, size, timeout
         self._spans: list[tuple[int, bytes]] = [(size - len(tail), tail)]
         self._pos = 0
         self._reads = 0
@@ -473,14 +416,13 @@ class _RangeFile(io.RawIOBase):
             if self._reads > _MAX_RANGE_READS:
                 raise _Incomplete(f"reading its metadata took more than {_MAX_RANGE_READS} range requests")
             end = min(self._size, self._pos + max(n, _CHUNK)) - 1
-            request = urllib.request.Request(  # noqa: S310
+            answer = _get(
                 self._url,
-                headers={
-                    "Range": f"bytes={self._pos}-{end}",
-                    "User-Agent": "compatlab",
-                },
+                self._credentials,
+                limit=end - self._pos + 1,
+                timeout=self._timeout,
+                headers={"Range": f"bytes={self._pos}-{end}"},
             )
-            answer = _get(self._opener, request, limit=end - self._pos + 1, seconds=self._timeout)
             if answer.status != 206 or not answer.body:
                 raise _Incomplete(f"HTTP {answer.status} with {len(answer.body)} bytes for a range request")
             self._spans.append((self._pos, answer.body))
@@ -512,20 +454,12 @@ def _metadata_member(archive: zipfile.ZipFile, filename: str) -> str:
 
 
 def _wheel_metadata(file: DistFile, credentials: Credentials | None, timeout: float) -> str:
-    opener = _opener(file.url, credentials)
-    request = urllib.request.Request(  # noqa: S310
-        file.url,
-        headers={
-            "Range": f"bytes=-{_TAIL}",
-            "User-Agent": "compatlab",
-        },
-    )
     try:
-        answer = _get(opener, request, limit=WHOLE_LIMIT, seconds=timeout)
-    except _Incomplete as exc:
-        if "more than the" in str(exc):
+        answer = _get(file.url, credentials, limit=WHOLE_LIMIT, timeout=timeout, headers={"Range": f"bytes=-{_TAIL}"})
+    except net.TooLarge as exc:
+        if exc.announced:
             raise IndexUnavailable(
-                f"{redact(file.url)}: the server offers neither PEP 658 metadata nor range requests, and {exc}"
+                f"{redact(file.url)}: the server offers neither PEP 658 metadata nor range requests, and {exc.reason}"
             ) from None
         raise
     source: io.RawIOBase | io.BytesIO
@@ -534,7 +468,7 @@ def _wheel_metadata(file: DistFile, credentials: Credentials | None, timeout: fl
         size = int(total) if total.isdigit() else len(answer.body)
         if len(answer.body) > size:
             raise IndexUnavailable(f"{file.filename}: the server sent {len(answer.body)} bytes of a {size}-byte file")
-        source = _RangeFile(opener, file.url, size, answer.body, timeout)
+        source = _RangeFile(credentials, file.url, size, answer.body, timeout)
     else:  # no range support: the whole file, when it is small
         source = io.BytesIO(answer.body)
     try:
@@ -583,22 +517,16 @@ def core_metadata(index: str, release: Release, *, timeout: float = TIMEOUT) -> 
         mine = credentials if urlsplit(file.url).netloc == index_host else None
         try:
             if file.metadata:
-                request = urllib.request.Request(  # noqa: S310
-                    file.url + ".metadata",
-                    headers={"User-Agent": "compatlab"},
-                )
-                answer = _get(_opener(file.url, mine), request, limit=WHOLE_LIMIT, seconds=timeout)
-                text = answer.body.decode("utf-8", "replace")
+                text = _get(file.url + ".metadata", mine, limit=WHOLE_LIMIT, timeout=timeout).text()
             else:
                 text = _wheel_metadata(file, mine, timeout)
             return _check_metadata(text, release, file.filename)
-        except urllib.error.HTTPError as exc:
-            problems.append(f"{file.filename}: HTTP {exc.code}")
-        except http.client.IncompleteRead:
-            problems.append(f"{file.filename}: the answer was cut short")
+        except _Refused as exc:
+            problems.append(f"{file.filename}: HTTP {exc.status}")
+        except net.HttpError as exc:
+            problems.append(f"{file.filename}: {exc.reason}")
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            problems.append(f"{file.filename}: {redact_text(str(reason))}")
+            problems.append(f"{file.filename}: {redact_text(str(exc))}")
         except IndexUnavailable as exc:
             problems.append(str(exc))
     if not problems:

@@ -18,6 +18,14 @@ A stream that carries an error (SGLang answers 200 and sends ``data: {"error": {
 (``meta_info.finish_reason.type == "abort"``, ``choices[0].finish_reason == "abort"``) is a failed
 request, never a short success; so is a stream whose token counts are missing.
 
+What the server sends is believed only within bounds (``compatlab.net``): a request has one deadline
+(*timeout*, connection to ``[DONE]``) and a longest silence (*idle*); a stream line is at most
+``net.LINE_LIMIT``; every event is JSON of the shape read here (``GENERATE_EVENT``, ``OPENAI_EVENT``); and
+the output tokens the server reports are those asked (``max_new_tokens``/``max_tokens`` with ``ignore_eos``).
+A request that breaks one of these is failed with ``untrusted`` set: the server's answers cannot be
+believed, an error of the server, never a verdict on the stack (a count of 50x or 0x ``output-len`` would
+otherwise be a tok/s figure, or a stack's "fail").
+
 The client reads in blocks and parses chunked encoding and SSE lines itself, so that under load it handles
 many events per wake-up; ``benchmarks/bench_perf_client.py`` shows it is not the bottleneck.
 """
@@ -27,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import http.client
 import json
 import math
 import statistics
@@ -35,12 +42,35 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from compatlab import net
 from compatlab.config.perf import Protocol
 
-__all__ = ["LevelResult", "RequestResult", "Target", "get_json", "percentile", "post", "run_level"]
+__all__ = ["GENERATE_EVENT", "OPENAI_EVENT", "LevelResult", "RequestResult", "Target", "percentile", "run_level"]
 
 _READ = 1 << 16
 _MAX_ERROR_BODY = 2000
+_MAX_CHUNK_LINE = 1024  # a chunk-size line: hex digits and perhaps extensions
+_HEAD_LIMIT = 64 << 10  # the status line and headers (asyncio's default limit of a stream reader)
+
+# What is read of each event (other keys are not looked at); an error event is read before its shape.
+_FINISH = net.Obj(optional={"type": (str, type(None)), "message": (str, type(None))})
+GENERATE_EVENT = net.Obj(
+    required={
+        "meta_info": net.Obj(
+            required={"completion_tokens": int},
+            optional={"finish_reason": (_FINISH, str, type(None)), "spec_verify_ct": (int, type(None))},
+        )
+    }
+)
+OPENAI_EVENT = net.Obj(
+    optional={
+        "choices": (
+            net.ListOf(net.Obj(optional={"text": (str, type(None)), "finish_reason": (str, type(None))})),
+            type(None),
+        ),
+        "usage": (net.Obj(optional={"completion_tokens": (int, type(None))}), type(None)),
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,6 +109,9 @@ class RequestResult:
     itl: tuple[float, ...] = ()  # one entry per token after the first chunk (see the module docstring)
     spec_verify_ct: int | None = None
     finish_reason: str | None = None
+    # The failure is the server's answers not to be believed (the wrong shape or size, a token count other
+    # than asked): the server's error, whatever a failed request means to the stage.
+    untrusted: bool = False
 
     @property
     def tpot(self) -> float | None:
@@ -147,19 +180,25 @@ class LevelResult:
 
 
 class _StreamError(Exception):
-    pass
+    def __init__(self, message: str, *, untrusted: bool = False) -> None:
+        super().__init__(message)
+        self.untrusted = untrusted
 
 
 class _Body:
-    """Incremental decoder: HTTP chunked transfer encoding (or a plain body) into SSE ``data:`` payloads."""
+    """Incremental decoder: HTTP chunked transfer encoding (or a plain body) into SSE ``data:`` payloads.
 
-    def __init__(self, chunked: bool) -> None:
+    Lines are cut by ``net.Lines`` (none over ``net.LINE_LIMIT``), a chunk-size line is at most
+    ``_MAX_CHUNK_LINE`` bytes: a server that never ends a line is refused, not buffered.
+    """
+
+    def __init__(self, chunked: bool, url: str) -> None:
         self.chunked = chunked
         self.raw = bytearray()
         self.left = 0  # data bytes left in the current chunk
         self.crlf = 0  # bytes of the CRLF after a chunk still to skip
         self.eof = False  # the last (zero) chunk arrived
-        self.line = bytearray()
+        self.lines = net.Lines(url)
 
     def feed(self, data: bytes) -> list[bytes]:
         if not self.chunked:
@@ -176,6 +215,8 @@ class _Body:
             if self.left == 0:
                 end = raw.find(b"\r\n")
                 if end < 0:
+                    if len(raw) > _MAX_CHUNK_LINE:
+                        raise _StreamError(f"bad chunk size {bytes(raw[:40])!r}… (no line end in {len(raw)} bytes)")
                     break
                 try:
                     size = int(bytes(raw[:end]).split(b";", 1)[0], 16)
@@ -196,18 +237,17 @@ class _Body:
         return out
 
     def _lines(self, data: bytes) -> list[bytes]:
-        self.line += data
-        if b"\n" not in data:
-            return []
-        *lines, rest = self.line.split(b"\n")
-        self.line = bytearray(rest)
-        return [bytes(line[5:]).strip() for line in lines if line.startswith(b"data:")]
+        return [line[5:].strip() for line in self.lines.feed(data) if line.startswith(b"data:")]
+
+
+def _path(target: Target) -> str:
+    return "/v1/completions" if target.protocol == "openai" else "/generate"
 
 
 def _request_bytes(target: Target, prompt: str, output_len: int, seed: int) -> bytes:
     body: dict[str, Any]
+    path = _path(target)
     if target.protocol == "openai":
-        path = "/v1/completions"
         body = {
             "model": target.model,
             "prompt": prompt,
@@ -219,7 +259,6 @@ def _request_bytes(target: Target, prompt: str, output_len: int, seed: int) -> b
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
     else:
-        path = "/generate"
         body = {
             "text": prompt,
             "stream": True,
@@ -244,8 +283,10 @@ def _message(error: object) -> str:
 class _Progress:
     """One stream's events turned into SGLang's benchmark's figures; ``failure`` once it went wrong."""
 
-    def __init__(self, protocol: Protocol) -> None:
+    def __init__(self, protocol: Protocol, asked: int, url: str) -> None:
         self.protocol = protocol
+        self.url = url  # named in a failure that is the server's answers not to be believed
+        self.asked = asked  # output tokens asked for (with ignore_eos): what the server must report
         self.tokens = 0
         self.chunks = 0  # chunks that carried tokens
         self.events = 0
@@ -258,6 +299,17 @@ class _Progress:
         self.usage: int | None = None
         self.finish: str | None = None
         self.failure: str | None = None
+        self.untrusted = False  # the failure is the server's answers not to be believed
+
+    def _unbelievable(self, message: str) -> None:
+        self.failure, self.untrusted = f"{self.url}: {message}", True
+
+    def miscounted(self, count: int) -> str:
+        field = "max_tokens" if self.protocol == "openai" else "max_new_tokens"
+        return (
+            f"{self.url}: the server reported {count} output tokens for a request of {self.asked} ({field} "
+            "with ignore_eos): its token counts cannot be believed"
+        )
 
     def _advance(self, count: int, now: float) -> None:
         """A chunk that brings the count to *count*: its gap is split over the tokens it added."""
@@ -277,20 +329,19 @@ class _Progress:
     def event(self, event: Any, now: float) -> None:
         self.events += 1
         if not isinstance(event, dict):
-            self.failure = f"unexpected event {json.dumps(event)[:100]} {self._where()}"
+            self._unbelievable(f"unexpected event {json.dumps(event)[:100]} {self._where()}")
         elif "error" in event or event.get("object") == "error":
             error = event.get("error", event)
             self.failure = f"the server sent an error in the stream {self._where()}: {_message(error)}"
+        elif problem := net.check_shape(event, OPENAI_EVENT if self.protocol == "openai" else GENERATE_EVENT):
+            self._unbelievable(f"an event of the wrong shape {self._where()}: {problem}")
         elif self.protocol == "openai":
             self._openai(event, now)
         else:
             self._generate(event, now)
 
     def _generate(self, event: dict[str, Any], now: float) -> None:
-        meta = event.get("meta_info")
-        if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
-            self.failure = f"a chunk without meta_info.completion_tokens {self._where()}"
-            return
+        meta = event["meta_info"]
         finish = meta.get("finish_reason")
         if isinstance(finish, dict):
             self.finish = str(finish.get("type"))
@@ -346,6 +397,8 @@ class _Progress:
                     ),
                 )
             tokens = self.usage
+        if tokens != self.asked:
+            return RequestResult(prompt=index, ok=False, tokens=tokens, error=self.miscounted(tokens), untrusted=True)
         return RequestResult(
             prompt=index,
             ok=True,
@@ -365,14 +418,21 @@ async def _one(
 ) -> RequestResult:
     loop = asyncio.get_running_loop()
     start = time.perf_counter()
-    deadline = loop.time() + timeout
-    progress = _Progress(target.protocol)
+    deadline = net.Deadline(timeout)  # the whole request; asyncio's timeout is moved to it, or to idle
+    url = f"http://{target.host}:{target.port}{_path(target)}"
+    progress = _Progress(target.protocol, output_len, url)
     writer = None
     try:
         async with asyncio.timeout(min(idle, timeout)) as cm:
-            reader, writer = await asyncio.open_connection(target.host, target.port)
+            reader, writer = await asyncio.open_connection(target.host, target.port, limit=_HEAD_LIMIT)
             writer.write(_request_bytes(target, prompt, output_len, seed))
-            head = await reader.readuntil(b"\r\n\r\n")
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.LimitOverrunError:
+                raise _StreamError(
+                    f"{url}: the answer's head is longer than the {net.size(_HEAD_LIMIT)} this lab reads",
+                    untrusted=True,
+                ) from None
             status_line, *header_lines = head.decode("latin-1").split("\r\n")
             parts = status_line.split(" ", 2)
             status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
@@ -383,12 +443,12 @@ async def _one(
             if status != 200:
                 text = (await reader.read(_MAX_ERROR_BODY)).decode("utf-8", "replace").strip()
                 raise _StreamError(f"HTTP {status}: {text[:300]}")
-            body = _Body(chunked="chunked" in headers.get("transfer-encoding", ""))
+            body = _Body("chunked" in headers.get("transfer-encoding", ""), url)
             done = False
             while not done and progress.failure is None:
                 data = await reader.read(_READ)
                 now = time.perf_counter() - start
-                cm.reschedule(min(deadline, loop.time() + idle))
+                cm.reschedule(loop.time() + min(max(0.0, deadline.left()), idle))
                 if not data:
                     break
                 for payload in body.feed(data):
@@ -400,16 +460,20 @@ async def _one(
                     if progress.failure is not None:
                         break
             if progress.failure is not None:
-                raise _StreamError(progress.failure)
+                raise _StreamError(progress.failure, untrusted=progress.untrusted)
             if not done:
                 raise _StreamError(f"stream ended before [DONE] after {progress.tokens} tokens")
     except TimeoutError:
-        limit = "request timeout" if loop.time() >= deadline else f"no data for {idle:g} s (stalled)"
+        limit = "request timeout" if deadline.passed else f"no data for {idle:g} s (stalled)"
         return RequestResult(
             prompt=index, ok=False, error=f"{limit} after {progress.tokens} tokens", tokens=progress.tokens
         )
-    except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, _StreamError, ValueError) as exc:
-        error = str(exc) if isinstance(exc, _StreamError) else f"{type(exc).__name__}: {exc}"
+    except net.TooLarge as exc:
+        return RequestResult(prompt=index, ok=False, error=str(exc), tokens=progress.tokens, untrusted=True)
+    except _StreamError as exc:
+        return RequestResult(prompt=index, ok=False, error=str(exc), tokens=progress.tokens, untrusted=exc.untrusted)
+    except (OSError, EOFError, asyncio.IncompleteReadError, ValueError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
         return RequestResult(prompt=index, ok=False, error=error, tokens=progress.tokens)
     finally:
         if writer is not None:
@@ -479,28 +543,3 @@ def run_level(
             idle=idle if idle is not None else timeout,
         )
     )
-
-
-def get_json(host: str, port: int, path: str, *, timeout: float) -> tuple[int, Any]:
-    """GET *path*; the status and the decoded JSON body (None when it is not JSON)."""
-    status, raw = _request("GET", host, port, path, timeout=timeout)
-    try:
-        return status, json.loads(raw) if raw else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return status, None
-
-
-def post(host: str, port: int, path: str, *, timeout: float) -> tuple[int, str]:
-    """POST to *path* with an empty body; the status and the body as text."""
-    status, raw = _request("POST", host, port, path, timeout=timeout)
-    return status, raw.decode("utf-8", "replace")
-
-
-def _request(method: str, host: str, port: int, path: str, *, timeout: float) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request(method, path, headers={"Accept": "application/json"})
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()

@@ -7,12 +7,16 @@ as soon as the port is open. ``/flush_cache`` empties the radix cache and resets
 behind ``internal_states[i].avg_spec_accept_length``; it answers 400 while requests run (``?timeout=``
 makes it wait for them). Stopping is done when the whole process group is gone, tensor-parallel workers
 included (they can hold GPU memory for tens of seconds after the leader exits), and the port is free.
+
+Every request goes through ``compatlab.net``: one deadline for the whole request (a server that drips its
+answer is cut off there, and start-up waits no longer than ``startup-timeout`` in all), a capped body, and
+JSON checked for the shape read here (``MODEL_INFO_SHAPE``, ``SERVER_INFO_SHAPE``). An answer of the wrong
+shape or size is an error at once, never "not healthy yet" nor a figure taken for absent.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import logging
 import os
@@ -24,9 +28,9 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from compatlab import net
 from compatlab.errors import LabError
 from compatlab.runs.model import StageState
-from compatlab.stages.perf.client import get_json, post
 
 if TYPE_CHECKING:
     from compatlab.config.perf import ServerSpec
@@ -39,6 +43,19 @@ MODEL_INFO = ("/model_info", "/get_model_info")
 SERVER_INFO = ("/server_info", "/get_server_info")
 NOT_LOGGED = "not logged yet"
 SPECULATIVE = "EAGLE3"
+_ACCEPT = {"Accept": "application/json"}
+_NAME = (str, type(None))
+# What is read of each answer, with the types it must have (other keys are not looked at).
+MODEL_INFO_SHAPE = net.Obj(optional={"model_path": _NAME, "served_model_name": _NAME})
+_STATES = net.ListOf(net.Obj(optional={"avg_spec_accept_length": (float, type(None))}))
+SERVER_INFO_SHAPE = net.Obj(
+    optional={
+        "speculative_algorithm": _NAME,
+        "internal_states": _STATES,
+        "decode": net.ListOf(net.Obj(optional={"internal_states": _STATES})),
+    }
+)
+MODELS_SHAPE = net.Obj(optional={"data": net.ListOf(net.Obj(optional={"id": _NAME}))})
 
 
 class ServerFailure(LabError):
@@ -164,53 +181,70 @@ class ServerProcess:
         how = _describe_exit(code)
         return ServerFailure(StageState.FAIL, f"{self.spec.name} server exited with {how} {when}", self.tail())
 
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def _broken(self, exc: net.HttpError) -> ServerFailure:
+        """An answer that cannot be believed (over a cap, not JSON, the wrong shape): the server's error."""
+        return ServerFailure(StageState.ERROR, f"{self.spec.name} server: {exc}", self.tail())
+
     def wait_ready(self) -> dict[str, Any]:
         """Poll health until 200, then the model info, until ``startup-timeout``; return the model info.
 
-        A closed port (loading) and 503 (SGLang's own warm-up) both mean "not yet".
+        A closed port (loading), 503 (SGLang's own warm-up), and a poll without a whole answer within its
+        own deadline (at most 5 s, never past the start-up one) mean "not yet"; an answer of the wrong shape
+        or size is an error at once.
         """
-        deadline = time.monotonic() + self.spec.startup_timeout
+        deadline = net.Deadline(self.spec.startup_timeout)
         pause = 0.02
+        last = ""  # the last poll's problem, when it was more than a closed port
         while True:
             failure = self.died("before it became healthy")
             if failure:
                 raise failure
-            left = deadline - time.monotonic()
+            left = deadline.left()
             if left <= 0:
                 raise ServerFailure(
                     StageState.ERROR,
                     f"{self.spec.name} server did not become healthy within "
                     f"{self.spec.startup_timeout:g} s ({self.spec.health} on port "
-                    f"{self.port})",
+                    f"{self.port}){last}",
                     self.tail(),
                 )
             try:
-                status, _ = get_json("127.0.0.1", self.port, self.spec.health, timeout=min(5.0, left))
-                if status == 200:
-                    info = self._first_json(MODEL_INFO, timeout=min(5.0, left))
+                health = net.request(self.url(self.spec.health), timeout=min(5.0, left), headers=_ACCEPT)
+                last = ""
+                if health.status == 200:
+                    info = self._first_json(MODEL_INFO, MODEL_INFO_SHAPE, timeout=min(5.0, max(0.001, deadline.left())))
                     if info is not None:
                         return info
-            except (OSError, http.client.HTTPException):
-                pass
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            except (net.Unreachable, net.Expired, net.Incomplete) as exc:
+                last = "" if isinstance(exc, net.Unreachable) else f"; the last poll: {exc}"
+            except net.HttpError as exc:
+                raise self._broken(exc) from None
+            time.sleep(min(pause, max(0.0, deadline.left())))
             pause = min(pause * 1.5, 1.0)
 
-    def _first_json(self, paths: tuple[str, ...], *, timeout: float) -> dict[str, Any] | None:
-        """The first of *paths* that answers 200 with a JSON object: the current name before the old one."""
+    def _first_json(self, paths: tuple[str, ...], shape: net.Shape, *, timeout: float) -> dict[str, Any] | None:
+        """The first of *paths* that answers 200, its JSON of *shape*: the current name before the old one.
+
+        All of them within *timeout* seconds; None when none answers 200; net.HttpError for an answer of
+        the wrong shape or size, or none within the time.
+        """
+        deadline = net.Deadline(timeout)
         for path in paths:
-            status, info = get_json("127.0.0.1", self.port, path, timeout=timeout)
-            if status == 200 and isinstance(info, dict):
+            answer = net.request(self.url(path), timeout=max(0.001, deadline.left()), headers=_ACCEPT)
+            if answer.status == 200:
+                info: dict[str, Any] = answer.json(shape)
                 return info
         return None
 
     def server_info(self) -> dict[str, Any]:
         """``/server_info`` (else ``/get_server_info``); a ServerFailure (error) when neither answers."""
         try:
-            info = self._first_json(SERVER_INFO, timeout=10.0)
-        except (OSError, http.client.HTTPException) as exc:
-            raise ServerFailure(
-                StageState.ERROR, f"{self.spec.name} server: /server_info failed: {exc}", self.tail()
-            ) from None
+            info = self._first_json(SERVER_INFO, SERVER_INFO_SHAPE, timeout=10.0)
+        except net.HttpError as exc:
+            raise self._broken(exc) from None
         if info is None:
             raise ServerFailure(
                 StageState.ERROR,
@@ -222,26 +256,32 @@ class ServerProcess:
     def openai_model(self, info: dict[str, Any]) -> str:
         """The name the OpenAI routes answer to: ``/v1/models``, else the model info's names."""
         try:
-            status, models = get_json("127.0.0.1", self.port, "/v1/models", timeout=10.0)
-        except (OSError, http.client.HTTPException):
-            status, models = 0, None
-        data = models.get("data") if status == 200 and isinstance(models, dict) else None
-        if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
+            answer = net.request(self.url("/v1/models"), timeout=10.0, headers=_ACCEPT)
+            models = answer.json(MODELS_SHAPE) if answer.status == 200 else None
+        except (net.Unreachable, net.Expired, net.Incomplete):
+            models = None
+        except net.HttpError as exc:
+            raise self._broken(exc) from None
+        data = models.get("data") if isinstance(models, dict) else None
+        if data and data[0].get("id"):
             return str(data[0]["id"])
         return str(info.get("served_model_name") or info.get("model_path") or "default")
 
     def flush_cache(self, when: str, *, timeout: float = 60.0) -> None:
         """``/flush_cache``, waiting up to *timeout* for running requests; a ServerFailure if it refuses."""
         try:
-            status, text = post("127.0.0.1", self.port, f"/flush_cache?timeout={timeout:g}", timeout=timeout + 10)
-        except (OSError, http.client.HTTPException) as exc:
-            status, text = 0, str(exc)
-        if status != 200:
-            raise ServerFailure(
-                StageState.ERROR,
-                f"{self.spec.name} server did not flush its cache {when}: HTTP {status}: {text.strip()[:300]}",
-                self.tail(),
+            answer = net.request(
+                self.url(f"/flush_cache?timeout={timeout:g}"), method="POST", data=b"", timeout=timeout + 10
             )
+        except net.HttpError as exc:
+            why = str(exc)
+        else:
+            if answer.status == 200:
+                return
+            why = f"HTTP {answer.status}: {answer.text().strip()[:300]}"
+        raise ServerFailure(
+            StageState.ERROR, f"{self.spec.name} server did not flush its cache {when}: {why}", self.tail()
+        )
 
     def server_accept_length(self) -> tuple[float | None, str | None]:
         """``internal_states[0].avg_spec_accept_length`` of ``/server_info``, or None and why not.
