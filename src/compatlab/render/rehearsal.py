@@ -43,11 +43,15 @@ def change_line(c: Change) -> str:
     return head + (f": {'; '.join(c.asked_by)}" if c.asked_by and c.old and c.new else "")
 
 
-def _module_line(m: ModuleChange) -> str:
-    """``kernelish/_kernels.so: undefined symbol …``, the distribution named where the path does not say it."""
+def _module_line(m: ModuleChange, *, was: bool = False) -> str:
+    """``kernelish/_kernels.so: undefined symbol …``, the distribution named where the path does not say it;
+    for a fix (*was*), why it failed before: ``torchvision — was: …``."""
     top = m.module.split("/", 1)[0].split(".", 1)[0]
     own = top.replace("_", "-").lower() == m.dist.replace("_", "-").lower()
-    return m.module + ("" if own or not m.dist else f" ({m.dist})") + (f": {m.cause}" if m.cause else "")
+    head = m.module + ("" if own or not m.dist else f" ({m.dist})")
+    if not m.cause:
+        return head
+    return f"{head} — was: {m.cause}" if was else f"{head}: {m.cause}"
 
 
 def outcome_line(a: Attempt) -> str:
@@ -60,7 +64,8 @@ def outcome_line(a: Attempt) -> str:
     after = a.judged.state if a.judged else "?"
     if a.outcome == Outcome.BREAKS:
         n = len(a.breaks)
-        return f"breaks: {n} module{'s' if n != 1 else ''} that work now break (after: {after})"
+        what = "1 module that works now breaks" if n == 1 else f"{n} modules that work now break"
+        return f"breaks: {what} (after: {after})"
     fixed = f"; {len(a.fixes)} fixed" if a.fixes else ""
     return f"safe: nothing that works now breaks (after: {after}){fixed}"
 
@@ -79,11 +84,11 @@ def _changes(a: Attempt) -> list[str]:
     return lines
 
 
-def _modules(title: str, items: tuple[ModuleChange, ...], limit: int | None) -> list[str]:
+def _modules(title: str, items: tuple[ModuleChange, ...], limit: int | None, *, was: bool = False) -> list[str]:
     if not items:
         return [f"{title}: none"]
     shown = items if limit is None else items[:limit]
-    lines = [f"{title} ({len(items)}):", *(f"  {_module_line(m)}" for m in shown)]
+    lines = [f"{title} ({len(items)}):", *(f"  {_module_line(m, was=was)}" for m in shown)]
     if len(shown) < len(items):
         lines.append(f"  and {len(items) - len(shown)} more (rehearsal.md lists them)")
     return lines
@@ -124,14 +129,16 @@ def rehearsal_lines(r: Rehearsal) -> list[str]:
     if a.install.ok:
         lines.append(f"the install changes {len(a.changes)} distribution{'s' if len(a.changes) != 1 else ''}:")
         lines += _changes(a) or ["  nothing"]
-        lines.append("pins it breaks: " + ("none" if not a.broken_pins else ""))
+        lines.append(f"pins it breaks ({len(a.broken_pins)}):" if a.broken_pins else "pins it breaks: none")
         lines += [f"  {p}" for p in a.broken_pins]
         lines += _modules("what worked and breaks", a.breaks, SCREEN_MODULES)
-        lines += _modules("what was broken and is fixed", a.fixes, SCREEN_MODULES)
+        lines += _modules("what was broken and is fixed", a.fixes, SCREEN_MODULES, was=True)
         if a.new_broken:
             lines += _modules("new, and broken", a.new_broken, SCREEN_MODULES)
         if a.gone:
-            lines.append(f"removed with their distributions: {len(a.gone)} modules that worked")
+            names = ", ".join(m.module for m in a.gone[:SCREEN_MODULES])
+            more = f" and {len(a.gone) - SCREEN_MODULES} more" if len(a.gone) > SCREEN_MODULES else ""
+            lines.append(f"no longer installed ({len(a.gone)} that loaded before): {names}{more}")
     lines.append(f"verdict: {outcome_line(a)}")
     lines += _safer(r)
     t = r.original.seconds
@@ -173,6 +180,7 @@ def rehearsal_md(r: Rehearsal) -> str:
             ("What worked and breaks", a.breaks),
             ("What was broken and is fixed", a.fixes),
             ("New, and broken", a.new_broken),
+            ("No longer installed (loaded before)", a.gone),
         ):
             out.append(f"{title}: " + ("none" if not items else ""))
             out += [f"- {md_code(m.module)} ({md_text(m.dist)}): {md_text(m.cause)}" for m in items]
