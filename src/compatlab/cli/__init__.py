@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from compatlab.cli import check, lock, matrix, runs, stages
+from compatlab.cli import check, lock, matrix, rehearse, runs, stages
 from compatlab.errors import LabError, UsageError
 
 __all__ = ["main"]
 
-VERBS = (matrix, lock, runs, stages, check)
+VERBS = (matrix, lock, runs, stages, check, rehearse)
 # Verbs that went, and what to run instead.
 GONE = {
     "runtime": "`compatlab runtime` is gone: `compatlab check` runs the same stages on an existing environment, "
