@@ -297,7 +297,7 @@ def run_existing(
         axes = {a.name: a.values[0].version for a in matrix.axes}
         result = conclude(ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes)
         run.write_cell(result)
-        run.aggregate(planned(matrix), latest=None)
+        run.finish(planned(matrix), latest=None)
     return ctx, result
 
 

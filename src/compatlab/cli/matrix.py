@@ -178,7 +178,10 @@ def _cmd_cell(args: argparse.Namespace) -> int:
                 result = run_cell(
                     matrix, cell, run=run, venv_root=venvs, stages=stages, left_out=left_out, progress=told, say=say
                 )
-        run.aggregate(planned(matrix), latest=latest)
+        if args.owner:
+            run.aggregate(planned(matrix), latest=latest)  # the run's owner finishes it, after its last cell
+        else:
+            run.finish(planned(matrix), latest=latest)
     print(end_line(result), flush=True)
     return 1 if result.unexpected else 0
 

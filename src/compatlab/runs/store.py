@@ -26,6 +26,11 @@ kernel drops it with the process) and its orphaned cells stop writing; a second 
 cannot claim a folder that is held, and once it holds one, a cell of the dead run sees another owner.
 A cell started without ``--owner`` (by hand) claims the run itself for its duration.
 
+Finished: run.json's ``complete`` is false from the claim until the owner finishes the run (``RunFolder.finish``:
+the end of ``nox -s matrix``, of a cell run by hand, of a merge or a check); a run killed or interrupted stays
+incomplete. History compares only with finished runs of the same matrix (``RunInfo.done``, ``same_matrix``),
+and a merge never writes into another run (finished, or interrupted with cells of its own).
+
 latest: ``write_latest`` holds ``flock`` on the latest folder, and replaces its files only for a run at
 least as new as the one its results.json shows (``RunInfo.order``: start time in ns, then id); an older
 run never overwrites a newer latest. latest is the whole matrix: a run that ran some of its cells replaces
@@ -432,6 +437,14 @@ class RunFolder:
             raise UnsavedResult(f"{exc}; {words}", kept) from None
         return path
 
+    def finish(self, plan: Planned, *, latest: Path | None) -> Results:
+        """The owner's end of the run: run.json says it is complete (RunInfo.done), then ``aggregate``. A run whose
+        owner never gets here (killed, interrupted) stays incomplete: history never compares with it."""
+        if not self._owns:
+            raise NotOwner(f"run {self.id}: only its owner finishes it")
+        _write_run_json(self.path, dataclasses.replace(_read_run_json(self.path), complete=True))
+        return self.aggregate(plan, latest=latest)
+
     def aggregate(self, plan: Planned, *, latest: Path | None) -> Results:
         """(Re)write results.json from the cell files, and offer it to *latest* (see write_latest)."""
         self.check()
@@ -489,7 +502,9 @@ def claim_run(
 
     *host* is the machine's facts for run.json, or a function that finds them (``host.host_facts``), called
     only for a new run. An existing run keeps its start and host (more stages added to it later), unless
-    *restart* (a merge writes a new run). LabError when another process owns the run or the folder cannot be written.
+    *restart* (a merge writes a new run: UsageError when the folder holds another run, see _refuse_a_run). The
+    run is incomplete until ``RunFolder.finish``. LabError when another process owns the run or the folder cannot
+    be written.
     """
     from compatlab.runs.names import check_name
 
@@ -512,10 +527,13 @@ def claim_run(
                 ) from None
             time.sleep(0.05)
     try:
+        if restart:
+            _refuse_a_run(run_dir)
         owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
         before = _read_run_json(run_dir) if (run_dir / RUN_JSON).exists() and not restart else None
         if before is not None:
-            info = dataclasses.replace(before, owner=owner)
+            # Written again: not finished until this owner finishes it (an interrupted addition is no end).
+            info = dataclasses.replace(before, owner=owner, complete=False)
         else:
             info = RunInfo(
                 id=run_id,
@@ -525,6 +543,7 @@ def claim_run(
                 matrix_name=plan.name,
                 host=dict(host() if callable(host) else host),
                 owner=owner,
+                complete=False,
                 shards=tuple(shards),
                 hosts=tuple(dict(h) for h in hosts),
             )
@@ -533,6 +552,26 @@ def claim_run(
         os.close(fd)
         raise
     return RunFolder(run_dir, info, fd=fd, owns=True)
+
+
+def _refuse_a_run(run_dir: Path) -> None:
+    """UsageError when *run_dir* holds a run that a merge would replace: a finished one (RunInfo.done), or an
+    interrupted one whose cells are its own. Only an interrupted merge (it lists its shards) is written again."""
+    infos: list[RunInfo] = []
+    with contextlib.suppress(ConfigError):  # none there, or unreadable: no result of its own to lose
+        infos.append(_read_run_json(run_dir))
+    with contextlib.suppress(ConfigError):
+        infos.append(load_results(run_dir / RESULTS).run)
+    if not infos:
+        return
+    info, done = infos[-1], any(i.done for i in infos)
+    if not done and any(i.shards for i in infos):
+        return
+    when = (f", finished {info.finished}" if info.finished else ", finished") if done else ", interrupted"
+    raise UsageError(
+        f"{run_dir}: holds run {info.id} (started {info.started}{when}); a merge writes a new run, never into "
+        "another one: give --out a new folder"
+    )
 
 
 def join_run(run_dir: Path, *, owner: str) -> RunFolder:
@@ -758,7 +797,7 @@ def merge_runs(
                 path.unlink()  # a cell of an earlier merge into this folder
         for result in results:
             run.write_cell(result)
-        return run.aggregate(plan, latest=latest)
+        return run.finish(plan, latest=latest)
 
 
 def _in_use(run_dir: Path) -> bool:
