@@ -26,7 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from compatlab.errors import ConfigError
-from compatlab.urls import redact
+from compatlab.urls import redact, redact_text
 
 __all__ = ["Checker", "control_character", "field_default", "join", "show", "type_name"]
 
@@ -255,7 +255,7 @@ class Checker:
         try:
             Requirement(value)
         except InvalidRequirement as exc:
-            self.error(where, f"{value!r} is not a valid requirement ({exc})")
+            self.error(where, f"{redact_text(value)!r} is not a valid requirement ({redact_text(str(exc))})")
             return None
         return value
 
