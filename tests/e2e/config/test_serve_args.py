@@ -51,5 +51,7 @@ def test_serve_args_cannot_override_the_labs_launch_flags(tmp_path: Path) -> Non
         2,
         "error: serve.toml: serve.args: --port is set by the lab (a free loopback port); remove it\n",
     )
-    (tmp_path / "matrix.toml").write_text(AXES + '[serve]\nargs = ["--trust-remote-code", "--attention-backend", "triton"]\n')
+    (tmp_path / "matrix.toml").write_text(
+        AXES + '[serve]\nargs = ["--trust-remote-code", "--attention-backend", "triton"]\n'
+    )
     assert _lab(tmp_path, "validate", "--matrix", "matrix.toml").returncode == 0
