@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compatlab.config import limits
 from compatlab.errors import UsageError
 from compatlab.runs import store
 from compatlab.runs.model import CellState, StageState
@@ -192,6 +193,7 @@ def _cmd_ci_matrix(args: argparse.Namespace) -> int:
 
     if args.shards is not None and args.shards < 1:
         raise UsageError(f"--shards: expected a positive number, got {args.shards}")
+    limits.check("--shards", args.shards)
     print(json.dumps(ci_matrix(load_matrix(matrix_path(args)), shards=args.shards), separators=(",", ":")))
     return 0
 

@@ -138,7 +138,7 @@ def parse_serve_section(ck: Checker, serve: Mapping[str, Any], base_dir: Path) -
         ("output-len", "output_len"),
         ("requests", "requests"),
     ):
-        got = ck.number(serve, "serve", key, integer=True)
+        got = ck.number(serve, "serve", key, integer=True, limit=f"serve.{key}")
         if got is not None:
             fields[field] = got
     for key, field in (("startup-timeout", "startup_timeout"), ("request-timeout", "request_timeout")):
@@ -150,7 +150,10 @@ def parse_serve_section(ck: Checker, serve: Mapping[str, Any], base_dir: Path) -
         if not isinstance(raw, list) or not raw:
             ck.error("serve.concurrency", f"expected a non-empty array of positive integers, got {raw!r}")
         else:
-            levels = [ck.number_value(c, f"serve.concurrency[{i}]", integer=True) for i, c in enumerate(raw)]
+            levels = [
+                ck.number_value(c, f"serve.concurrency[{i}]", integer=True, limit="serve.concurrency")
+                for i, c in enumerate(raw)
+            ]
             fields["concurrency"] = tuple(dict.fromkeys(c for c in levels if c is not None))
     for key, field in (("args", "args"), ("eagle3-args", "eagle3_args")):
         argv = _launch_args(ck, serve, key)
