@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compatlab.errors import ConfigError, LabError, UsageError
+from compatlab.errors import ConfigError, LabError, Unwritable, UsageError
 from compatlab.runs.model import (
     CELL_SCHEMA,
     RUN_SCHEMA,
@@ -128,7 +128,7 @@ def _write_bytes(path: Path, payload: bytes) -> None:
     """Temp file in the same folder, fsync, os.replace; a failure raises LabError naming *path*."""
     tmp: str | None = None
     if path.parent.exists() and not path.parent.is_dir():
-        raise LabError(f"cannot write {path}: {path.parent} is not a folder")
+        raise Unwritable(path, f"{path.parent} is not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -141,7 +141,7 @@ def _write_bytes(path: Path, payload: bytes) -> None:
     except OSError as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise Unwritable(path, exc.strerror or str(exc)) from None
 
 
 def _json_bytes(data: Mapping[str, Any]) -> bytes:
@@ -419,7 +419,7 @@ class RunFolder:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+            raise Unwritable(path, exc.strerror or str(exc), run_fix(self.path)) from None
         return path
 
     def read_cell(self, cell_id: str) -> CellResult | None:
@@ -442,7 +442,10 @@ class RunFolder:
         owner never gets here (killed, interrupted) stays incomplete: history never compares with it."""
         if not self._owns:
             raise NotOwner(f"run {self.id}: only its owner finishes it")
-        _write_run_json(self.path, dataclasses.replace(_read_run_json(self.path), complete=True))
+        try:
+            _write_run_json(self.path, dataclasses.replace(_read_run_json(self.path), complete=True))
+        except Unwritable as exc:
+            raise exc.fixed(run_fix(self.path)) from None
         return self.aggregate(plan, latest=latest)
 
     def aggregate(self, plan: Planned, *, latest: Path | None) -> Results:
@@ -471,7 +474,10 @@ class RunFolder:
         )
         results = Results(run=run, cells=tuple(found))
         self.check()
-        _write_bytes(self.results_path, _json_bytes(results.to_json()))
+        try:
+            _write_bytes(self.results_path, _json_bytes(results.to_json()))
+        except Unwritable as exc:
+            raise exc.fixed(run_fix(self.path)) from None
         if latest is not None:
             try:
                 write_latest(latest, results)
@@ -480,12 +486,21 @@ class RunFolder:
         return results
 
 
+def run_fix(run_dir: Path) -> str:
+    """What to do about a run folder that cannot be written: the folder named is the one that is there (a
+    run folder not made yet lies in a folder that is: the mount or permission to fix)."""
+    there = run_dir
+    while not there.exists() and there.parent != there:
+        there = there.parent
+    return f"make {there} writable, or write the run elsewhere (COMPATLAB_REPORTS for nox, --run-dir, --out)"
+
+
 def _open_dir(path: Path) -> int:
     try:
         path.mkdir(parents=True, exist_ok=True)
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise Unwritable(path, exc.strerror or str(exc)) from None
 
 
 def claim_run(
@@ -509,7 +524,10 @@ def claim_run(
     from compatlab.runs.names import check_name
 
     check_name(run_id, "run id")  # before anything is written
-    fd = _open_dir(run_dir)
+    try:
+        fd = _open_dir(run_dir)
+    except Unwritable as exc:
+        raise exc.fixed(run_fix(run_dir)) from None
     for attempt in range(CLAIM_TRIES):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -548,6 +566,9 @@ def claim_run(
                 hosts=tuple(dict(h) for h in hosts),
             )
         _write_run_json(run_dir, info)
+    except Unwritable as exc:
+        os.close(fd)
+        raise exc.fixed(run_fix(run_dir)) from None
     except BaseException:
         os.close(fd)
         raise
@@ -669,6 +690,15 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
     Each file is replaced atomically, results.json last, under an flock of the folder; StaleRun (nothing
     written) when the folder shows another run that started later. Returns the files written.
     """
+    try:
+        return _write_latest(folder, results, files=files)
+    except Unwritable as exc:
+        raise exc.fixed(
+            f"make {folder} writable, or render elsewhere (--out; the run folder keeps every result)"
+        ) from None
+
+
+def _write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | None) -> list[Path]:
     if (folder / RUN_JSON).is_file():
         # A run's own folder (`report` without --out): its results.json and its lock belong to its owner.
         shown = _shown(folder)

@@ -460,7 +460,8 @@ def test_a_read_only_reports_folder_is_one_clear_error(tmp_path: Path, matrix: M
     assert (done.returncode, done.stdout, done.stderr) == (
         1,
         "",
-        "error: cannot write reports/runs/r1: Read-only file system\n",
+        "error: cannot write reports/runs/r1: Read-only file system; make reports writable, or write the run "
+        "elsewhere (COMPATLAB_REPORTS for nox, --run-dir, --out)\n",
     )
 
 
