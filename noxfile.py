@@ -303,6 +303,15 @@ def _run_owner(session: nox.Session, run_dir: Path = RUN_DIR, run_id: str = RUN_
     return _OWNED[run_dir].owner
 
 
+def _finish_run(session: nox.Session, run_dir: Path = RUN_DIR) -> None:
+    """The run ran to its end (runs/store.py: finished): only a finished run is compared with by history."""
+    if run_dir in _OWNED:
+        try:
+            _OWNED[run_dir].finish(planned(MATRIX), latest=LATEST)
+        except LabError as exc:
+            session.error(str(exc))
+
+
 _PLAN: list[Plan] = []
 
 
@@ -449,6 +458,7 @@ def gpu8_perf(session: nox.Session) -> None:
             session.error(str(exc))
         if result is None or result.unexpected:
             news.append(cell.id)
+    _finish_run(session, run_dir)
     _summarize(session, run_dir / "results.json")
     if news:
         session.error(f"unexpected verdicts in {len(news)} cell(s): " + ", ".join(news))
@@ -460,6 +470,7 @@ def matrix_summary(session: nox.Session) -> None:
     results = RUN_DIR / "results.json"
     if not results.exists():
         session.skip(f"no results for run {RUN_ID}")
+    _finish_run(session)
     _summarize(session, results)
 
 

@@ -344,6 +344,9 @@ class InstallPlan:
     # uv drops a package's [tool.uv.sources] index once an override names it, so the override is met by
     # what this step installed.
     pre_argv: list[str] = dataclasses.field(default_factory=list)
+    # Direct-URL requirements (``pkg @ https://user:pass@host/pkg.whl``) are written without their credentials;
+    # each URL's folder is an explicit index of uv's --config-file, whose credentials uv takes by prefix.
+    direct: tuple[Index, ...] = ()
     forced: bool = False
     shipped: str = ""
     conflicts: tuple[str, ...] | None = None
@@ -364,7 +367,7 @@ class InstallPlan:
     def env(self) -> dict[str, str]:
         """uv's environment for ``argv``: ``uv_env()`` plus each index's credentials, by index name."""
         env = uv_env()
-        for index in self.indexes:
+        for index in (*self.indexes, *self.direct):
             if index.credentials is None:
                 continue
             env[credential_variable(index.name, "USERNAME")] = index.credentials.username
@@ -391,13 +394,34 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
     from packaging.utils import canonicalize_name
 
     requirements: list[str] = []
+    direct: dict[str, Index] = {}
+
+    def clean(text: str) -> str:
+        """*text* without the credentials of its direct URL, which go to an index of uv.toml (``direct``)."""
+        try:
+            url = Requirement(text).url
+        except InvalidRequirement:
+            return text
+        if not url or not has_credentials(url):
+            return text
+        bare, credentials = split(url)
+        folder = bare.rsplit("/", 1)[0] + "/"
+        if folder not in direct:
+            direct[folder] = Index(
+                name=f"direct-{len(direct) + 1}",
+                url=folder,
+                shown=redact(url).rsplit("/", 1)[0] + "/",
+                credentials=credentials,
+            )
+        return text.replace(url, bare)
+
     indexes: dict[str, Index] = {}
     sources: dict[str, str] = {}
     find_links: list[str] = []
     for value in cell.packages:
         assert value.requirement is not None
-        requirements.append(value.requirement)
-        requirements.extend(value.requires)
+        requirements.append(clean(value.requirement))
+        requirements.extend(clean(r) for r in value.requires)
         if value.index:
             if value.index not in indexes:
                 indexes[value.index] = Index.of(f"index-{len(indexes) + 1}", value.index)
@@ -409,7 +433,7 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
             if link not in find_links:
                 find_links.append(link)
     default = Index.of("default", matrix.install.default_index or PYPI)
-    overrides = list(matrix.install.overrides)
+    overrides = [clean(o) for o in matrix.install.overrides]
     overridden = set()
     for text in overrides:
         try:
@@ -476,6 +500,10 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         argv += ["--default-index", f"{default.name}={default.url}"]
     for link in find_links:
         argv += ["--find-links", link]
+    if direct:
+        config = {"index": [{"name": ix.name, "url": ix.url, "explicit": True} for ix in direct.values()]}
+        files["uv.toml"] = tomli_w.dumps(config)
+        argv += ["--config-file", str(spec_dir / "uv.toml")]
     return InstallPlan(
         argv=argv,
         files=files,
@@ -484,6 +512,7 @@ def install_plan(matrix: Matrix, cell: Cell, *, python: Path, spec_dir: Path) ->
         indexes=(*indexes.values(), default),
         pins=tuple(pins),
         pre_argv=pre_argv,
+        direct=tuple(direct.values()),
         forced=cell.force,
         shipped=cell.shipped,
         conflicts=cell.conflicts,

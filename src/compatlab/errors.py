@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "LabError", "UsageError"]
+import errno
+
+__all__ = ["UNWRITABLE", "ConfigError", "LabError", "Unwritable", "UsageError"]
+
+# What a folder the lab must write answers when it cannot be written: read-only, no permission, full.
+UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR})
 
 
 class LabError(Exception):
@@ -30,3 +35,15 @@ class UsageError(LabError):
     """A command line that cannot be honoured."""
 
     exit_code = 2
+
+
+class Unwritable(LabError):
+    """A file or folder the lab must write cannot be: ``cannot write PATH: why``, then the fix, in one line."""
+
+    def __init__(self, path: object, why: str, fix: str = "") -> None:
+        self.path, self.why, self.fix = path, why, fix
+        super().__init__(f"cannot write {path}: {why}" + (f"; {fix}" if fix else ""))
+
+    def fixed(self, fix: str) -> Unwritable:
+        """The same error with *fix* said after it (the first fix said stays)."""
+        return self if self.fix else Unwritable(self.path, self.why, fix)

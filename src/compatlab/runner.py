@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,7 +25,7 @@ from compatlab.config.matrix import Matrix
 from compatlab.config.serve import ServeConfig
 from compatlab.config.thresholds import Thresholds
 from compatlab.envs import Environment
-from compatlab.errors import LabError, UsageError
+from compatlab.errors import UNWRITABLE, LabError, Unwritable, UsageError
 from compatlab.runs import store
 from compatlab.runs.model import (
     PREFLIGHT,
@@ -136,7 +137,16 @@ def own_venv(venv_root: Path, run_id: str, cell: Cell) -> Iterator[Path]:
     at its end. The disk holds about one venv per cell, and `nox -s gpu8_perf` finds the latest run's venvs.
     """
     venv = cell_venv(venv_root, run_id, cell)
-    venv.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=venv.parent, prefix=".compatlab-write-"):
+            pass  # a folder that is there but read-only passes mkdir; the venv and its lock file need a write
+    except OSError as exc:
+        raise Unwritable(
+            exc.filename or venv.parent,
+            exc.strerror or str(exc),
+            f"make {venv_root} writable, or keep the venvs elsewhere (COMPATLAB_VENVS for nox, --venvs)",
+        ) from None
     with _flock(venv.with_name(venv.name + ".lock"), wait=True):
         for other in sorted(venv_root.glob(f"*/{cell.id}")):
             if other == venv or not other.is_dir():
@@ -297,7 +307,7 @@ def run_existing(
         axes = {a.name: a.values[0].version for a in matrix.axes}
         result = conclude(ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes)
         run.write_cell(result)
-        run.aggregate(planned(matrix), latest=None)
+        run.finish(planned(matrix), latest=None)
     return ctx, result
 
 
@@ -556,6 +566,9 @@ def _disagreement(stages: tuple[StageResult, ...]) -> str:
     return " [static disagrees: it predicted no load failure]"
 
 
+WORK_FIX = "the cell's work folder must be writable: fix it, or write the run elsewhere (COMPATLAB_REPORTS, --run-dir)"
+
+
 def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
     skipped = blocked(stage, ctx)
     if skipped is not None:
@@ -568,6 +581,14 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
     except StageTimeout as exc:  # the question is unanswered: an error, never a verdict on the stack
         log.error("cell %s: %s", ctx.cell.id, exc)
         sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(exc))
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE or not exc.filename:
+            log.exception("stage %s crashed", stage.name)
+            sr = StageResult(name=stage.name, state=StageState.ERROR, reason=f"lab error: {exc!r}")
+        else:  # the stage's work folder (or a file in it) cannot be written: the infrastructure, said in one line
+            said = Unwritable(exc.filename, exc.strerror or str(exc), WORK_FIX)
+            log.debug("cell %s: the %s stage: %s", ctx.cell.id, stage.name, said)  # the cell's end line says it
+            sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(said))
     except Exception as exc:  # a lab bug in one stage must not lose the cell: logged, the cell goes on
         log.exception("stage %s crashed", stage.name)
         why = str(exc) if isinstance(exc, LabError) else repr(exc)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compatlab.cells import Cell, expand
+from compatlab.config import limits
 from compatlab.config.matrix import Matrix
 from compatlab.errors import UsageError
 
@@ -18,6 +19,7 @@ def parse_shard(text: str, *, where: str = "--shard") -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
         raise UsageError(f"{where}: expected i/n with 1 <= i <= n (e.g. 2/4), got {text!r}")
+    limits.check("--shard", int(m.group(2)), where=f"{where} {text.strip()}")
     return int(m.group(1)), int(m.group(2))
 
 

@@ -4,6 +4,7 @@ And a check stopped by SIGTERM takes what it started down with it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -51,6 +52,34 @@ def test_check_reads_the_environment_and_names_the_broken_distributions(tmp_path
     ]
     assert env.problems[1][1].startswith(
         "its METADATA cannot be read (UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9"
+    )
+
+
+def test_a_whole_check_over_undecodable_metadata_still_gives_the_environments_verdict(tmp_path: Path) -> None:
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(next((venv / "lib").glob("python3*/site-packages")))
+    for item in _broken_site(tmp_path).iterdir():
+        item.rename(site / item.name)
+    (site / "fine").mkdir()
+    (site / "fine" / "__init__.py").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "compatlab", "check", "--venv", str(venv), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**os.environ, "COMPATLAB_CACHE": str(tmp_path / "cache")},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr  # amber on a machine without a GPU: no news
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [c["state"] for c in results["cells"]] == ["partial"]
+    rows = {
+        line.split(" | ")[0].strip("| "): line for line in (tmp_path / "out" / "packages.md").read_text().splitlines()
+    }
+    assert rows["fine"] == "| fine | 1.0 | pass | 1 |  |"
+    assert rows["latin-1.0.dist-info"].startswith(
+        "| latin-1.0.dist-info | ? | warn | 0 | metadata: its METADATA cannot be read (UnicodeDecodeError: "
     )
 
 

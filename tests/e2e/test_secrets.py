@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthIndex]:
     ]
     write_simple_index(root / "torch", torch)
     write_simple_index(root / "public", public)
+    # Files a direct-URL requirement names, behind the same credentials (GET /direct/<file>).
+    build_wheel(root / "direct", "directpkg", "1.0")
+    build_wheel(root / "direct", "nvidia-cuda-runtime-cu13", "13.0.96")
     with serve_auth(root, username=USER, password=PASSWORD) as server:
         yield server
 
@@ -180,3 +184,86 @@ def test_credentials_reach_uv_and_nothing_else(tmp_path: Path, private: AuthInde
     assert subprocess.run(["grep", "-qF", QUOTED, str(tmp_path / "matrix.toml")], check=False).returncode == 0
     outputs = (done.stdout, done.stderr, published.stdout, published.stderr, debug.stdout, debug.stderr)
     assert leaks(tmp_path, *outputs) == []
+
+
+DIRECT = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
+CUDART = "nvidia_cuda_runtime_cu13-13.0.96-py3-none-any.whl"
+
+
+def test_credentials_in_direct_url_requirements_reach_uv_and_nothing_else(tmp_path: Path, private: AuthIndex) -> None:
+    url = private.url
+    creds = url.replace("http://", f"http://{USER}:{QUOTED}@")
+    text = f"""
+        [[axes.torch]]
+        version = "2.9.1+cu130"
+        index = "{url}/torch/simple"
+        requires = ["directpkg @ {creds}/direct/directpkg-1.0-py3-none-any.whl"]
+        [[axes.sgl-kernel]]
+        version = "0.3.21"
+        [[axes.flashinfer]]
+        version = "0.6.4"
+        [[axes.cuda]]
+        version = "13.0"
+        [install]
+        index-url = "{creds}/public/simple"
+        overrides = ["nvidia-cuda-runtime-cu13 @ {creds}/direct/{CUDART}"]
+        retries = 0
+        """
+    env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    done = nox(
+        tmp_path,
+        text.replace(f'index = "{url}/torch/simple"', f'index = "{creds}/torch/simple"'),
+        "-s",
+        "matrix",
+        extra_env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = cells(tmp_path / "reports" / "runs" / "r1")[DIRECT]
+    # Installed from the URLs, with the credentials uv took from its environment.
+    assert f"directpkg @ {url}/direct/directpkg-1.0-py3-none-any.whl" in got["freeze"]
+    assert f"nvidia-cuda-runtime-cu13 @ {url}/direct/{CUDART}" in got["freeze"]
+    token = "Basic " + SPELLINGS[2]
+    assert {p for p, auth in private.requests if auth == token} >= {
+        "/direct/directpkg-1.0-py3-none-any.whl",
+        f"/direct/{CUDART}",
+    }
+    assert f"directpkg @ {url}/direct/directpkg-1.0-py3-none-any.whl" in got["install"]["requirements"]
+
+    # check's pins and constraints: a direct URL is no pin, and the error says so without the password; the
+    # constraints' pip options (an --index-url with credentials) are not pins either, and go nowhere.
+    venv = tmp_path / "venvs" / "r1" / DIRECT
+    assert (venv / "bin" / "python").exists()
+    with tempfile.TemporaryDirectory() as user:  # the user's own files, outside what the lab writes
+        direct = f"directpkg @ {creds}/direct/directpkg-1.0-py3-none-any.whl"
+        shown = f"directpkg @ http://***@{url.removeprefix('http://')}/direct/directpkg-1.0-py3-none-any.whl"
+        good, bad = Path(user) / "good.txt", Path(user) / "bad.txt"
+        good.write_text(f"directpkg==1.0\n--index-url {creds}/public/simple\n")
+        bad.write_text(f"{direct}\n")
+        checks = [
+            _check(tmp_path, venv, "--constraints", str(good), "--stage", "pins", "--out", str(tmp_path / "check")),
+            _check(tmp_path, venv, "--pin", direct, "--out", str(tmp_path / "check-pin")),
+            _check(tmp_path, venv, "--constraints", str(bad), "--out", str(tmp_path / "check-bad")),
+        ]
+    assert checks[0].returncode == 0, checks[0].stdout + checks[0].stderr
+    assert (checks[1].returncode, checks[1].stderr) == (
+        2,
+        f"error: --pin: {shown!r} is not a pin; expected NAME==VERSION, e.g. directpkg==2.9.1\n",
+    )
+    assert (checks[2].returncode, checks[2].stderr) == (
+        2,
+        f"error: {bad}: line 1: {shown!r} is not a pin; expected NAME==VERSION, e.g. directpkg==2.9.1\n",
+    )
+    outputs = (done.stdout, done.stderr, *(c.stdout + c.stderr for c in checks))
+    assert leaks(tmp_path, *outputs) == []
+
+
+def _check(tmp_path: Path, venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "compatlab", "check", "--venv", str(venv), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "COMPATLAB_CACHE": str(tmp_path / "cache")},
+    )

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compatlab.runs import store
 from fixtures.labutil import ROOT, nox
 from fixtures.matrices import EXPECTED_ONLY
 
@@ -23,7 +24,7 @@ def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _merge(tmp_path: Path, *dirs: Path) -> subprocess.CompletedProcess[str]:
+def _merge(tmp_path: Path, *dirs: Path, out: str = "merged") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -34,7 +35,7 @@ def _merge(tmp_path: Path, *dirs: Path) -> subprocess.CompletedProcess[str]:
             "--matrix",
             str(tmp_path / "matrix.toml"),
             "--out",
-            str(tmp_path / "merged"),
+            str(tmp_path / out),
         ],
         capture_output=True,
         text=True,
@@ -60,6 +61,8 @@ def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(tmp_path: Path,
         )
         assert done.returncode == 0, done.stdout + done.stderr
     shard_dirs = [tmp_path / f"shard{i}" / "runs" / f"shard{i}" for i in (1, 2)]
+    # Each `nox -s matrix` ran to its end: its run is finished, for history to compare with.
+    assert [store.run_info(d).complete for d in shard_dirs] == [True, True]
     # A shard writes a file per live cell it ran; its n/a cells are in its results.json, from the matrix.
     assert len(list(shard_dirs[0].glob("cells/*.json"))) == 2
 
@@ -70,10 +73,10 @@ def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(tmp_path: Path,
     got = json.loads((tmp_path / "merged" / "results.json").read_text())
     assert [_comparable(c) for c in got["cells"]] == [_comparable(c) for c in ref["cells"]]
 
-    lost = _merge(tmp_path, shard_dirs[0])
+    lost = _merge(tmp_path, shard_dirs[0], out="merged-lost")
     assert lost.returncode == 1
     assert lost.stdout.endswith("8 cells, 2 missing\n")
-    cells = {c["id"]: c for c in json.loads((tmp_path / "merged" / "results.json").read_text())["cells"]}
+    cells = {c["id"]: c for c in json.loads((tmp_path / "merged-lost" / "results.json").read_text())["cells"]}
     missing = [c for c in cells.values() if c["reason"].startswith("missing:")]
     assert [(c["state"], c["unexpected"]) for c in missing] == [("error", True), ("error", True)]
     assert (

@@ -35,3 +35,12 @@ def test_the_quick_start_says_the_disk_it_needs_and_how_to_move_the_caches() -> 
     assert "about 20 GB of uv's cache" in section
     exports = {c.split("=")[0].removeprefix("export ") for c in _commands(section) if c.startswith("export ")}
     assert exports == {"UV_CACHE_DIR", "COMPATLAB_VENVS", "COMPATLAB_CACHE"}
+
+
+def test_the_readmes_table_of_counts_is_the_labs_table_of_bounds() -> None:
+    from compatlab.config.limits import LIMITS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Counts from input") : text.index("## Nightly, and more than one box")]
+    rows = re.findall(r"^\| `([^`]+)` \| ([\d,]+) \| (.+) \|$", section, flags=re.MULTILINE)
+    assert rows == [(key, f"{limit.maximum:,}", limit.why) for key, limit in LIMITS.items()]

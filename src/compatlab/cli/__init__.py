@@ -69,7 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # writing output: a full disk, a read-only folder
         if debug:
             raise
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        from compatlab.errors import UNWRITABLE, Unwritable
+
+        if exc.filename and exc.errno in UNWRITABLE:
+            fix = "make it writable, or choose another folder (--debug shows where the lab was writing it)"
+            print(f"error: {Unwritable(exc.filename, exc.strerror or str(exc), fix)}", file=sys.stderr)
+        else:
+            print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         from compatlab.proc import Terminated

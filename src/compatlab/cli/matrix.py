@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compatlab.config import limits
 from compatlab.errors import UsageError
 from compatlab.runs import store
 from compatlab.runs.model import CellState, StageState
@@ -178,7 +179,10 @@ def _cmd_cell(args: argparse.Namespace) -> int:
                 result = run_cell(
                     matrix, cell, run=run, venv_root=venvs, stages=stages, left_out=left_out, progress=told, say=say
                 )
-        run.aggregate(planned(matrix), latest=latest)
+        if args.owner:
+            run.aggregate(planned(matrix), latest=latest)  # the run's owner finishes it, after its last cell
+        else:
+            run.finish(planned(matrix), latest=latest)
     print(end_line(result), flush=True)
     return 1 if result.unexpected else 0
 
@@ -189,6 +193,7 @@ def _cmd_ci_matrix(args: argparse.Namespace) -> int:
 
     if args.shards is not None and args.shards < 1:
         raise UsageError(f"--shards: expected a positive number, got {args.shards}")
+    limits.check("--shards", args.shards)
     print(json.dumps(ci_matrix(load_matrix(matrix_path(args)), shards=args.shards), separators=(",", ":")))
     return 0
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compatlab.cli.matrix import matrix_path
+from compatlab.config import limits
 from compatlab.errors import LabError
 from compatlab.runs import store
 from compatlab.runs.model import CellState
@@ -100,6 +101,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 def _cmd_prune(args: argparse.Namespace) -> int:
     from compatlab.runs.store import prune_runs
 
+    limits.check("--keep", args.keep)
     for path in prune_runs(Path(args.runs), args.keep):
         print(f"removed {path}")
     return 0

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from compatlab.config import limits
 from compatlab.errors import ConfigError, UsageError
 from compatlab.runs.model import StageState
 
@@ -46,6 +47,8 @@ def _cmd_nccl(args: argparse.Namespace) -> int:
     from compatlab.stages.nccl.report import default_sizes
     from compatlab.stages.nccl.stage import probe, report_lines, run_nccl
 
+    for flag in ("--world-size", "--sweeps", "--iters", "--warmup"):
+        limits.check(flag, getattr(args, flag.removeprefix("--").replace("-", "_")))
     env = dict(os.environ)
     backend = args.backend
     if backend == "auto" or args.world_size is None:

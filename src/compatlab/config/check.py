@@ -25,8 +25,9 @@ from urllib.parse import urlparse
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from compatlab.config import limits
 from compatlab.errors import ConfigError
-from compatlab.urls import redact
+from compatlab.urls import redact, redact_text
 
 __all__ = ["Checker", "control_character", "field_default", "join", "show", "type_name"]
 
@@ -176,15 +177,23 @@ class Checker:
         minimum: float = 0,
         strict: bool = True,
         expected: str | None = None,
+        limit: str | None = None,
     ) -> Any:
-        """A TOML number (never a bool), finite, above (at or above unless *strict*) *minimum*.
+        """A TOML number (never a bool), finite, above (at or above unless *strict*) *minimum*, and a count
+        within the bound of *limit* (a key of ``limits.LIMITS``) when one is named.
 
         None when absent or bad (then reported). *expected* replaces the generated "a positive integer".
         """
         if name not in table:
             return None
         return self.number_value(
-            table[name], join(key, name), integer=integer, minimum=minimum, strict=strict, expected=expected
+            table[name],
+            join(key, name),
+            integer=integer,
+            minimum=minimum,
+            strict=strict,
+            expected=expected,
+            limit=limit,
         )
 
     def number_value(
@@ -196,6 +205,7 @@ class Checker:
         minimum: float = 0,
         strict: bool = True,
         expected: str | None = None,
+        limit: str | None = None,
     ) -> Any:
         if expected is None:
             if integer:
@@ -215,6 +225,9 @@ class Checker:
         assert isinstance(value, (int, float))
         if value < minimum or (strict and value == minimum):
             self.error(where, f"expected {expected}, got {show(value)}")
+            return None
+        if limit is not None and (problem := limits.over(limit, value)) is not None:
+            self.error(where, problem)
             return None
         return value
 
@@ -255,7 +268,7 @@ class Checker:
         try:
             Requirement(value)
         except InvalidRequirement as exc:
-            self.error(where, f"{value!r} is not a valid requirement ({exc})")
+            self.error(where, f"{redact_text(value)!r} is not a valid requirement ({redact_text(str(exc))})")
             return None
         return value
 

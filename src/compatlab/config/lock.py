@@ -123,7 +123,7 @@ def parse_selector(ck: Checker, raw: object, where: str) -> Selector | None:
         return None
     ck.keys(raw, where, _SELECT_KEYS)
     fields: dict[str, Any] = {}
-    latest = ck.number(raw, where, "latest", integer=True)
+    latest = ck.number(raw, where, "latest", integer=True, limit="select.latest")
     if latest is not None:
         fields["latest"] = int(latest)
     if "per" in raw:

@@ -656,7 +656,15 @@ def _parse_neighbours(ck: Checker, entries: object) -> list[Rule]:
                 f'expected "shipped" (the stacks the lock\'s releases pin), got '
                 f"{show(entry.get('of')) if 'of' in entry else 'nothing'}",
             )
-        distance = ck.number(entry, where, "distance", integer=True, strict=False, expected="a non-negative integer")
+        distance = ck.number(
+            entry,
+            where,
+            "distance",
+            integer=True,
+            strict=False,
+            expected="a non-negative integer",
+            limit="rules.neighbours.distance",
+        )
         reason = ck.string(entry, where, "reason") or ""
         rules.append(
             Rule(kind=RuleKind.NEIGHBOURS, match={}, reason=reason, distance=1 if distance is None else int(distance))
@@ -770,7 +778,15 @@ def _parse_install(ck: Checker, data: Mapping[str, Any]) -> Install:
     timeout = ck.number(raw, "install", "timeout", expected="a positive number of seconds")
     if timeout is not None:
         fields["timeout"] = float(timeout)
-    retries = ck.number(raw, "install", "retries", integer=True, strict=False, expected="a non-negative integer")
+    retries = ck.number(
+        raw,
+        "install",
+        "retries",
+        integer=True,
+        strict=False,
+        expected="a non-negative integer",
+        limit="install.retries",
+    )
     if retries is not None:
         fields["retries"] = retries
     if "force" in raw:
@@ -801,7 +817,7 @@ def _parse_targets(ck: Checker, data: Mapping[str, Any]) -> list[Target]:
                     at = f"{where}.arch[{i}]" if isinstance(raw["arch"], list) else f"{where}.arch"
                     ck.error(at, f"expected an SM arch like 'sm_90', 'sm_90a' or 'sm_120', got {arch!r}")
             fields["arch"] = tuple(a for a in archs if _is_sm_arch(a))
-        gpus = ck.number(raw, where, "gpus", integer=True)
+        gpus = ck.number(raw, where, "gpus", integer=True, limit="targets.gpus")
         if gpus is not None:
             fields["gpus"] = gpus
         if "min-driver" in raw:
@@ -885,7 +901,7 @@ def size_problem(axes: Sequence[Axis], max_cells: int) -> str | None:
 
 
 def _parse_cap(ck: Checker, data: Mapping[str, Any], axes: list[Axis]) -> int:
-    cap = ck.number(data, "", "max-cells", integer=True)
+    cap = ck.number(data, "", "max-cells", integer=True, limit="max-cells")
     cap = DEFAULT_MAX_CELLS if cap is None else int(cap)
     problem = size_problem(axes, cap)
     if problem:

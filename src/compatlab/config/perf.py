@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from compatlab.config import limits
 from compatlab.config.check import Checker, field_default, show
 from compatlab.errors import ConfigError
 
@@ -270,7 +271,7 @@ def parse_perf_section(
         levels_known = False
     else:
         for i, c in enumerate(raw_levels):
-            got = ck.number_value(c, f"perf.concurrency[{i}]", integer=True)
+            got = ck.number_value(c, f"perf.concurrency[{i}]", integer=True, limit="perf.concurrency")
             if got is None:
                 continue
             if got in levels:
@@ -285,7 +286,8 @@ def parse_perf_section(
         ("requests", "requests", True),
         ("seed", "seed", False),
     ):
-        got = ck.number(perf, "perf", key, integer=True, strict=strict)
+        bound = f"perf.{key}" if f"perf.{key}" in limits.LIMITS else None
+        got = ck.number(perf, "perf", key, integer=True, strict=strict, limit=bound)
         if got is not None:
             fields[field] = got
     for key, field in (("request-timeout", "request_timeout"), ("stall-timeout", "stall_timeout")):
@@ -365,6 +367,8 @@ def load_prompts(path: Path | None = None) -> list[str]:
     items = data.get("prompts") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise ConfigError(shown, ["prompts: expected a non-empty array of {id, text} tables"])
+    if (too_many := limits.over("perf.prompts", len(items))) is not None:
+        raise ConfigError(shown, [f"prompts: {too_many}"])
     problems = [
         f"prompts[{i}].text: expected a non-empty string"
         for i, p in enumerate(items)

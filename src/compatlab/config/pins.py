@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compatlab.errors import ConfigError, UsageError
+from compatlab.urls import redact_text
 
 __all__ = ["parse_pins"]
 
@@ -22,13 +23,15 @@ def parse_pins(pins: Sequence[str], constraints: Path | None = None) -> dict[str
     problems: list[str] = []
 
     def take(text: str, where: str) -> str | None:
+        shown = redact_text(text)  # a direct URL's credentials (`pkg @ https://user:pass@host/pkg.whl`)
         try:
             req = Requirement(text)
         except InvalidRequirement as exc:
-            return f"{where}: {text!r} is not a requirement ({exc}); expected NAME==VERSION, e.g. torch==2.9.1"
+            why = redact_text(str(exc))
+            return f"{where}: {shown!r} is not a requirement ({why}); expected NAME==VERSION, e.g. torch==2.9.1"
         specs = list(req.specifier)
-        if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
-            return f"{where}: {text!r} is not a pin; expected NAME==VERSION, e.g. {req.name}==2.9.1"
+        if req.url or len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
+            return f"{where}: {shown!r} is not a pin; expected NAME==VERSION, e.g. {req.name}==2.9.1"
         out[req.name] = specs[0].version
         return None
 

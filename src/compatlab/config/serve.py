@@ -18,7 +18,7 @@ from typing import Any
 from compatlab.config.check import Checker
 from compatlab.errors import ConfigError, UsageError
 
-__all__ = ["ServeConfig", "load_serve", "parse_serve_section"]
+__all__ = ["LAB_FLAGS", "ServeConfig", "lab_flag", "load_serve", "parse_serve_section"]
 
 _KEYS = frozenset(
     {
@@ -67,6 +67,54 @@ class ServeConfig:
     eagle3: bool = True  # False: the baseline server only
 
 
+# The flags the serve stage sets itself when it launches ``sglang.launch_server`` (stages/serve/stage.py: _argv),
+# with what it sets them to. ``args`` (both servers) and ``eagle3-args`` may not give them again: argparse takes
+# the last one given, so ``--host 0.0.0.0`` would serve on every interface and ``--load-format auto`` fetch real
+# weights. SGLang's own aliases count too, and so does any abbreviation argparse would expand to one of them.
+LAB_FLAGS: Mapping[str, str] = {
+    "--model-path": "the target's model, shrunk: [serve] model",
+    "--load-format": "dummy",
+    "--host": "127.0.0.1",
+    "--port": "a free loopback port",
+    "--tp-size": "[serve] tp, else the target's GPUs",
+    "--speculative-algorithm": "EAGLE3, on the eagle3 server only",
+    "--speculative-draft-model-path": "the EAGLE-3 draft: [serve] draft",
+}
+_ALIASES = {
+    "--model": "--model-path",
+    "--tensor-parallel-size": "--tp-size",
+    "--speculative-draft-model": "--speculative-draft-model-path",
+}
+
+
+def lab_flag(arg: str) -> str | None:
+    """The lab's flag that *arg* (``--flag``, ``--flag=value``) would set, or None."""
+    if not arg.startswith("--") or len(arg) < 3:
+        return None
+    name = arg.split("=", 1)[0]
+    if name in LAB_FLAGS:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    # argparse's abbreviations (allow_abbrev): a prefix of the lab's flags that names one of them only.
+    matches = {_ALIASES.get(flag, flag) for flag in (*LAB_FLAGS, *_ALIASES) if flag.startswith(name)}
+    return matches.pop() if len(matches) == 1 and len(name) >= len("--xx") else None
+
+
+def _launch_args(ck: Checker, serve: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
+    argv = ck.str_list(serve, "serve", key)
+    if argv is None:
+        return None
+    for i, arg in enumerate(argv):
+        flag = lab_flag(arg)
+        if flag is not None:
+            given = arg.split("=", 1)[0]
+            said = given if given == flag else f"{given} ({flag})"
+            where = f"serve.{key}[{i}]" if isinstance(serve[key], list) else f"serve.{key}"
+            ck.error(where, f"{said} is set by the lab ({LAB_FLAGS[flag]}); remove it")
+    return tuple(argv)
+
+
 def _path(ck: Checker, table: Mapping[str, Any], name: str, base_dir: Path) -> Path | None:
     text = ck.string(table, "serve", name)
     if text is None:
@@ -90,7 +138,7 @@ def parse_serve_section(ck: Checker, serve: Mapping[str, Any], base_dir: Path) -
         ("output-len", "output_len"),
         ("requests", "requests"),
     ):
-        got = ck.number(serve, "serve", key, integer=True)
+        got = ck.number(serve, "serve", key, integer=True, limit=f"serve.{key}")
         if got is not None:
             fields[field] = got
     for key, field in (("startup-timeout", "startup_timeout"), ("request-timeout", "request_timeout")):
@@ -102,12 +150,15 @@ def parse_serve_section(ck: Checker, serve: Mapping[str, Any], base_dir: Path) -
         if not isinstance(raw, list) or not raw:
             ck.error("serve.concurrency", f"expected a non-empty array of positive integers, got {raw!r}")
         else:
-            levels = [ck.number_value(c, f"serve.concurrency[{i}]", integer=True) for i, c in enumerate(raw)]
+            levels = [
+                ck.number_value(c, f"serve.concurrency[{i}]", integer=True, limit="serve.concurrency")
+                for i, c in enumerate(raw)
+            ]
             fields["concurrency"] = tuple(dict.fromkeys(c for c in levels if c is not None))
     for key, field in (("args", "args"), ("eagle3-args", "eagle3_args")):
-        argv = ck.str_list(serve, "serve", key)
+        argv = _launch_args(ck, serve, key)
         if argv is not None:
-            fields[field] = tuple(argv)
+            fields[field] = argv
     if "eagle3" in serve:
         if isinstance(serve["eagle3"], bool):
             fields["eagle3"] = serve["eagle3"]

@@ -49,8 +49,9 @@ class Run:
         return {c.id: c for c in self.cells}
 
     @property
-    def sort_key(self) -> tuple[datetime, str]:
-        return (parse_time(self.started), self.id)
+    def sort_key(self) -> tuple[int, str]:
+        """Older runs first: by start, to the nanosecond where the run records it (runs/model.py: RunInfo.order)."""
+        return self.results.run.order
 
     def counts(self) -> dict[str, int]:
         """Cells per state, in the order of CELL_STATES, plus ``known`` among the fails."""

@@ -68,8 +68,14 @@ def load_runs(runs_dir: Path) -> list[Run]:
 
 
 def previous_run(history: list[Run], run: Run) -> Run | None:
-    """The latest run that started before *run* (never *run* itself)."""
-    earlier = [r for r in history if r.id != run.id and r.sort_key < run.sort_key]
+    """The newest finished run of *run*'s matrix that started before it (never *run* itself): an interrupted run
+    (killed, or still running) and a run of another matrix in the same folder are no baseline for news."""
+    meta = run.results.run
+    earlier = [
+        r
+        for r in history
+        if r.id != run.id and r.sort_key < run.sort_key and r.results.run.done and r.results.run.same_matrix(meta)
+    ]
     return earlier[-1] if earlier else None
 
 

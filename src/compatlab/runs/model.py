@@ -563,6 +563,9 @@ class RunInfo:
     started: str = ""  # ISO time, seconds: for people
     started_ns: int = 0  # time.time_ns() at the start: orders runs that start in the same second
     finished: str | None = None  # the last cell's end; None while nothing has finished
+    # Whether the run ran to its end: False from its claim until its owner finishes it (store's RunFolder.finish),
+    # so it stays False in a run that was interrupted; None in a run of a lab before this key (see ``done``).
+    complete: bool | None = None
     matrix: str = ""
     matrix_name: str = ""
     host: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -580,6 +583,17 @@ class RunInfo:
             return (self.started_ns, self.id)
         when = _parse_time(self.started)
         return (int(when.timestamp() * 1e9) if when else 0, self.id)
+
+    @property
+    def done(self) -> bool:
+        """Whether the run is finished: its owner said so; a run of a lab before ``complete``, once a cell ended."""
+        return self.complete if self.complete is not None else self.finished is not None
+
+    def same_matrix(self, other: RunInfo) -> bool:
+        """Whether two runs are of one matrix: by its name where both record one, else by its file."""
+        if self.matrix_name and other.matrix_name:
+            return self.matrix_name == other.matrix_name
+        return not (self.matrix and other.matrix) or self.matrix == other.matrix
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -630,11 +644,13 @@ class RunInfo:
             sh.say("hosts", f"expected a list of tables, got {_show(hosts)}")
             hosts = []
         finished = sh.data.get("finished")
+        complete = sh.data.get("complete")
         return cls(
             id=sh.text("id"),
             started=sh.text("started"),
             started_ns=sh.integer("started_ns", 0),
             finished=sh.text("finished") if finished is not None else None,
+            complete=sh.flag("complete", False) if complete is not None else None,
             matrix=sh.text("matrix"),
             matrix_name=sh.text("matrix_name"),
             host=sh.table("host"),

@@ -26,6 +26,11 @@ kernel drops it with the process) and its orphaned cells stop writing; a second 
 cannot claim a folder that is held, and once it holds one, a cell of the dead run sees another owner.
 A cell started without ``--owner`` (by hand) claims the run itself for its duration.
 
+Finished: run.json's ``complete`` is false from the claim until the owner finishes the run (``RunFolder.finish``:
+the end of ``nox -s matrix``, of a cell run by hand, of a merge or a check); a run killed or interrupted stays
+incomplete. History compares only with finished runs of the same matrix (``RunInfo.done``, ``same_matrix``),
+and a merge never writes into another run (finished, or interrupted with cells of its own).
+
 latest: ``write_latest`` holds ``flock`` on the latest folder, and replaces its files only for a run at
 least as new as the one its results.json shows (``RunInfo.order``: start time in ns, then id); an older
 run never overwrites a newer latest. latest is the whole matrix: a run that ran some of its cells replaces
@@ -56,7 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compatlab.errors import ConfigError, LabError, UsageError
+from compatlab.errors import ConfigError, LabError, Unwritable, UsageError
 from compatlab.runs.model import (
     CELL_SCHEMA,
     RUN_SCHEMA,
@@ -123,7 +128,7 @@ def _write_bytes(path: Path, payload: bytes) -> None:
     """Temp file in the same folder, fsync, os.replace; a failure raises LabError naming *path*."""
     tmp: str | None = None
     if path.parent.exists() and not path.parent.is_dir():
-        raise LabError(f"cannot write {path}: {path.parent} is not a folder")
+        raise Unwritable(path, f"{path.parent} is not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -136,7 +141,7 @@ def _write_bytes(path: Path, payload: bytes) -> None:
     except OSError as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise Unwritable(path, exc.strerror or str(exc)) from None
 
 
 def _json_bytes(data: Mapping[str, Any]) -> bytes:
@@ -414,7 +419,7 @@ class RunFolder:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+            raise Unwritable(path, exc.strerror or str(exc), run_fix(self.path)) from None
         return path
 
     def read_cell(self, cell_id: str) -> CellResult | None:
@@ -431,6 +436,17 @@ class RunFolder:
             kept, words = _keep(self.id, result, data)
             raise UnsavedResult(f"{exc}; {words}", kept) from None
         return path
+
+    def finish(self, plan: Planned, *, latest: Path | None) -> Results:
+        """The owner's end of the run: run.json says it is complete (RunInfo.done), then ``aggregate``. A run whose
+        owner never gets here (killed, interrupted) stays incomplete: history never compares with it."""
+        if not self._owns:
+            raise NotOwner(f"run {self.id}: only its owner finishes it")
+        try:
+            _write_run_json(self.path, dataclasses.replace(_read_run_json(self.path), complete=True))
+        except Unwritable as exc:
+            raise exc.fixed(run_fix(self.path)) from None
+        return self.aggregate(plan, latest=latest)
 
     def aggregate(self, plan: Planned, *, latest: Path | None) -> Results:
         """(Re)write results.json from the cell files, and offer it to *latest* (see write_latest)."""
@@ -458,7 +474,10 @@ class RunFolder:
         )
         results = Results(run=run, cells=tuple(found))
         self.check()
-        _write_bytes(self.results_path, _json_bytes(results.to_json()))
+        try:
+            _write_bytes(self.results_path, _json_bytes(results.to_json()))
+        except Unwritable as exc:
+            raise exc.fixed(run_fix(self.path)) from None
         if latest is not None:
             try:
                 write_latest(latest, results)
@@ -467,12 +486,21 @@ class RunFolder:
         return results
 
 
+def run_fix(run_dir: Path) -> str:
+    """What to do about a run folder that cannot be written: the folder named is the one that is there (a
+    run folder not made yet lies in a folder that is: the mount or permission to fix)."""
+    there = run_dir
+    while not there.exists() and there.parent != there:
+        there = there.parent
+    return f"make {there} writable, or write the run elsewhere (COMPATLAB_REPORTS for nox, --run-dir, --out)"
+
+
 def _open_dir(path: Path) -> int:
     try:
         path.mkdir(parents=True, exist_ok=True)
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise LabError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise Unwritable(path, exc.strerror or str(exc)) from None
 
 
 def claim_run(
@@ -489,12 +517,17 @@ def claim_run(
 
     *host* is the machine's facts for run.json, or a function that finds them (``host.host_facts``), called
     only for a new run. An existing run keeps its start and host (more stages added to it later), unless
-    *restart* (a merge writes a new run). LabError when another process owns the run or the folder cannot be written.
+    *restart* (a merge writes a new run: UsageError when the folder holds another run, see _refuse_a_run). The
+    run is incomplete until ``RunFolder.finish``. LabError when another process owns the run or the folder cannot
+    be written.
     """
     from compatlab.runs.names import check_name
 
     check_name(run_id, "run id")  # before anything is written
-    fd = _open_dir(run_dir)
+    try:
+        fd = _open_dir(run_dir)
+    except Unwritable as exc:
+        raise exc.fixed(run_fix(run_dir)) from None
     for attempt in range(CLAIM_TRIES):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -512,10 +545,13 @@ def claim_run(
                 ) from None
             time.sleep(0.05)
     try:
+        if restart:
+            _refuse_a_run(run_dir)
         owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
         before = _read_run_json(run_dir) if (run_dir / RUN_JSON).exists() and not restart else None
         if before is not None:
-            info = dataclasses.replace(before, owner=owner)
+            # Written again: not finished until this owner finishes it (an interrupted addition is no end).
+            info = dataclasses.replace(before, owner=owner, complete=False)
         else:
             info = RunInfo(
                 id=run_id,
@@ -525,14 +561,38 @@ def claim_run(
                 matrix_name=plan.name,
                 host=dict(host() if callable(host) else host),
                 owner=owner,
+                complete=False,
                 shards=tuple(shards),
                 hosts=tuple(dict(h) for h in hosts),
             )
         _write_run_json(run_dir, info)
+    except Unwritable as exc:
+        os.close(fd)
+        raise exc.fixed(run_fix(run_dir)) from None
     except BaseException:
         os.close(fd)
         raise
     return RunFolder(run_dir, info, fd=fd, owns=True)
+
+
+def _refuse_a_run(run_dir: Path) -> None:
+    """UsageError when *run_dir* holds a run that a merge would replace: a finished one (RunInfo.done), or an
+    interrupted one whose cells are its own. Only an interrupted merge (it lists its shards) is written again."""
+    infos: list[RunInfo] = []
+    with contextlib.suppress(ConfigError):  # none there, or unreadable: no result of its own to lose
+        infos.append(_read_run_json(run_dir))
+    with contextlib.suppress(ConfigError):
+        infos.append(load_results(run_dir / RESULTS).run)
+    if not infos:
+        return
+    info, done = infos[-1], any(i.done for i in infos)
+    if not done and any(i.shards for i in infos):
+        return
+    when = (f", finished {info.finished}" if info.finished else ", finished") if done else ", interrupted"
+    raise UsageError(
+        f"{run_dir}: holds run {info.id} (started {info.started}{when}); a merge writes a new run, never into "
+        "another one: give --out a new folder"
+    )
 
 
 def join_run(run_dir: Path, *, owner: str) -> RunFolder:
@@ -630,6 +690,15 @@ def write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | N
     Each file is replaced atomically, results.json last, under an flock of the folder; StaleRun (nothing
     written) when the folder shows another run that started later. Returns the files written.
     """
+    try:
+        return _write_latest(folder, results, files=files)
+    except Unwritable as exc:
+        raise exc.fixed(
+            f"make {folder} writable, or render elsewhere (--out; the run folder keeps every result)"
+        ) from None
+
+
+def _write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | None) -> list[Path]:
     if (folder / RUN_JSON).is_file():
         # A run's own folder (`report` without --out): its results.json and its lock belong to its owner.
         shown = _shown(folder)
@@ -758,7 +827,7 @@ def merge_runs(
                 path.unlink()  # a cell of an earlier merge into this folder
         for result in results:
             run.write_cell(result)
-        return run.aggregate(plan, latest=latest)
+        return run.finish(plan, latest=latest)
 
 
 def _in_use(run_dir: Path) -> bool:

@@ -211,11 +211,73 @@ def test_two_shards_that_disagree_on_a_cell_are_refused_unless_one_is_preferred(
     assert store.read_cell(Path("merged"), LIVE) == live("pass")
     # The same result twice (a shard folder copied) is one result.
     shutil.copytree("a", "a-copy")
-    same = lab(tmp_path, "merge", "a", "a-copy", "--out", "merged")
+    same = lab(tmp_path, "merge", "a", "a-copy", "--out", "merged-same")
     assert (same.returncode, same.stderr) == (0, "")
-    assert store.read_cell(Path("merged"), LIVE) == live("fail", "needs a symbol torch does not export")
-    wrong = lab(tmp_path, "merge", "a", "b", "--out", "merged", "--prefer", "elsewhere")
+    assert store.read_cell(Path("merged-same"), LIVE) == live("fail", "needs a symbol torch does not export")
+    wrong = lab(tmp_path, "merge", "a", "b", "--out", "merged-other", "--prefer", "elsewhere")
     assert (wrong.returncode, wrong.stderr) == (2, "error: --prefer elsewhere: not one of the shard folders given\n")
+
+
+def test_merge_never_writes_into_another_run(tmp_path: Path, matrix: Matrix) -> None:
+    assert lab(tmp_path, "cell", NA, "-q", "--run-dir", "reports/runs/r1").returncode == 0  # a finished run
+    shard(matrix, "s1", live("pass"))
+    before = {p: p.read_bytes() for p in Path("reports/runs/r1").rglob("*") if p.is_file()}
+    r1 = store.load_results(Path("reports/runs/r1/results.json")).run
+    onto = lab(tmp_path, "merge", "s1", "--out", "reports/runs/r1")
+    assert (onto.returncode, onto.stdout, onto.stderr) == (
+        2,
+        "",
+        f"error: reports/runs/r1: holds run r1 (started {r1.started}, finished {r1.finished}); a merge writes a new "
+        "run, never into another one: give --out a new folder\n",
+    )
+    assert {p: p.read_bytes() for p in Path("reports/runs/r1").rglob("*") if p.is_file()} == before
+    # A shard whose run was interrupted (claimed, never finished) keeps its cells too.
+    interrupted = lab(tmp_path, "merge", "reports/runs/r1", "--out", "s1")
+    assert (interrupted.returncode, interrupted.stdout) == (2, "")
+    assert interrupted.stderr.endswith(
+        ", interrupted); a merge writes a new run, never into another one: give --out a new folder\n"
+    )
+    assert store.read_cell(Path("s1"), LIVE) == live("pass")
+    # A merge of its own that finished is a finished run; one that was interrupted is written again.
+    assert lab(tmp_path, "merge", "s1", "--out", "merged").returncode == 0
+    assert lab(tmp_path, "merge", "s1", "--out", "merged").returncode == 2
+    results = json.loads(Path("merged/results.json").read_text())
+    results["run"]["complete"] = False
+    Path("merged/results.json").write_text(json.dumps(results))
+    run_json = json.loads(Path("merged/run.json").read_text())
+    Path("merged/run.json").write_text(json.dumps({**run_json, "complete": False}))
+    again = lab(tmp_path, "merge", "s1", "--out", "merged")
+    assert (again.returncode, again.stderr) == (0, "")
+
+
+def _history_run(tmp_path: Path, matrix: Matrix, name: str, result: CellResult, *, finished: bool = True) -> None:
+    if not finished:  # what a `nox -s matrix` killed after its first cell leaves
+        with store.claim_run(Path("reports/runs") / name, run_id=name, plan=planned(matrix), host={}) as run:
+            run.write_cell(result)
+            run.aggregate(planned(matrix), latest=None)
+        return
+    shard(matrix, f"shard-{name}", result)
+    out = f"reports/runs/{name}"
+    done = lab(tmp_path, "merge", f"shard-{name}", "--out", out, "--run-id", name, "--matrix", matrix.path)
+    assert done.returncode == 0, done.stderr
+    assert store.read_cell(Path(out), result.id) == result
+
+
+def test_changes_compare_with_the_newest_finished_run_of_the_same_matrix(tmp_path: Path, matrix: Matrix) -> None:
+    _history_run(tmp_path, matrix, "a-finished", live("fail", "needs a symbol torch does not export"))
+    _history_run(tmp_path, matrix, "b-killed", live("fail", "a reason of a run that was killed"), finished=False)
+    (tmp_path / "other.toml").write_text('name = "other"\n' + MATRIX)
+    _history_run(tmp_path, load_matrix("other.toml"), "c-other-matrix", live("fail", "another matrix's reason"))
+    _history_run(tmp_path, matrix, "d-now", live("pass"))
+    done = lab(tmp_path, "report", "reports/runs/d-now/results.json", "--out", "reports/latest")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (tmp_path / "reports" / "latest" / "changes.md").read_text() == (
+        "## compatlab: run `d-now` compared with `a-finished`\n\n"
+        "✓ pass 1 · ✗ fail 0 · ◐ partial 0 · ⚠ error 0 · – n/a 1\n\n"
+        "### Newly green (1)\n\n"
+        "- torch 2.9.1 · sgl-kernel 0.3.21 · flashinfer 0.6.4 · cuda 12.8: ✗ fail → ✓ pass "
+        "(was `needs a symbol torch does not export`)\n"
+    )
 
 
 def test_an_older_run_never_replaces_a_newer_latest(tmp_path: Path, matrix: Matrix) -> None:
@@ -398,7 +460,8 @@ def test_a_read_only_reports_folder_is_one_clear_error(tmp_path: Path, matrix: M
     assert (done.returncode, done.stdout, done.stderr) == (
         1,
         "",
-        "error: cannot write reports/runs/r1: Read-only file system\n",
+        "error: cannot write reports/runs/r1: Read-only file system; make reports writable, or write the run "
+        "elsewhere (COMPATLAB_REPORTS for nox, --run-dir, --out)\n",
     )
 
 
