@@ -237,3 +237,35 @@ def test_compatlab_check_serves_with_relative_paths(tmp_path: Path, gpu_venv: Pa
     )
     assert " c2 (start-up " in serve["reason"]
     assert "  serve: pass (" in done.stdout
+
+
+def test_the_jit_cache_is_the_stack_s_and_paid_once(
+    tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: what SGLang compiles at start lives in one folder per exact stack, driver and arch, shared by
+    the two servers and kept between runs that ended well; one a failed run left is never used."""
+    monkeypatch.delenv("STANDIN_SGLANG_FAULT", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no cache of this user's in the way
+    first = run_serve_stage(_context(tmp_path / "one", gpu_venv))
+    assert first.state == StageState.PASS, first.reason
+    cache = first.details["jit_cache"]
+    assert (cache["reused_files"], cache["compiled_files"], cache["kept"]) == (0, 3, True)
+    root = Path(cache["path"])
+    assert root.parent == gpu_venv.parent / ".jit-cache"  # beside the venvs, pruned with them
+    # The baseline compiled, EAGLE-3 took them from the cache: in the servers' own logs.
+    logs = tmp_path / "one" / "cell" / "serve" / "logs"
+    assert "Triton kernels: 3 compiled, 0 from " in (logs / "baseline.log").read_text(encoding="utf-8")
+    assert "Triton kernels: 0 compiled, 3 from " in (logs / "eagle3.log").read_text(encoding="utf-8")
+
+    second = run_serve_stage(_context(tmp_path / "two", gpu_venv))
+    assert second.state == StageState.PASS, second.reason
+    again = second.details["jit_cache"]
+    assert (again["path"], again["reused_files"], again["compiled_files"]) == (str(root), 3, 0)
+    assert second.details["figures"]["jit_cache_reused_files"] == 3
+
+    # A run that fails drops its cache; the next one starts from nothing, never from what a failure left.
+    monkeypatch.setenv("STANDIN_SGLANG_FAULT", "no-kernel-image")
+    failed = run_serve_stage(_context(tmp_path / "three", gpu_venv))
+    assert failed.state == StageState.FAIL
+    assert failed.details["jit_cache"]["kept"] is False
+    assert not root.exists()

@@ -17,6 +17,8 @@ root exception and the package it came from, see ``causes.py``). error for what 
 fault: a time-out, out of GPU memory, a port in use, a model file [serve] names that is not there, an
 answer the lab cannot believe (JSON of the wrong shape, over a size cap, a token count other than asked:
 ``compatlab.net``, ``perf/client.py``).
+What SGLang compiles at start is cached per exact stack, driver and arch (``jit_cache``), shared by the two
+servers, and kept between runs that passed: a second run pays no JIT.
 Figures (start-up seconds, GPU memory, tok/s and TTFT at each level) are those of the stack's kernels on
 random weights: a random draft accepts about one token a step, so there is no speedup verdict here
 (that is ``nox -s gpu8_perf``'s, on real weights). Without a GPU the stage does not run and says so
@@ -26,7 +28,9 @@ random weights: a random draft accepts about one token a step, so there is no sp
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
+import os
 import re
 import shutil
 import statistics
@@ -310,6 +314,88 @@ def _figures(records: dict[str, dict[str, Any]]) -> dict[str, float]:
     return figures
 
 
+# The JIT caches of what SGLang compiles at start (Triton's kernels, torch.compile's, flashinfer's JIT, the
+# driver's PTX cache), one folder per exact stack (every distribution and version), driver and GPU arch.
+_CACHE_VARS = {
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "CUDA_CACHE_PATH": "cuda",
+}
+_COMPLETE = ".compatlab-complete"
+
+
+def _driver(env: dict[str, str]) -> str:
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if smi is None:
+        return "unknown"
+    done = run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], timeout=60, env=env)
+    first = done.stdout.strip().splitlines()[:1] if done.ok else []
+    return first[0].strip() if first and re.fullmatch(r"\d+(\.\d+)+", first[0].strip()) else "unknown"
+
+
+def _stack(ctx: CellContext) -> str:
+    """The exact stack: every distribution and version of the cell's site-packages (its freeze)."""
+    if ctx.freeze:
+        return "\n".join(sorted(ctx.freeze))
+    sites = (
+        [ctx.site_packages] if ctx.site_packages is not None else sorted(ctx.venv.glob("lib/python3*/site-packages"))
+    )
+    return "\n".join(sorted(info.name for site in sites for info in site.glob("*.dist-info")))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class JitCache:
+    """Where one stack's JIT caches live, and what they held when the servers started."""
+
+    root: Path
+    key: str
+    reused_files: int  # files in it from earlier runs of this very stack that ended well
+
+    def env(self) -> dict[str, str]:
+        return {var: str(self.root / sub) for var, sub in _CACHE_VARS.items()}
+
+    def files(self) -> int:
+        return sum(1 for p in self.root.rglob("*") if p.is_file() and p.name != _COMPLETE)
+
+    def finish(self, ok: bool) -> dict[str, Any]:
+        """Keep it for the next run when both servers did all they must; else drop it (it may be partial)."""
+        added = self.files() - self.reused_files
+        if ok:
+            (self.root / _COMPLETE).write_text(self.key + "\n", encoding="utf-8")
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return {
+            "path": str(self.root),
+            "key": self.key,
+            "reused_files": self.reused_files,
+            "compiled_files": max(added, 0),
+            "kept": ok,
+        }
+
+
+def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
+    """The stack's cache folder: under the venvs folder for a matrix cell (pruned with them), under
+    ``$COMPATLAB_CACHE`` for an existing environment. One that an earlier run left unfinished (its servers
+    failed, or it was killed) is emptied: a cache is used only as a run that ended well left it."""
+    key = hashlib.sha256(f"{_stack(ctx)}\n{_driver(env)}\n{arch}".encode()).hexdigest()[:16]
+    existing = ctx.install is not None and bool(ctx.install.existing)
+    base = (
+        Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab") / "jit"
+        if existing
+        else ctx.venv.parent / ".jit-cache"
+    )
+    root = base / key
+    stamp = root / _COMPLETE
+    if root.exists() and not (stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == key):
+        shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    if stamp.exists():
+        stamp.unlink()  # until this run ends well
+    cache = JitCache(root=root, key=key, reused_files=0)
+    return dataclasses.replace(cache, reused_files=cache.files())
+
+
 def run_serve_stage(ctx: CellContext) -> StageResult:
     """Serve the target's architecture with the cell's SGLang: baseline, then EAGLE-3 (see the module)."""
     start = time.monotonic()
@@ -358,6 +444,8 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     details.update(architecture=files.architecture, layers=files.layers, model_notes=list(files.notes))
     prompts = load_prompts()
     arch = gpus[0].arch
+    cache = jit_cache(ctx, arch, env)
+    env = {**env, **cache.env()}
     failures: list[_Failed] = []
     for name in SERVERS if config.eagle3 else SERVERS[:1]:
         log.info(
@@ -388,6 +476,10 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
                 failures.append(_Failed(StageState.SKIP, skipped))
                 break
     details["figures"] = _figures({n: r for n, r in details["servers"].items() if "state" not in r})
+    details["jit_cache"] = cache.finish(not failures)
+    if not failures:
+        details["figures"]["jit_cache_reused_files"] = cache.reused_files
+        details["figures"]["jit_cache_compiled_files"] = details["jit_cache"]["compiled_files"]
     if failures:
         first = next((f for f in failures if f.state == StageState.FAIL), failures[0])
         if len(failures) == 2 and failures[1].state == StageState.SKIP:
