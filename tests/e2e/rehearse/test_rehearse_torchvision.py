@@ -27,7 +27,17 @@ from compatlab.incell import fakecuda
 from fixtures.labutil import uv_dir
 from fixtures.swap import tree
 
-pytestmark = [pytest.mark.network, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.network,
+    pytest.mark.slow,
+    pytest.mark.heavy,
+    # The upgrade brings PyPI's torch 2.15 with its CUDA 13 libraries: gigabytes on a machine whose uv cache
+    # lacks them. A tier of its own, as the truth corpus is: not in every CI run.
+    pytest.mark.skipif(
+        os.environ.get("COMPATLAB_TEST_HEAVY") != "1",
+        reason="downloads gigabytes (torch 2.15 and its CUDA libraries): COMPATLAB_TEST_HEAVY=1 runs it",
+    ),
+]
 
 SNAPSHOT = ("--exclude-newer", "2026-12-01T00:00:00Z")
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
