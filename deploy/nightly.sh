@@ -9,7 +9,8 @@ export COMPATLAB_RUN_ID="${COMPATLAB_RUN_ID:-$(date -u +%Y%m%dT%H%M%SZ)-nightly}
 keep="${COMPATLAB_KEEP_RUNS:-30}"
 site="${COMPATLAB_SITE:-reports/site}"
 
-python3 -m nox -s matrix || true
+# Cells side by side (GPU stages queue on their GPU leases); COMPATLAB_JOBS=1 for one at a time.
+python3 -m nox -s matrix -- -j "${COMPATLAB_JOBS:-auto}" || true
 python3 -m nox -s gpu8_perf || true
 python3 -m nox -s report
 python3 -m nox -s publish -- --site "$site" --runs reports/runs
