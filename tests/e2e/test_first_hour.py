@@ -218,7 +218,7 @@ def test_a_misspelled_stage_after_the_double_dash_is_one_line_before_any_cell(tm
     flag = _nox_here(tmp_path, "-s", "matrix", "--", "--untl", "static", env=env)
     assert (flag.returncode, flag.stderr) == (
         2,
-        "error: --untl: not an option of a matrix cell (it takes --until, --stages, -q, --quiet); perhaps you "
+        "error: --untl: not an option of a matrix cell (it takes --until, --stages, -q, --quiet, -j, --jobs); perhaps you "
         "meant '--until'?\n",
     )
     # Another session's posargs are its own: `nox -s tests -- unit -k x` is not a cell's.
