@@ -365,6 +365,7 @@ def run_cell(
             python=envs.venv_python(venv),
             work_dir=work,
             say=say,
+            caches=venv_root,
         )
         run_pipeline(ctx, stages, left_out=left_out, progress=progress)
     result = conclude(ctx, expected=expected, started=started, seconds=round(time.monotonic() - t0, 3))
@@ -416,6 +417,7 @@ def run_more_stages(
             install=earlier.install,
             previous=tuple(s for s in earlier.stages if s.name not in names),
             say=say,
+            caches=venv_root,
         )
         run_pipeline(ctx, stages, progress=progress)
     result = conclude(

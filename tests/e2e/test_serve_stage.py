@@ -8,6 +8,7 @@ the scheduler's "Scheduler hit an exception" followed by the launcher's SIGKILL 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -251,11 +252,15 @@ def test_the_jit_cache_is_the_stack_s_and_paid_once(
     cache = first.details["jit_cache"]
     assert (cache["reused_files"], cache["compiled_files"], cache["kept"]) == (0, 3, True)
     root = Path(cache["path"])
-    assert root.parent == gpu_venv.parent / ".jit-cache"  # beside the venvs, pruned with them
+    assert root.parent == tmp_path / "home" / ".cache" / "compatlab" / "jit"  # no venvs folder: $COMPATLAB_CACHE
     # The baseline compiled, EAGLE-3 took them from the cache: in the servers' own logs.
     logs = tmp_path / "one" / "cell" / "serve" / "logs"
     assert "Triton kernels: 3 compiled, 0 from " in (logs / "baseline.log").read_text(encoding="utf-8")
     assert "Triton kernels: 0 compiled, 3 from " in (logs / "eagle3.log").read_text(encoding="utf-8")
+
+    # A matrix cell's: in its venvs folder, whatever run's venv it is.
+    kept = run_serve_stage(dataclasses.replace(_context(tmp_path / "venvs-run", gpu_venv), caches=tmp_path / "venvs"))
+    assert Path(kept.details["jit_cache"]["path"]).parent == tmp_path / "venvs" / ".jit-cache"
 
     second = run_serve_stage(_context(tmp_path / "two", gpu_venv))
     assert second.state == StageState.PASS, second.reason

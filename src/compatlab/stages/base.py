@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import errno
 import hashlib
 import importlib.resources
 import logging
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from compatlab.cells import Cell
@@ -23,7 +25,7 @@ from compatlab.config.matrix import Matrix
 from compatlab.incell.proc import InCellCommand, module_command
 from compatlab.runs.model import InstallRecord, StageResult, StageState
 
-__all__ = ["CellContext", "InCellCommand", "Stage", "blocked", "cell_env", "incell_command", "incell_path"]
+__all__ = ["CellContext", "InCellCommand", "Stage", "blocked", "cell_env", "incell_command", "incell_path", "tethered"]
 
 log = logging.getLogger(__name__)
 _FALLBACK: list[Path] = []  # this process's private copy when the cache cannot be written
@@ -51,6 +53,9 @@ class CellContext:
     # The suites take pytest from an overlay outside the environment (suite.tools_overlay): one the lab did not
     # make (compatlab check: ``install.existing``), which is never installed into, and which has no pytest.
     tools_overlay: bool = False
+    # Where what a cell keeps between runs lives (the serve stage's JIT caches): the venvs folder for a matrix
+    # cell, pruned with it; None (an existing environment): $COMPATLAB_CACHE.
+    caches: Path | None = None
 
     def stage(self, name: str) -> StageResult | None:
         for s in self.previous:
@@ -114,6 +119,23 @@ def incell_command(python: str | os.PathLike[str], module: str, *args: str) -> I
     its own packages and ``compatlab.incell`` only: ``incell.proc.module_command`` (which says how) in the
     folder ``incell_path()``. Run its ``argv`` with its ``cwd``."""
     return module_command(python, module, *args, root=incell_path())
+
+
+def tethered(
+    argv: Sequence[str], cwd: str | os.PathLike[str] | None = None, *, path: str | None = None
+) -> InCellCommand:
+    """*argv* run through ``compatlab.incell.tether``: started in *cwd* (default: this process's), its process
+    group ended when this process dies, ``kill -9`` included. Start the result with ``start_new_session``.
+    A program that is not there (on *path*, the PATH it will run with, for a bare name) raises here, as
+    starting it directly would (FileNotFoundError)."""
+    program = argv[0]
+    if os.sep in program:
+        found = program if os.access(program, os.X_OK) else None
+    else:
+        found = shutil.which(program, path=path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return incell_command(sys.executable, "tether", str(os.getpid()), os.fspath(cwd or os.getcwd()), "--", *argv)
 
 
 def incell_path(cache: Path | None = None) -> Path:

@@ -37,7 +37,7 @@ from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_byt
 from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
 from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
 from compatlab.runs.model import StageState
-from compatlab.stages.base import incell_command
+from compatlab.stages.base import incell_command, tethered
 from compatlab.stages.nccl.model import NcclReport
 from compatlab.stages.nccl.ranks import RankProcess, watch_ranks
 from compatlab.stages.nccl.report import (
@@ -229,8 +229,10 @@ def run_nccl(
         for r in range(world_size):
             # The rank changes to work_dir itself (the command starts it in the folder it is imported from).
             command = incell_command(python, "nccl_worker", str(config), str(r))
+            log.info("$ %s", shlex.join(command.argv))
+            # Tethered (incell/tether.py): a cell killed outright takes its ranks along.
+            command = tethered(command.argv, command.cwd)
             argv = command.argv
-            log.info("$ %s", shlex.join(argv))
             logfile = work_dir / f"rank{r}.log"
             with logfile.open("wb") as out:
                 proc = subprocess.Popen(

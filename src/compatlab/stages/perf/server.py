@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 from compatlab import net
 from compatlab.errors import LabError
 from compatlab.runs.model import StageState
+from compatlab.stages.base import tethered
 
 if TYPE_CHECKING:
     from compatlab.config.perf import ServerSpec
@@ -142,13 +143,16 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
         log.info("$ %s", shlex.join(self.argv))
+        # Tethered (incell/tether.py): a cell killed outright takes its server along, not just its own pid.
         try:
+            command = tethered(self.argv, path=self.env.get("PATH"))
             self.proc = subprocess.Popen(
-                self.argv,
+                command.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
+                cwd=command.cwd,
                 start_new_session=True,
             )
         except OSError as exc:

@@ -375,15 +375,15 @@ class JitCache:
 
 
 def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
-    """The stack's cache folder: under the venvs folder for a matrix cell (pruned with them), under
-    ``$COMPATLAB_CACHE`` for an existing environment. One that an earlier run left unfinished (its servers
-    failed, or it was killed) is emptied: a cache is used only as a run that ended well left it."""
+    """The stack's cache folder: under the venvs folder for a matrix cell (``ctx.caches``: kept across runs,
+    pruned with the venvs), under ``$COMPATLAB_CACHE`` for an existing environment. One that an earlier run
+    left unfinished (its servers failed, or it was killed) is emptied: a cache is used only as a run that
+    ended well left it."""
     key = hashlib.sha256(f"{_stack(ctx)}\n{_driver(env)}\n{arch}".encode()).hexdigest()[:16]
-    existing = ctx.install is not None and bool(ctx.install.existing)
     base = (
-        Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab") / "jit"
-        if existing
-        else ctx.venv.parent / ".jit-cache"
+        ctx.caches / ".jit-cache"
+        if ctx.caches is not None
+        else Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab") / "jit"
     )
     root = base / key
     stamp = root / _COMPLETE
