@@ -140,6 +140,11 @@ class CellPool:
                 self._show(job, final=finished)
                 if finished:
                     self._fill()  # its slot goes to the next cell at once
+                    for path in (job.out, job.err):  # shown whole: nothing of it is kept
+                        path.unlink(missing_ok=True)
+                    if not self.queue and not self.running:
+                        with contextlib.suppress(OSError):
+                            self.folder.rmdir()
                     return int(job.proc.returncode)
                 time.sleep(_POLL)
         except BaseException:

@@ -15,8 +15,17 @@ from fixtures.matrices import EXPECTED_ONLY
 
 
 def _run(folder: Path, url: str, *posargs: str, run_id: str) -> tuple[dict[str, Any], str]:
-    folder.mkdir()
-    done = nox(folder, EXPECTED_ONLY.format(url=url), "-s", "matrix", "--", *posargs, run_id=run_id)
+    (folder / "tmp").mkdir(parents=True)
+    done = nox(
+        folder,
+        EXPECTED_ONLY.format(url=url),
+        "-s",
+        "matrix",
+        "--",
+        *posargs,
+        run_id=run_id,
+        extra_env={"TMPDIR": str(folder / "tmp")},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     cells = {}
     for path in sorted((folder / "reports" / "runs" / run_id / "cells").glob("*.json")):
@@ -45,6 +54,7 @@ def test_j3_gives_the_run_of_j1_with_its_cells_at_once(tmp_path: Path, index_url
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans  # one began before another ended
     for cid in three:
         assert f"[{cid}] " in out, cid
+    assert not list((tmp_path / "j3" / "tmp").glob("compatlab-jobs-*"))  # the cells' output files are gone
     # Every line of a cell's own (its start, each stage) carries its id in front.
     cell_lines = [
         line for line in out.splitlines() for cid in three if f"[compatlab] {cid}: " in line or f"start {cid} (" in line
