@@ -268,6 +268,16 @@ def test_the_jit_cache_is_the_stack_s_and_paid_once(
     assert (again["path"], again["reused_files"], again["compiled_files"]) == (str(root), 3, 0)
     assert second.details["figures"]["jit_cache_reused_files"] == 3
 
+    # A cache folder that cannot be made costs the JIT again, never the verdict.
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("", encoding="utf-8")
+    monkeypatch.setenv("COMPATLAB_CACHE", str(blocked))
+    uncached = run_serve_stage(_context(tmp_path / "uncached", gpu_venv))
+    assert uncached.state == StageState.PASS, uncached.reason
+    assert "jit_cache" not in uncached.details
+    assert any(n.startswith(f"no JIT cache ({blocked}/jit/") for n in uncached.details["notes"]), uncached.details
+    monkeypatch.delenv("COMPATLAB_CACHE")
+
     # A run that fails drops its cache; the next one starts from nothing, never from what a failure left.
     monkeypatch.setenv("STANDIN_SGLANG_FAULT", "no-kernel-image")
     failed = run_serve_stage(_context(tmp_path / "three", gpu_venv))

@@ -444,8 +444,13 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     details.update(architecture=files.architecture, layers=files.layers, model_notes=list(files.notes))
     prompts = load_prompts()
     arch = gpus[0].arch
-    cache = jit_cache(ctx, arch, env)
-    env = {**env, **cache.env()}
+    cache: JitCache | None = None
+    try:
+        cache = jit_cache(ctx, arch, env)
+        env = {**env, **cache.env()}
+    except OSError as exc:  # an unwritable cache folder costs the JIT again, never the verdict
+        where = f"{exc.filename}: " if exc.filename else ""
+        details["notes"].append(f"no JIT cache ({where}{exc.strerror or exc}): the servers compile afresh")
     failures: list[_Failed] = []
     for name in SERVERS if config.eagle3 else SERVERS[:1]:
         log.info(
@@ -476,10 +481,11 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
                 failures.append(_Failed(StageState.SKIP, skipped))
                 break
     details["figures"] = _figures({n: r for n, r in details["servers"].items() if "state" not in r})
-    details["jit_cache"] = cache.finish(not failures)
-    if not failures:
-        details["figures"]["jit_cache_reused_files"] = cache.reused_files
-        details["figures"]["jit_cache_compiled_files"] = details["jit_cache"]["compiled_files"]
+    if cache is not None:
+        details["jit_cache"] = cache.finish(not failures)
+        if not failures:
+            details["figures"]["jit_cache_reused_files"] = cache.reused_files
+            details["figures"]["jit_cache_compiled_files"] = details["jit_cache"]["compiled_files"]
     if failures:
         first = next((f for f in failures if f.state == StageState.FAIL), failures[0])
         if len(failures) == 2 and failures[1].state == StageState.SKIP:
