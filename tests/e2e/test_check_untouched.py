@@ -3,8 +3,6 @@ pytest from an overlay outside it (stages/suite.tools_overlay), never from an in
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,29 +13,13 @@ from compatlab.cli.check import run_check
 from compatlab.envs import inspect_environment
 from compatlab.incell import fakecuda
 from compatlab.runs.model import StageState
+from fixtures.labutil import tree
 from fixtures.sofix import EXT_SUFFIX, ext_module
 from fixtures.wheels import build_wheel, venv_with
 
 pytestmark = pytest.mark.slow
 
 TAG = f"cp{sys.version_info.major}{sys.version_info.minor}-cp{sys.version_info.major}{sys.version_info.minor}-linux_x86_64"
-
-
-def _tree(root: Path) -> dict[str, str]:
-    """Every file, folder and link under *root*: its path, and a file's sha256 and mode."""
-    out: dict[str, str] = {}
-    for folder, dirs, files in os.walk(root):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(folder, d), root)] = "dir"
-        for f in files:
-            path = os.path.join(folder, f)
-            rel = os.path.relpath(path, root)
-            if os.path.islink(path):
-                out[rel] = "link " + os.readlink(path)
-            else:
-                with open(path, "rb") as fh:
-                    out[rel] = f"{os.stat(path).st_mode:o} " + hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def test_check_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,14 +37,14 @@ def test_check_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch
     python = venv_with(tmp_path / "env", [wheel])
     has = subprocess.run([str(python), "-c", "import pytest"], capture_output=True, timeout=60, check=False)
     assert has.returncode != 0, "the checked venv must not see a pytest of its own"
-    before = _tree(tmp_path / "env")
+    before = tree(tmp_path / "env")
 
     result = run_check(inspect_environment(python), out=tmp_path / "out", packages=["fastpkg"], gpus=0).result
 
     imported = result.stage("import")
     assert imported is not None
     assert (imported.state, imported.details["loaded"]) == (StageState.PASS, 2), imported.reason
-    assert _tree(tmp_path / "env") == before
+    assert tree(tmp_path / "env") == before
     [overlay] = (tmp_path / "cache" / "tools").iterdir()
     assert (overlay / "pytest" / "__init__.py").is_file()
     assert (overlay / "pluggy" / "__init__.py").is_file()

@@ -3,15 +3,11 @@ command line say so in one line per count, naming the key, the bound and why, an
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from compatlab.config.limits import LIMITS
-
-ROOT = Path(__file__).resolve().parents[3]
+from fixtures.labutil import lab
 
 MATRIX = """
 max-cells = 200000
@@ -46,18 +42,6 @@ argv = ["python", "-m", "sglang.launch_server", "--port", "{port}"]
 """
 
 
-def _lab(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "compatlab", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
-
-
 def _why(key: str, value: int) -> str:
     limit = LIMITS[key]
     return f"{value:,} is more than {limit.maximum:,}, the most allowed: {limit.why}"
@@ -65,7 +49,7 @@ def _why(key: str, value: int) -> str:
 
 def test_every_count_in_matrix_toml_is_bounded(tmp_path: Path) -> None:
     (tmp_path / "matrix.toml").write_text(MATRIX)
-    done = _lab(tmp_path, "validate", "--matrix", "matrix.toml")
+    done = lab(tmp_path, "validate", "--matrix", "matrix.toml")
     assert (done.returncode, done.stdout) == (2, "")
     got = sorted(line.strip() for line in done.stderr.splitlines()[1:])
     assert done.stderr.startswith(f"error: {len(got)} problems in matrix.toml:\n")
@@ -112,6 +96,6 @@ def test_every_count_on_the_command_line_is_bounded_and_refused_at_once(tmp_path
     ]
     for args, said in cases:
         t0 = time.monotonic()
-        done = _lab(tmp_path, *args)
+        done = lab(tmp_path, *args)
         assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: {said}\n"), args
         assert time.monotonic() - t0 < 30, args  # refused before any work, not after it

@@ -3,25 +3,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from fixtures.labutil import lab
+
 AXES = '[[axes.torch]]\nversion = "2.9.1"\n[[axes.cuda]]\nversion = "12.8"\n'
-
-
-def _lab(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "compatlab", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
 
 
 def test_serve_args_cannot_override_the_labs_launch_flags(tmp_path: Path) -> None:
@@ -32,7 +19,7 @@ def test_serve_args_cannot_override_the_labs_launch_flags(tmp_path: Path) -> Non
         + ' "--model", "/srv/kimi"]\n'
         + 'eagle3-args = ["--speculative-num-steps", "3", "--speculative-draft-model-path", "/srv/other"]\n'
     )
-    done = _lab(tmp_path, "validate", "--matrix", "matrix.toml")
+    done = lab(tmp_path, "validate", "--matrix", "matrix.toml")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
         "error: 5 problems in matrix.toml:\n"
@@ -46,7 +33,7 @@ def test_serve_args_cannot_override_the_labs_launch_flags(tmp_path: Path) -> Non
         "[serve] draft); remove it\n"
     )
     (tmp_path / "serve.toml").write_text('[serve]\nargs = "--port=30000"\n')
-    check = _lab(tmp_path, "check", "--serve-from", "serve.toml", "--venv", sys.prefix)
+    check = lab(tmp_path, "check", "--serve-from", "serve.toml", "--venv", sys.prefix)
     assert (check.returncode, check.stderr) == (
         2,
         "error: serve.toml: serve.args: --port is set by the lab (a free loopback port); remove it\n",
@@ -54,4 +41,4 @@ def test_serve_args_cannot_override_the_labs_launch_flags(tmp_path: Path) -> Non
     (tmp_path / "matrix.toml").write_text(
         AXES + '[serve]\nargs = ["--trust-remote-code", "--attention-backend", "triton"]\n'
     )
-    assert _lab(tmp_path, "validate", "--matrix", "matrix.toml").returncode == 0
+    assert lab(tmp_path, "validate", "--matrix", "matrix.toml").returncode == 0

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.rehearse.copy import copy_environment
-from fixtures.labutil import uv_dir
-from fixtures.swap import tree
+from fixtures.labutil import tree, uv_dir
 from fixtures.wheels import build_wheel
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from compatlab.incell import fakecuda
-from fixtures.labutil import uv_dir
-from fixtures.swap import SYMBOL, swap_wheels, tree
+from fixtures.labutil import tree, uv_dir
+from fixtures.swap import SYMBOL, swap_wheels
 from fixtures.wheels import serve, write_simple_index
 
 pytestmark = pytest.mark.slow

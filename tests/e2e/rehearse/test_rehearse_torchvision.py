@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.incell import fakecuda
-from fixtures.labutil import uv_dir
-from fixtures.swap import tree
+from fixtures.labutil import tree, uv_dir
 
 pytestmark = [
     pytest.mark.network,

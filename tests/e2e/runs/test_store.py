@@ -30,6 +30,7 @@ from compatlab.host import host_facts
 from compatlab.runs import store
 from compatlab.runs.model import CELL_SCHEMA, CellResult, CellState, StageResult, StageState
 from fixtures.labutil import ROOT, nox, uv_dir
+from fixtures.matrices import ONE_CELL, ONE_CELL_ID
 
 MATRIX = """
 [[axes.torch]]
@@ -519,23 +520,6 @@ class _GateHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
-
-
-ONE_CELL = """
-[[axes.torch]]
-version = "2.9.1+cu130"
-index = "{torch}/torch/simple"
-cuda = "13.0"
-[[axes.sgl-kernel]]
-version = "0.3.21"
-[[axes.flashinfer]]
-version = "0.6.4"
-[[axes.cuda]]
-version = "13.0"
-[install]
-index-url = "{url}/public/simple"
-"""
-ONE_CELL_ID = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
 
 
 def _children(pid: int) -> list[int]:

@@ -18,22 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.labutil import ROOT, uv_dir
-
-ONE_CELL = """
-[[axes.torch]]
-version = "2.9.1+cu130"
-index = "{url}/torch/simple"
-cuda = "13.0"
-[[axes.sgl-kernel]]
-version = "0.3.21"
-[[axes.flashinfer]]
-version = "0.6.4"
-[[axes.cuda]]
-version = "13.0"
-[install]
-index-url = "{url}/public/simple"
-"""
-CELL = "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda13.0"
+from fixtures.matrices import ONE_CELL, ONE_CELL_ID
 
 
 def _unshare() -> list[str]:
@@ -75,14 +60,14 @@ def _in_read_only(tmp_path: Path, folder: Path, *lab: str) -> subprocess.Complet
 
 
 def _cell(*extra: str) -> tuple[str, ...]:
-    return ("cell", CELL, "-q", "--matrix", "matrix.toml", "--run-dir", "reports/runs/r1", *extra)
+    return ("cell", ONE_CELL_ID, "-q", "--matrix", "matrix.toml", "--run-dir", "reports/runs/r1", *extra)
 
 
 RUN_FIX = "writable, or write the run elsewhere (COMPATLAB_REPORTS for nox, --run-dir, --out)"
 
 
 def test_a_read_only_venvs_folder_is_one_line_naming_it_and_the_fix(tmp_path: Path, index_url: str) -> None:
-    (tmp_path / "matrix.toml").write_text(ONE_CELL.format(url=index_url))
+    (tmp_path / "matrix.toml").write_text(ONE_CELL.format(torch=index_url, url=index_url))
     done = _in_read_only(tmp_path, tmp_path / "venvs", *_cell("--venvs", "venvs"))
     assert (done.returncode, done.stdout, done.stderr) == (
         1,
@@ -93,8 +78,8 @@ def test_a_read_only_venvs_folder_is_one_line_naming_it_and_the_fix(tmp_path: Pa
 
 
 def test_a_read_only_work_folder_is_the_cells_error_in_one_line(tmp_path: Path, index_url: str) -> None:
-    (tmp_path / "matrix.toml").write_text(ONE_CELL.format(url=index_url))
-    work = tmp_path / "reports" / "runs" / "r1" / "cells" / CELL
+    (tmp_path / "matrix.toml").write_text(ONE_CELL.format(torch=index_url, url=index_url))
+    work = tmp_path / "reports" / "runs" / "r1" / "cells" / ONE_CELL_ID
     done = _in_read_only(tmp_path, work, *_cell("--venvs", "venvs"))
     why = (
         f"install: cannot write {work}/spec: Read-only file system; the cell's work folder must be writable: fix it, "
@@ -103,12 +88,12 @@ def test_a_read_only_work_folder_is_the_cells_error_in_one_line(tmp_path: Path, 
     assert (done.returncode, done.stderr) == (1, ""), done.stderr
     assert done.stdout.endswith(f" — {why}\n")
     assert "\n" not in done.stdout.rstrip("\n")
-    result = json.loads((work.parent / f"{CELL}.json").read_text())
+    result = json.loads((work.parent / f"{ONE_CELL_ID}.json").read_text())
     assert (result["state"], result["reason"]) == ("error", why)
 
 
 def test_a_read_only_run_folder_is_one_line_naming_it_and_the_fix(tmp_path: Path, index_url: str) -> None:
-    (tmp_path / "matrix.toml").write_text(ONE_CELL.format(url=index_url))
+    (tmp_path / "matrix.toml").write_text(ONE_CELL.format(torch=index_url, url=index_url))
     done = _in_read_only(tmp_path, tmp_path / "reports" / "runs" / "r1", *_cell("--venvs", "venvs"))
     assert (done.returncode, done.stdout, done.stderr) == (
         1,
