@@ -1,6 +1,6 @@
 """GPU leases: two cells never use one GPU at once, however many run side by side.
 
-A cell's GPU stages (cuda: one GPU; serve and perf: the target's tensor-parallel size; nccl: every GPU) each
+A cell's GPU stages (cuda: one GPU; serve: the target's tensor-parallel size; perf and nccl: every GPU) each
 take a lease on that many GPUs of the machine before they start and give it back when they end. A lease is
 an exclusive ``flock`` on one file per GPU in a folder of the machine (``$COMPATLAB_LEASES``, default
 ``/tmp/compatlab-gpu-leases-<uid>``), so it holds across every lab process on the box (the cells of one
@@ -34,7 +34,9 @@ from compatlab.incell.proc import run
 __all__ = ["GPU_STAGES", "Lease", "gpu_count", "lease", "lease_dir"]
 
 # The stages that use GPUs, and how many each needs: a number, "tp" (the target's tensor-parallel size) or "all".
-GPU_STAGES: dict[str, str] = {"cuda": "1", "serve": "tp", "perf": "tp", "nccl": "all"}
+# perf is "all": its servers' argv ([perf.servers]) say their own tensor-parallel size, and a throughput figure
+# must not share a GPU with another cell.
+GPU_STAGES: dict[str, str] = {"cuda": "1", "serve": "tp", "perf": "all", "nccl": "all"}
 _POLL = 0.5
 _SAY_EVERY = 30.0
 

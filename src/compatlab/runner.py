@@ -615,7 +615,7 @@ def _gpus(stage: Stage, ctx: CellContext) -> Iterator[gpulease.Lease | None]:
     if need == "all":
         count = total
     elif need == "tp":
-        count = ctx.matrix.serve.tp or max((t.gpus for t in ctx.matrix.targets), default=1)
+        count = ctx.matrix.serve.tp_size(t.gpus for t in ctx.matrix.targets)
     else:
         count = int(need)
     with gpulease.lease(count, f"cell {ctx.cell.id} {stage.name}", total=total, say=ctx.say) as held:

@@ -141,6 +141,18 @@ def _say(line: str) -> None:
     print(f"    {line}", file=sys.stderr, flush=True)
 
 
+def check_targets(targets: list[str]) -> None:
+    """``--target`` values (check's and rehearse's): UsageError naming the bad one and an example."""
+    from compatlab.errors import UsageError
+    from compatlab.incell.cudacompat import parse_arch
+
+    for arch in targets:
+        try:
+            parse_arch(arch)
+        except ValueError as exc:
+            raise UsageError(f"--target {arch}: {exc}; e.g. --target sm_90") from None
+
+
 def execute(args: argparse.Namespace) -> int:
     from compatlab.proc import signals_interrupt
 
@@ -156,14 +168,10 @@ def _execute(args: argparse.Namespace) -> int:
     from compatlab.config.thresholds import parse_threshold_args, suite_thresholds
     from compatlab.envs import count_gpus, inspect_environment
     from compatlab.errors import UsageError
-    from compatlab.incell.cudacompat import parse_arch, parse_driver
+    from compatlab.incell.cudacompat import parse_driver
     from compatlab.runs.model import StageResult
 
-    for arch in args.target:
-        try:
-            parse_arch(arch)
-        except ValueError as exc:
-            raise UsageError(f"--target {arch}: {exc}; e.g. --target sm_90") from None
+    check_targets(args.target)
     if args.min_driver is not None:
         try:
             parse_driver(args.min_driver)

@@ -90,18 +90,14 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
+    from compatlab.cli.check import check_targets
     from compatlab.envs import count_gpus, inspect_environment
     from compatlab.errors import UsageError
-    from compatlab.incell.cudacompat import parse_arch
     from compatlab.rehearse import parse_request, rehearse
     from compatlab.render.rehearsal import rehearsal_lines
     from compatlab.runs.rehearsal import Outcome
 
-    for arch in args.target:
-        try:
-            parse_arch(arch)
-        except ValueError as exc:
-            raise UsageError(f"--target {arch}: {exc}; e.g. --target sm_90") from None
+    check_targets(args.target)
     request = parse_request(args.install, requirements=[Path(os.path.abspath(f)) for f in args.requirements])
     venv = _venv(args)
     env = inspect_environment(venv / "bin" / "python")

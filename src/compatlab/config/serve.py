@@ -11,7 +11,7 @@ keys: a matrix validates on a machine without the models, and the stage names a 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,10 @@ class ServeConfig:
         "4",
     )
     eagle3: bool = True  # False: the baseline server only
+
+    def tp_size(self, target_gpus: Iterable[int]) -> int:
+        """The tensor-parallel size served with: ``tp``, else the largest target's GPU count (1 without one)."""
+        return self.tp or max(target_gpus, default=1)
 
 
 # The flags the serve stage sets itself when it launches ``sglang.launch_server`` (stages/serve/stage.py: _argv),

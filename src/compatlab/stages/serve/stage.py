@@ -297,7 +297,7 @@ def _serve(
 
 
 def _tp(ctx: CellContext, config: ServeConfig, gpus: list[Gpu]) -> tuple[int, str | None]:
-    want = config.tp or max((t.gpus for t in ctx.matrix.targets), default=1)
+    want = config.tp_size(t.gpus for t in ctx.matrix.targets)
     if want <= len(gpus):
         return want, None
     return len(gpus), (f"the target has {want} GPUs, this machine {len(gpus)}: served with --tp-size {len(gpus)}")
