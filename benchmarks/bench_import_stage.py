@@ -9,8 +9,11 @@ whether both ways reached the same verdict for every module (they must).
 
     PYTHONPATH=src python benchmarks/bench_import_stage.py VENV [--imports 5] [--runs 1]
 
-Nothing is written into the venv (PYTHONDONTWRITEBYTECODE=1, and a venv without pytest is refused rather
-than given one); the results and the stand-in driver go to a temporary folder.
+With --fork-only the per-process way is left out. Each run also times the floor: one interpreter of the venv
+importing, one after another, the modules the stage loaded (benchmarks/_import_floor.py).
+
+Nothing is written into the venv (PYTHONDONTWRITEBYTECODE=1; the stage adds its pytest beside it, not in it);
+the results and the stand-in driver go to a temporary folder.
 """
 
 from __future__ import annotations
@@ -72,6 +75,23 @@ def _stage(venv: Path, switch: str, out: Path) -> tuple[float, float, dict[str, 
     return float(stage["seconds"]), wall, stage
 
 
+def _floor(python: Path, venv: Path, stage: dict[str, Any], tmp: Path) -> float:
+    """Seconds for one interpreter to import, one after another, the modules *stage* loaded."""
+    listed = tmp / "modules.json"
+    listed.write_text(json.dumps(stage["details"].get("modules", [])), encoding="utf-8")
+    done = subprocess.run(
+        [str(python), str(REPO_ROOT / "benchmarks" / "_import_floor.py"), str(listed)],
+        env=cell_env(venv, {"PYTHONDONTWRITEBYTECODE": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the floor did not run: {done.stderr.strip()[-500:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["all"])
+
+
 def _verdicts(stage: dict[str, Any]) -> dict[str, tuple[bool, str]]:
     return {m["module"]: (m["ok"], m.get("reason", "")) for m in stage["details"].get("modules", [])}
 
@@ -81,35 +101,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("venv", type=Path, help="a cell's virtual environment, with torch and pytest installed")
     parser.add_argument("--imports", type=int, default=5, help="fresh `import torch` runs (default 5)")
     parser.add_argument("--runs", type=int, default=1, help="import stage runs per way (default 1)")
+    parser.add_argument(
+        "--fork-only", action="store_true", help="leave out the per-process way (it takes minutes on a big stack)"
+    )
     args = parser.parse_args(argv)
     venv: Path = args.venv.absolute()
     python = venv / "bin" / "python"
-    if (
-        subprocess.run(
-            [str(python), "-c", "import pytest"],
-            env=cell_env(venv, {"PYTHONDONTWRITEBYTECODE": "1"}),
-            capture_output=True,
-            timeout=600,
-            check=False,
-        ).returncode
-        != 0
-    ):
-        raise SystemExit(f"{venv} has no pytest: the stage would install it, and this benchmark changes no venv")
+    ways = {w: v for w, v in _WAYS.items() if not (args.fork_only and w == "per process")}
 
     torch_s = [_import_torch(python, venv) for _ in range(args.imports)]
-    stage_s: dict[str, list[float]] = {way: [] for way in _WAYS}
-    wall_s: dict[str, list[float]] = {way: [] for way in _WAYS}
+    stage_s: dict[str, list[float]] = {way: [] for way in ways}
+    wall_s: dict[str, list[float]] = {way: [] for way in ways}
+    floor_s: list[float] = []
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="compatlab-bench-import-") as tmp:
         for run in range(args.runs):
-            for way, switch in _WAYS.items():
+            for way, switch in ways.items():
                 seconds, wall, results[way] = _stage(venv, switch, Path(tmp) / f"{switch}-{run}")
                 stage_s[way].append(seconds)
                 wall_s[way].append(wall)
+            floor_s.append(_floor(python, venv, results["fork server"], Path(tmp)))
         torch_s += [_import_torch(python, venv) for _ in range(args.imports)]  # before and after: same weather
 
     one = statistics.median(torch_s)
-    first = results["per process"]
+    floor = statistics.median(floor_s)
+    first = results["per process" if "per process" in ways else "fork server"]
     print(f"venv: {venv}")
     print(
         f"stage: {first['state']}"
@@ -120,13 +136,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"import torch, fresh interpreter: median {one:.2f} s of {len(torch_s)} "
         f"(min {min(torch_s):.2f}, max {max(torch_s):.2f})"
     )
-    for way in _WAYS:
+    print(
+        f"floor, one interpreter importing the same modules one after another: median {floor:.2f} s of "
+        f"{len(floor_s)} = {floor / one:.1f} x import torch"
+    )
+    for way in ways:
         med = statistics.median(stage_s[way])
         print(
             f"import stage, {way + ':':13} median {med:6.2f} s of {len(stage_s[way])} = {med / one:5.1f} x import "
-            f"torch (whole command {statistics.median(wall_s[way]):.2f} s); loader: "
+            f"torch = {med / floor:4.1f} x the floor (whole command {statistics.median(wall_s[way]):.2f} s); loader: "
             f"{results[way]['details'].get('loader', 'one process per module')}"
         )
+    if args.fork_only:
+        return 0
     old, new = (statistics.median(stage_s[w]) for w in _WAYS)
     print(f"fork server / per process: {new / old:.2f} ({old / new:.1f} times faster)")
     same = _verdicts(results["per process"]) == _verdicts(results["fork server"])

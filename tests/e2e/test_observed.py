@@ -491,6 +491,8 @@ def test_a_library_c_code_could_not_load_is_named_from_the_loaders_own_log(
     )
     seen = [(f["name"], f["how"], f["error"]) for f in entry["failed_loads"] if f["how"] == "dlopen (C)"]
     assert seen == [("libcplugin_backend.so.3", "dlopen (C)", f"not loaded; asked by cplugin/_boot{EXT_SUFFIX}")]
+    # Asked again in a child of a fork server started with the loader's log on, not a fresh interpreter.
+    assert "loads again with the loader's log: children of 1 started with it" in imported.details["loader"]
     # The module loaded alone says the same: its C code's dlopen, not Python's exception, is the cause.
     alone = next(m for m in imported.details["modules"] if m["module"] == f"cplugin/_boot{EXT_SUFFIX}")
     assert (alone["cause"], alone["failure"]["library"]) == ("missing-library", "libcplugin_backend.so.3")

@@ -19,15 +19,29 @@ protocol is JSON lines on descriptors it takes over from stdin and stdout before
 (fd 1 then points at stderr, so what the modules print cannot corrupt it):
 
     server -> client   {"ready": true}  or  {"ready": false, "step": ..., "type": ..., "message": ...}
-    client -> server   {"id": 1, "path": "/x/m.so" or null, "name": "pkg.m", "pre": ["torch"], "timeout": 180}
+    client -> server   {"id": 1, "path": "/x/m.so" or null, "name": "pkg.m", "pre": ["torch"], "timeout": 180,
+                        optional: "environ": {"NAME": "value"} (set in the child first),
+                        "own": ["pkg", "pkg.m"] (its distribution's modules), "adopt": true}
     server -> client   {"id": 1, "pid": ..., "returncode": ..., "stdout": ..., "stderr": ..., "seconds": ...,
-                        "timed_out": ..., "record": {"ok": ..., "step": ..., ...} or null}
+                        "timed_out": ..., "record": {"ok": ..., "step": ..., ...} or null,
+                        "adopted": 12, "closed": ""}
+                       or {"id": 1, "refused": "why"} (no child was forked)
+
+Adoption (``"adopt": true`` on a package's import): once the child is forked, the server imports the package
+too, so the children forked after it start with it and pay only for their own part: the import stage costs
+about what one interpreter importing everything costs, not that times the shared dependencies. Isolation is
+kept where it matters: a load whose own modules (``"own"``) an adopted package imported is refused, and the
+client asks a server that adopts nothing; an adoption that fails is undone (its modules forgotten), and one
+that initialised CUDA closes the server to new children. A package that started a thread at import is
+named (``"threaded"``): a forked child inherits none of its threads, so the client asks every failure again
+of a server that adopts nothing, whose verdict is the one kept.
 
 Closing the server's stdin ends it: running children are killed with their groups.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import contextlib
@@ -44,13 +58,13 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from compatlab.incell.loadcheck import LoadFailure, classify_record
 from compatlab.incell.probe import RESULT_TAG, steps
 from compatlab.incell.proc import HERE, Completed, module_command
 
-__all__ = ["ForkServer", "ServerGone", "enabled", "main"]
+__all__ = ["ForkServer", "Refused", "ServerGone", "enabled", "main"]
 
 ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
 _KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
@@ -80,6 +94,45 @@ def _cuda_initialised() -> bool:
     cuda = sys.modules.get("torch.cuda")
     check = getattr(cuda, "is_initialized", None)
     return bool(check()) if callable(check) else False
+
+
+class _ExitGuard:
+    """How a child ends: as a process that loaded the module would, but for what it inherited.
+
+    A fresh interpreter's exit runs the Python atexit handlers, then the C library's ``exit``: the C atexit
+    handlers and C++ static destructors, newest first (a module that crashes at exit crashes there). What
+    the child inherited from the server (torch's handlers and destructors) runs the same way in every child,
+    and takes 0.2 s: most of a small load. So the inherited Python handlers are dropped at the fork, and a C
+    handler registered at the fork ends the process (``_exit``) once the handlers registered after it, the
+    module's own, have run. Python's teardown of its modules is not run: a crash there is seen only by the
+    per-process path (COMPATLAB_IMPORT_FORKSERVER=0).
+    """
+
+    _HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    def __init__(self) -> None:
+        atexit._clear()
+        self.status, self.armed = 0, False
+        self._libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+        self._handler = self._HANDLER(self._end)  # held here: the C library keeps only the pointer
+        register = getattr(self._libc, "__cxa_atexit", None)  # getattr: a dunder name would be mangled here
+        if register is None or register(self._handler, None, None) != 0:
+            self._libc = None  # not registered: the child ends by finalising, as the probe does
+
+    def _end(self, _arg: object) -> None:
+        if self.armed:  # the module's own exit(5) goes on as any exit does, to its own status
+            os._exit(self.status)
+
+    def exit(self, status: int) -> NoReturn:
+        self.status, self.armed = status, True
+        if self._libc is None:
+            raise SystemExit(status)
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        self._libc.exit(status)
+        os._exit(status)  # not reached: the handler above ends the process
 
 
 class _Job:
@@ -124,10 +177,36 @@ class _Job:
         }
 
 
+def _os_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise _Timeout
+
+
 class _Server:
     def __init__(self, requests: int, replies: int) -> None:
         self.requests = requests
         self.replies = replies
+        # Adoption: packages a child has just been forked to import are imported here too, so the children
+        # forked after it start with them (what an import of a package that needs them costs drops to its
+        # own part). A load whose own modules an adopted package imported is refused (the client asks a
+        # server that adopted nothing), so no module is ever loaded where its own package already is.
+        self.base = set(sys.modules)
+        self.imported: set[str] = set()  # every dotted prefix of a module imported here since the start
+        self.adopted: list[str] = []
+        self.closed = ""  # why no more children are forked here (an adoption initialised CUDA, or a thread)
+        self.closed_by = ""  # the package whose adoption closed it
+        self.threads = _os_threads()
+        self.threaded: list[str] = []  # adopted packages that started threads
         self.pending = b""
         self.jobs: dict[int, _Job] = {}  # by pid
         self.by_fd: dict[int, _Job] = {}
@@ -181,7 +260,61 @@ class _Server:
                     return code
         return None
 
+    def adoption(self) -> dict[str, Any]:
+        return {
+            "adopted": self.adopted,
+            "closed": self.closed,
+            "closed_by": self.closed_by,
+            "threaded": self.threaded,
+        }
+
+    def _refusal(self, request: dict[str, Any]) -> str:
+        if self.closed:
+            return self.closed
+        hit = sorted(str(n) for n in request.get("own") or [] if str(n) in self.imported)
+        return f"{', '.join(hit[:3])} imported here already, by an adopted package" if hit else ""
+
+    def _adopt(self, name: str, timeout: float) -> None:
+        """Import *name* here too (a child was forked to import it a moment ago): on failure, forget every
+        module it added; if it initialised CUDA, fork no more children; if it started a thread, name it."""
+        before = set(sys.modules)
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, max(timeout, 1.0))
+        ok = False
+        try:
+            importlib.import_module(name)
+            ok = True
+        except BaseException:  # noqa: BLE001 - whatever it raised, the child reports; here it is only undone
+            for module in set(sys.modules) - before:
+                sys.modules.pop(module, None)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        if _cuda_initialised():
+            self.closed, self.closed_by = f"importing {name} initialised CUDA", name
+            return
+        if ok:
+            self.adopted.append(name)
+        threads = _os_threads()
+        if threads > self.threads:  # forked children inherit none of them: said, and failures asked again
+            self.threaded.append(name)
+            self.threads = threads
+        for module in set(sys.modules) - self.base:
+            parts = module.split(".")
+            self.imported.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        gc.freeze()  # what it made is shared with the children too
+
     def _fork(self, request: dict[str, Any]) -> int | None:
+        refused = self._refusal(request)
+        if refused:
+            self.send({"id": request.get("id"), "refused": refused, **self.adoption()})
+            return None
+        code = self._fork_child(request)
+        if code is None and request.get("adopt") and request.get("name") and not request.get("path"):
+            self._adopt(str(request["name"]), float(request.get("timeout", 180.0)))
+        return code
+
+    def _fork_child(self, request: dict[str, Any]) -> int | None:
         pipes = {"stdout": os.pipe(), "stderr": os.pipe(), "record": os.pipe()}
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -204,6 +337,7 @@ class _Server:
         try:
             os.setsid()  # its own session and process group: a timeout kills all it started
             _die_with_parent()
+            exit_guard = _ExitGuard()
             if os.getppid() != server:  # the server died before the line above
                 os._exit(70)
             os.dup2(pipes["stdout"][1], 1)
@@ -221,14 +355,14 @@ class _Server:
             # A fresh interpreter would see what was installed since the server started: forget what the
             # finders cached (directory listings, and path entries that did not exist then).
             importlib.invalidate_caches()
+            os.environ.update({str(k): str(v) for k, v in (request.get("environ") or {}).items()})
             pre = [str(m) for m in request.get("pre") or []]
             record = steps(pre, request.get("path") or None, str(request.get("name") or ""))
             _write_all(record_fd, json.dumps(record).encode())
             os.close(record_fd)
         except BaseException:  # noqa: BLE001 - never let a child return into the server's loop
             os._exit(70)  # the server's own code failed in the child: an exit without a record
-        # Exit as the probe does, through the interpreter's finalisation.
-        return 0 if record["ok"] else 3
+        exit_guard.exit(0 if record["ok"] else 3)
 
     def _read_child(self, fd: int) -> None:
         job = self.by_fd[fd]
@@ -261,14 +395,15 @@ class _Server:
                 job.kill()  # what the child left behind in its group goes with it
                 del self.jobs[pid]
                 if self.open:
-                    self.send(job.reply())
+                    self.send({**job.reply(), **self.adoption()})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``[PRELOAD]``: run the server: import the prerequisites (comma-separated), say whether that worked,
-    then serve."""
+    """``[PRELOAD [ADOPT]]``: run the server: import the prerequisites (comma-separated), then adopt the
+    packages ADOPT (comma-separated; those a server before it adopted), say whether that worked, then serve."""
     args = sys.argv[1:] if argv is None else argv
     preload = args[0] if args else ""
+    adopt = [m for m in (args[1] if len(args) > 1 else "").split(",") if m]
     requests, replies = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -289,13 +424,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not record["ok"]:
         server.send({"ready": False, **record})
         return 0
-    server.send({"ready": True})
+    for name in adopt:
+        server._adopt(name, 180.0)
+    if server.closed:
+        server.send({"ready": False, "step": "adopt", "type": "RuntimeError", "message": server.closed})
+        return 0
+    server.send({"ready": True, **server.adoption()})
     code = server.serve()
     return 0 if code is None else code
 
 
 class ServerGone(Exception):
     """The fork server could not start, or died: the per-process path has to answer."""
+
+
+class Refused(Exception):
+    """The server forked no child for the load: an adopted package imported the module's own already, or
+    the server forks no more (``closed``). A server that adopts nothing has to answer."""
 
 
 class ForkServer:
@@ -316,6 +461,10 @@ class ForkServer:
         self._stderr: collections.deque[bytes] = collections.deque(maxlen=256)
         self._gone = ""
         self.seconds = 0.0  # how long the prerequisites took to import
+        self.adopted: list[str] = []  # packages the server imported itself (``load(adopt=True)``), as last told
+        self.closed = ""  # why it forks no more children, once it said so
+        self.closed_by = ""  # the package whose adoption closed it
+        self.threaded: list[str] = []  # adopted packages that started threads, as last told
         assert proc.stdout is not None
         assert proc.stderr is not None
         self._threads = [
@@ -331,11 +480,18 @@ class ForkServer:
 
     @classmethod
     def start(
-        cls, python: str, *, preload: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 180.0
+        cls,
+        python: str,
+        *,
+        preload: Sequence[str],
+        adopt: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        timeout: float = 180.0,
     ) -> ForkServer:
-        """Start a server that has imported *preload*; ServerGone (with the reason) if it could not."""
+        """Start a server that has imported *preload*, then adopted *adopt*; ServerGone (with the reason) if
+        it could not."""
         started = time.monotonic()
-        command = module_command(python, "forkserver", ",".join(preload), root=HERE)
+        command = module_command(python, "forkserver", ",".join(preload), ",".join(adopt), root=HERE)
         proc = subprocess.Popen(
             command.argv,
             cwd=command.cwd,
@@ -358,15 +514,48 @@ class ForkServer:
             server.close()
             raise ServerGone(f"{ready.get('step', '')} failed: {ready.get('type', '')}: {ready.get('message', '')}")
         server.seconds = time.monotonic() - started
+        server._told(ready)
         return server
 
+    def _told(self, reply: dict[str, Any]) -> None:
+        with self._lock:
+            if isinstance(reply.get("adopted"), list):
+                self.adopted = [str(n) for n in reply["adopted"]]
+            self.closed = str(reply.get("closed") or "") or self.closed
+            self.closed_by = str(reply.get("closed_by") or "") or self.closed_by
+            if isinstance(reply.get("threaded"), list):
+                self.threaded = [str(n) for n in reply["threaded"]]
+
     def load(
-        self, *, path: str | None, name: str, pre_import: Sequence[str] = (), timeout: float = 120.0
+        self,
+        *,
+        path: str | None,
+        name: str,
+        pre_import: Sequence[str] = (),
+        timeout: float = 120.0,
+        environ: Mapping[str, str] | None = None,
+        own: Sequence[str] = (),
+        adopt: bool = False,
     ) -> tuple[LoadFailure | None, Completed]:
-        """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter."""
+        """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter;
+        *environ* is set in the child's environment first (what the programs it starts see). *own*: the
+        modules of the module's own distribution (Refused when an adopted package imported one); *adopt*:
+        the server imports package *name* itself once the child is forked."""
         ident = next(self._ids)
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        request = {"id": ident, "path": path, "name": name, "pre": list(pre_import), "timeout": timeout}
+        request: dict[str, Any] = {
+            "id": ident,
+            "path": path,
+            "name": name,
+            "pre": list(pre_import),
+            "timeout": timeout,
+        }
+        if environ:
+            request["environ"] = dict(environ)
+        if own:
+            request["own"] = list(own)
+        if adopt:
+            request["adopt"] = True
         with self._lock:
             if self._gone:
                 raise ServerGone(self._gone)
@@ -384,6 +573,9 @@ class ForkServer:
         except concurrent.futures.TimeoutError:
             self.close()
             raise ServerGone(f"no answer for {path or name} within {timeout + 60:.0f} s") from None
+        self._told(reply)
+        if "refused" in reply:
+            raise Refused(str(reply["refused"]))
         done = Completed(
             argv=[
                 self._python,
@@ -397,6 +589,7 @@ class ForkServer:
             stderr=_stderr(reply),
             seconds=float(reply["seconds"]),
             timed_out=bool(reply["timed_out"]),
+            pid=int(reply["pid"]),
         )
         return classify_record(done, reply["record"]), done
 

@@ -32,6 +32,7 @@ class Completed:
     stderr: str
     seconds: float
     timed_out: bool = False
+    pid: int | None = None  # the process's id, where a caller needs it (a fork server's child: its log lines)
 
     @property
     def ok(self) -> bool:

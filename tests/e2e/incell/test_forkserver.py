@@ -54,6 +54,14 @@ def _cases(tmp: Path) -> list[Case]:
     pkg = tmp / "pypath" / "deep_gemm"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("import setuptools_that_is_not_there\n", encoding="utf-8")
+    # Imports, then crashes in a Python atexit handler of its own: the child runs the handlers registered
+    # after the fork (and only those: the server's are the same in every child).
+    exiter = tmp / "pypath" / "compatlab_exit_crasher"
+    exiter.mkdir()
+    (exiter / "__init__.py").write_text(
+        "import atexit, os, signal\natexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))\n",
+        encoding="utf-8",
+    )
     modules = {
         "good": ext_module(tmp, "good"),
         "abi": abi_broken_module(tmp / "abi", "abi"),
@@ -77,6 +85,7 @@ def _cases(tmp: Path) -> list[Case]:
         Case("compatlab_absent_pkg", None, "compatlab_absent_pkg"),
         Case("json", None, "json"),
         Case("deep_gemm", None, "deep_gemm"),
+        Case("compatlab_exit_crasher", None, "compatlab_exit_crasher"),
     ]
 
 
@@ -101,6 +110,7 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
         "import-error",
         "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'",
     ),
+    "compatlab_exit_crasher": ("signal", "compatlab_exit_crasher: crashed with SIGSEGV while loading"),
     "deep_gemm": (
         "missing-dependency",
         "deep_gemm imports setuptools_that_is_not_there, which is not installed: an undeclared dependency",
