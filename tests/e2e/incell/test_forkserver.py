@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from compatlab.incell import loadcheck
-from compatlab.incell.forkserver import ForkServer, ServerGone, enabled
+from compatlab.incell.forkserver import ForkServer, Refused, ServerGone, enabled
 from fixtures.sofix import abi_broken_module, compile_so, ext_module
 from fixtures.venvs import python_seeing
 
@@ -295,3 +295,54 @@ def test_real_torch_once_then_its_modules_as_per_process() -> None:
         ),
     }
     assert {k: _fields(v) for k, v in forked.items()} == {k: _fields(v) for k, v in alone.items()}
+
+
+def _package(root: Path, name: str, code: str) -> None:
+    folder = root / "pypath" / Path(*name.split("."))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "__init__.py").write_text(code, encoding="utf-8")
+
+
+def test_an_adopted_package_is_inherited_by_later_children_and_never_under_its_own(
+    tmp_path: Path, server: ForkServer
+) -> None:
+    _package(tmp_path, "compatlab_dep", "import os\nPID = os.getpid()\n")
+    said = tmp_path / "said"
+    _package(
+        tmp_path,
+        "compatlab_user",
+        "import os, compatlab_dep\n"
+        f"open({str(said)!r}, 'w').write('inherited' if compatlab_dep.PID != os.getpid() else 'imported')\n",
+    )
+    failure, _done = server.load(path=None, name="compatlab_dep", own=["compatlab_dep"], adopt=True)
+    assert failure is None
+    assert server.load(path=None, name="compatlab_user", own=["compatlab_user"])[0] is None
+    assert said.read_text(encoding="utf-8") == "inherited"  # imported once, by the server, before the fork
+    assert server.adopted == ["compatlab_dep"]
+    # The package's own modules are never loaded where it is imported already: refused, for the other server.
+    with pytest.raises(Refused, match="compatlab_dep imported here already"):
+        server.load(path=None, name="compatlab_dep", own=["compatlab_dep"])
+
+
+def test_an_adoption_that_fails_is_undone(tmp_path: Path, server: ForkServer) -> None:
+    _package(tmp_path, "compatlab_halfway", "import compatlab_halfway.part\nraise RuntimeError('halfway')\n")
+    (tmp_path / "pypath" / "compatlab_halfway" / "part.py").write_text("X = 1\n", encoding="utf-8")
+    failure, _done = server.load(path=None, name="compatlab_halfway", own=["compatlab_halfway"], adopt=True)
+    assert failure is not None
+    assert failure.message == "RuntimeError: halfway"
+    # Not adopted, and what it imported on the way (its part) forgotten: its loads are not refused.
+    again, _done = server.load(path=None, name="compatlab_halfway", own=["compatlab_halfway"])
+    assert again is not None
+    assert again.message == "RuntimeError: halfway"
+    assert server.adopted == []
+
+
+def test_a_package_that_starts_a_thread_is_named(tmp_path: Path, server: ForkServer) -> None:
+    _package(
+        tmp_path,
+        "compatlab_threader",
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n",
+    )
+    assert server.load(path=None, name="compatlab_threader", adopt=True)[0] is None
+    assert server.load(path=None, name="json")[0] is None  # the reply after the adoption tells it
+    assert (server.adopted, server.threaded) == (["compatlab_threader"], ["compatlab_threader"])
