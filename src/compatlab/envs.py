@@ -46,7 +46,7 @@ from compatlab.index.client import (
     page_url,
     version_of,
 )
-from compatlab.proc import Completed, run, which
+from compatlab.proc import Completed, incell_command, run, which
 from compatlab.runs.model import InstallRecord, StageState
 from compatlab.urls import Credentials, has_credentials, redact, redact_text, split
 
@@ -688,8 +688,6 @@ def canon(name: str) -> str:
 
 def inspect_environment(python: Path) -> Environment:
     """Run *python* once and read what it is and sees. UsageError when it is not a usable interpreter."""
-    from compatlab.stages.base import incell_command
-
     python = Path(os.path.abspath(python))  # the probe runs in another folder: a relative path would miss
     if not python.exists():
         raise UsageError(f"{python}: no such interpreter; pass --python PATH or --venv DIR of the environment")
@@ -791,7 +789,7 @@ def existing_cell(
     else:
         chosen = sorted(env.dists, key=str.lower)  # pure Python too: its import can fail as well
     stack = _stack_values(env, pins)
-    from compatlab.stages.site import cuda_of_torch
+    from compatlab.site import cuda_of_torch
 
     cuda = cuda_of_torch(env.torch_version_py, env.version_of("torch"))
     axis_values = list(stack)

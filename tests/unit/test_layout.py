@@ -14,7 +14,7 @@
   the lab adds to the cell), read from the source here and proven in tests/e2e/test_incell_imports.py by importing
   each module in a fresh interpreter that cannot import the lab's dependencies;
 - no program held in a string and run with ``python -c``: what runs with a cell's interpreter is a module
-  of incell/, run as one (``stages.base.incell_command``), so ruff, mypy and the rules above read it;
+  of incell/, run as one (``proc.incell_command``), so ruff, mypy and the rules above read it;
 - what an axis kind means is said once, in config/matrix.py's table: no other module spells the name,
   distribution or import name of a kind that is not required (sgl-kernel, flashinfer, sglang …), except
   incell/, which runs in the cell on the standard library alone and cannot read the table, and the stages

@@ -22,8 +22,9 @@ from packaging.utils import canonicalize_name
 from compatlab import envs
 from compatlab.incell.causes import CAUSES
 from compatlab.incell.context import PreviousStage, SuiteContext, TargetInfo
+from compatlab.proc import incell_path
 from compatlab.runs.model import StageResult, StageState
-from compatlab.stages.base import CellContext, cell_env, incell_path
+from compatlab.stages.base import CellContext, cell_env
 
 __all__ = ["ensure_pytest", "run_suite", "suite_context", "tools_overlay"]
 

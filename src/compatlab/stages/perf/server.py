@@ -30,8 +30,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from compatlab import net
 from compatlab.errors import LabError
+from compatlab.proc import tethered
 from compatlab.runs.model import StageState
-from compatlab.stages.base import tethered
 
 if TYPE_CHECKING:
     from compatlab.config.perf import ServerSpec
