@@ -34,7 +34,8 @@ from packaging.version import Version
 
 from compatlab import resolver
 from compatlab.cells import Cell, cell_id
-from compatlab.config.matrix import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue, Matrix, Report, Target
+from compatlab.config.axes import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue
+from compatlab.config.matrix import Matrix, Report, Target
 from compatlab.errors import LabError, UsageError
 from compatlab.index.client import (
     ACCEPT_PROJECT,

@@ -15,7 +15,7 @@
   each module in a fresh interpreter that cannot import the lab's dependencies;
 - no program held in a string and run with ``python -c``: what runs with a cell's interpreter is a module
   of incell/, run as one (``proc.incell_command``), so ruff, mypy and the rules above read it;
-- what an axis kind means is said once, in config/matrix.py's table: no other module spells the name,
+- what an axis kind means is said once, in config/axes.py's table: no other module spells the name,
   distribution or import name of a kind that is not required (sgl-kernel, flashinfer, sglang …), except
   incell/, which runs in the cell on the standard library alone and cannot read the table, and the stages
   that start SGLang's own server (serve, perf), which are about SGLang itself.
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeGuard
 
-from compatlab.config.matrix import AXIS_KINDS
+from compatlab.config.axes import AXIS_KINDS
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "compatlab"
@@ -284,7 +284,7 @@ KIND_NAMES = frozenset(
     if not kind.required and kind.package is not None
     for name in (axis, kind.package, *kind.imports)
 )
-KIND_TABLE = "compatlab.config.matrix"
+KIND_TABLE = "compatlab.config.axes"
 # incell/ cannot read the table; serve and perf start SGLang's server, and know it by name.
 KIND_EXEMPT = ("compatlab.incell", "compatlab.stages.serve", "compatlab.stages.perf")
 

@@ -27,7 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compatlab.config.matrix import AXIS_KINDS
+from compatlab.config.axes import AXIS_KINDS
 from compatlab.errors import LabError, UsageError
 from compatlab.incell.files import read_regular
 from compatlab.incell.loadcheck import CUDA_MAJOR_LIB as _CUDA_MAJOR_LIB  # the one table, shared with import
