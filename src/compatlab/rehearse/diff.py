@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from compatlab.envs import Environment
+from compatlab.existing import Environment
 from compatlab.incell.entries import import_entries
 from compatlab.runs.model import CellResult
 from compatlab.runs.rehearsal import Change, ModuleChange, ModuleState
