@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from compatlab.stages.perf.client import Target, run_level
 from compatlab.stages.perf.stage import ServerProcess, ServerSpec
+from compatlab.stages.sglang.client import Target, run_level
 
 CONCURRENCY = 8
 REQUESTS = 32

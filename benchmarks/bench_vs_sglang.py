@@ -3,7 +3,7 @@
 SGLang's client (``sglang.benchmark.serving``, the code behind ``python -m sglang.bench_serving``) runs from
 a throwaway venv: ``sglang`` installed without its dependencies, plus the few libraries its benchmark
 module imports (see ``DEPS``), driven by ``_sglang_bench_driver.py`` with a tiny word-level tokenizer made
-locally. Ours is ``compatlab.stages.perf.client``. For each server kind (a baseline: one token a step; EAGLE-3:
+locally. Ours is ``compatlab.stages.sglang.client``. For each server kind (a baseline: one token a step; EAGLE-3:
 verify steps of 1-4 tokens) and concurrency (1, 16), one stand-in serves both clients, alternating, a few
 rounds; the table shows the medians over rounds and how far ours is from SGLang's::
 
@@ -41,8 +41,8 @@ from typing import Any
 
 from compatlab.config.perf import ServerSpec
 from compatlab.proc import run
-from compatlab.stages.perf.client import Target, run_level
-from compatlab.stages.perf.server import ServerProcess
+from compatlab.stages.sglang.client import Target, run_level
+from compatlab.stages.sglang.server import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     agree = True
     print(
-        f"SGLang's client: sglang.benchmark.serving from sglang {version}; ours: compatlab.stages.perf.client; "
+        f"SGLang's client: sglang.benchmark.serving from sglang {version}; ours: compatlab.stages.sglang.client; "
         f"stand-in at {args.tok_s:g} tok/s per stream, prefill {args.ttft_ms:g} ms, {args.output_len} tokens, "
         f"medians of {args.rounds} rounds"
     )

@@ -26,17 +26,9 @@ from collections.abc import Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from compatlab.config.matrix import (
-    CUDA_AXIS,
-    FORCING_AXES,
-    PYTHON_AXIS,
-    AxisValue,
-    Matrix,
-    Rule,
-    RuleKind,
-    cuda_compatible,
-    size_problem,
-)
+from compatlab.config.axes import CUDA_AXIS, FORCING_AXES, PYTHON_AXIS, AxisValue, cuda_compatible
+from compatlab.config.matrix import Matrix, size_problem
+from compatlab.config.rules import Rule, RuleKind
 from compatlab.errors import ConfigError
 from compatlab.runs.planned import Planned, PlannedCell
 

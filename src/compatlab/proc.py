@@ -1,4 +1,6 @@
-"""Subprocesses for the lab: ``run`` (from ``incell.proc``, which the cell shares), ``which``, and signals.
+"""Subprocesses for the lab: ``run`` (from ``incell.proc``, which the cell shares), ``which``, signals, and
+the command that runs a module of ``compatlab.incell`` with a cell's interpreter (``incell_command``, in the
+folder ``incell_path()`` that holds ``compatlab.incell`` alone; ``tethered`` for one tied to this process).
 
 A cell runs in a process that nox started. SIGTERM and SIGHUP are handled like SIGINT (KeyboardInterrupt):
 ``run`` kills the running command's whole process group and waits for it on the way out, finished cells
@@ -8,19 +10,40 @@ process SIGTERM (Linux's parent-death signal), so an orphan never goes on to wri
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import errno
+import hashlib
+import importlib.resources
+import logging
 import os
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import FrameType
 
 from compatlab.errors import LabError
-from compatlab.incell.proc import Completed, run
+from compatlab.incell.proc import Completed, InCellCommand, module_command, run
 
-__all__ = ["Completed", "ProgramNotFound", "Terminated", "run", "signals_interrupt", "which"]
+__all__ = [
+    "Completed",
+    "InCellCommand",
+    "ProgramNotFound",
+    "Terminated",
+    "incell_command",
+    "incell_path",
+    "run",
+    "signals_interrupt",
+    "tethered",
+    "which",
+]
+
+log = logging.getLogger(__name__)
+_FALLBACK: list[Path] = []  # this process's private copy when the cache cannot be written
 
 
 class ProgramNotFound(LabError):
@@ -80,3 +103,96 @@ def signals_interrupt(*, parent_death: bool = True) -> Iterator[None]:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def incell_command(python: str | os.PathLike[str], module: str, *args: str) -> InCellCommand:
+    """``compatlab.incell.<module>`` run by *python* (a cell's, or the checked one) on the standard library,
+    its own packages and ``compatlab.incell`` only: ``incell.proc.module_command`` (which says how) in the
+    folder ``incell_path()``. Run its ``argv`` with its ``cwd``."""
+    return module_command(python, module, *args, root=incell_path())
+
+
+def tethered(
+    argv: Sequence[str], cwd: str | os.PathLike[str] | None = None, *, path: str | None = None
+) -> InCellCommand:
+    """*argv* run through ``compatlab.incell.tether``: started in *cwd* (default: this process's), its process
+    group ended when this process dies, ``kill -9`` included. Start the result with ``start_new_session``.
+    A program that is not there (on *path*, the PATH it will run with, for a bare name) raises here, as
+    starting it directly would (FileNotFoundError)."""
+    program = argv[0]
+    if os.sep in program:
+        found = program if os.access(program, os.X_OK) else None
+    else:
+        found = shutil.which(program, path=path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return incell_command(sys.executable, "tether", str(os.getpid()), os.fspath(cwd or os.getcwd()), "--", *argv)
+
+
+def incell_path(cache: Path | None = None) -> Path:
+    """A folder holding ``compatlab/incell`` and nothing else of the lab: a cell's ``PYTHONPATH`` for the
+    suites, the working directory of ``incell_command``.
+
+    The cell's interpreter must see the standard library and ``compatlab.incell`` only (never the lab's
+    dependencies, nor the rest of compatlab), from a checkout or an installed compatlab alike. The copy is
+    named by the content hash of the package, made once, and swapped in whole with a rename. Where the cache
+    cannot be written (a read-only ``$COMPATLAB_CACHE``), the copy goes to a temporary folder of this process,
+    with one warning.
+    """
+    package = importlib.resources.files("compatlab.incell")
+    files = sorted(
+        (str(Path(str(f)).relative_to(str(package))), f)
+        for f in _walk(package)
+        if not str(f).endswith((".pyc", ".pyo"))
+    )
+    digest = hashlib.sha256()
+    for rel, f in files:
+        digest.update(rel.encode() + b"\0" + f.read_bytes() + b"\0")
+    root = cache or Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")
+    dest = root / f"incell-{digest.hexdigest()[:16]}"
+    if (dest / "compatlab" / "incell" / "__init__.py").exists():
+        return dest
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return _copy_incell(root, dest, files)
+    except OSError as exc:
+        # A read-only or full cache (a shared CI machine's) costs a copy per process, never the cell.
+        if not _FALLBACK:
+            _FALLBACK.append(Path(tempfile.mkdtemp(prefix="compatlab-incell-")))
+            atexit.register(shutil.rmtree, _FALLBACK[0], ignore_errors=True)
+            log.warning(
+                "cannot write the cache %s (%s): compatlab.incell is copied to %s for this process only",
+                root,
+                exc.strerror or exc,
+                _FALLBACK[0],
+            )
+        private = _FALLBACK[0] / dest.name
+        if (private / "compatlab" / "incell" / "__init__.py").exists():
+            return private
+        return _copy_incell(_FALLBACK[0], private, files)
+
+
+def _copy_incell(root: Path, dest: Path, files: list[tuple[str, importlib.resources.abc.Traversable]]) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=".incell-", dir=root))
+    try:
+        (tmp / "compatlab").mkdir()
+        (tmp / "compatlab" / "__init__.py").write_text('"""compatlab, as a cell sees it: only compatlab.incell."""\n')
+        for rel, f in files:
+            out = tmp / "compatlab" / "incell" / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(f.read_bytes())
+        os.replace(tmp, dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / "compatlab" / "incell" / "__init__.py").exists():  # another run made it first: fine
+            raise
+    return dest
+
+
+def _walk(folder: importlib.resources.abc.Traversable) -> list[importlib.resources.abc.Traversable]:
+    out = []
+    for item in folder.iterdir():
+        if item.name == "__pycache__":
+            continue
+        out.extend(_walk(item) if item.is_dir() else [item])
+    return out

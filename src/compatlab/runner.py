@@ -24,8 +24,8 @@ from compatlab.cells import Cell, expand, planned
 from compatlab.config.matrix import Matrix
 from compatlab.config.serve import ServeConfig
 from compatlab.config.thresholds import Thresholds
-from compatlab.envs import Environment
 from compatlab.errors import UNWRITABLE, LabError, Unwritable, UsageError
+from compatlab.existing import Environment, existing_cell
 from compatlab.runs import store
 from compatlab.runs.model import (
     PREFLIGHT,
@@ -238,8 +238,8 @@ def existing_matrix(
     serve: ServeConfig | None = None,
     thresholds: Thresholds | None = None,
 ) -> tuple[Matrix, Cell]:
-    """*env* as a one-cell matrix (``envs.existing_cell``), with the ``[serve]`` and suite limits asked for."""
-    matrix, cell = envs.existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
+    """*env* as a one-cell matrix (``existing.existing_cell``), with the ``[serve]`` and suite limits asked for."""
+    matrix, cell = existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
     if serve is not None:
         matrix = dataclasses.replace(matrix, serve=serve)
     if thresholds is not None:

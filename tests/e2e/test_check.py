@@ -14,8 +14,8 @@ import pytest
 from compatlab.cli import main
 from compatlab.cli.check import run_check
 from compatlab.config.pins import parse_pins
-from compatlab.envs import Environment, inspect_environment
 from compatlab.errors import ConfigError, UsageError
+from compatlab.existing import Environment, inspect_environment
 from compatlab.incell import fakecuda
 from compatlab.runner import existing_stages
 from compatlab.runs.model import CellState, StageState

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from compatlab import envs
+from compatlab import envs, uv_failures
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix, load_matrix
+from compatlab.index import probe
 from compatlab.proc import Completed
 from fixtures.authindex import AuthIndex, serve_auth
 from fixtures.labutil import closed_port, uv_dir
@@ -140,13 +141,13 @@ def test_without_the_credentials_the_same_install_is_refused_as_an_error(tmp_pat
     matrix, cell = matrix_of(tmp_path, torch_index=index, default_index=index)
     plan, done = install(tmp_path, matrix, cell)
     assert not done.ok
-    assert envs.classify_uv_failure(done, plan) == (
+    assert uv_failures.classify_uv_failure(done, plan) == (
         "error",
         f"index failure: {index} needs credentials (HTTP 401 for torch's page); put them in the URL as "
         "https://user:password@host/…",
     )
     # Without the plan, uv's own hint still tells the refusal from an unsatisfiable stack.
-    assert envs.classify_uv_failure(done) == (
+    assert uv_failures.classify_uv_failure(done) == (
         "error",
         "index refused access: No solution found when resolving dependencies (hint: An index URL "
         f"({index}) could not be queried due to a lack of valid authentication credentials (401 Unauthorized))",
@@ -157,18 +158,18 @@ def test_a_pin_the_index_lacks_is_a_failure_that_lists_what_it_has(tmp_path: Pat
     index = with_creds(f"{auth_index.url}/priv/simple")
     matrix, cell = matrix_of(tmp_path, torch="2.9.2", torch_index=index, default_index=index)
     plan, done = install(tmp_path, matrix, cell)
-    assert envs.classify_uv_failure(done, plan) == (
+    assert uv_failures.classify_uv_failure(done, plan) == (
         "fail",
         f"torch 2.9.2 is not on http://***@{auth_index.url[7:]}/priv/simple; it has 2.9.0, 2.9.1, 2.10.0",
     )
-    assert envs.classify_uv_failure(done) == ("fail", "unsatisfiable: there is no version of torch==2.9.2")
+    assert uv_failures.classify_uv_failure(done) == ("fail", "unsatisfiable: there is no version of torch==2.9.2")
 
 
 def test_an_index_whose_whole_path_is_404_is_an_error(tmp_path: Path, auth_index: AuthIndex) -> None:
     good = with_creds(f"{auth_index.url}/priv/simple")
     matrix, cell = matrix_of(tmp_path, torch_index=f"{auth_index.url}/gone/simple", default_index=good)
     plan, done = install(tmp_path, matrix, cell)
-    assert envs.classify_uv_failure(done, plan) == (
+    assert uv_failures.classify_uv_failure(done, plan) == (
         "error",
         f"index failure: {auth_index.url}/gone/simple does not answer as a package index: HTTP 404 for its "
         "root and 404 for torch's page; check the URL",
@@ -179,7 +180,7 @@ def test_a_web_page_that_is_not_an_index_is_an_error(tmp_path: Path, auth_index:
     good = with_creds(f"{auth_index.url}/priv/simple")
     matrix, cell = matrix_of(tmp_path, torch_index=f"{auth_index.url}/site/simple", default_index=good)
     plan, done = install(tmp_path, matrix, cell)
-    assert envs.classify_uv_failure(done, plan) == (
+    assert uv_failures.classify_uv_failure(done, plan) == (
         "error",
         f"index failure: {auth_index.url}/site/simple does not answer as a package index: its root is an "
         "HTML page that is not a simple index (PEP 503); check the URL",
@@ -197,31 +198,31 @@ def test_a_project_the_index_does_not_have_is_a_failure(tmp_path: Path, auth_ind
         ),
     )
     plan, done = install(tmp_path, matrix, cell)
-    assert envs.classify_uv_failure(done, plan) == (
+    assert uv_failures.classify_uv_failure(done, plan) == (
         "fail",
         f"flashinfer-nightly is not on http://***@{auth_index.url[7:]}/priv/simple; the index has no such project",
     )
 
 
-def index_of(url: str) -> envs.Index:
-    return envs.Index.of("x", url)
+def index_of(url: str) -> probe.Index:
+    return probe.Index.of("x", url)
 
 
 def test_probe_tells_each_kind_of_index_apart(auth_index: AuthIndex) -> None:
     url = auth_index.url
     good = index_of(with_creds(f"{url}/priv/simple"))
-    assert envs.probe_index(good, "Torch") == envs.Listing(versions=("2.9.0", "2.9.1", "2.10.0"))
-    assert envs.probe_index(good, "triton") == envs.Listing(note="the index has no such project")
-    assert envs.probe_index(index_of(f"{url}/down/simple"), "torch") == envs.Listing(
+    assert probe.probe_index(good, "Torch") == probe.Listing(versions=("2.9.0", "2.9.1", "2.10.0"))
+    assert probe.probe_index(good, "triton") == probe.Listing(note="the index has no such project")
+    assert probe.probe_index(index_of(f"{url}/down/simple"), "torch") == probe.Listing(
         problem=f"{url}/down/simple answered HTTP 503 for torch's page"
     )
     wrong = index_of(f"http://{USER}:nope@{url[7:]}/priv/simple")
-    assert envs.probe_index(wrong, "torch") == envs.Listing(
+    assert probe.probe_index(wrong, "torch") == probe.Listing(
         problem=f"http://***@{url[7:]}/priv/simple refused the credentials (HTTP 401 for torch's page); check the "
         "user name and password"
     )
     port = closed_port()
-    assert envs.probe_index(index_of(f"http://127.0.0.1:{port}/simple"), "torch") == envs.Listing(
+    assert probe.probe_index(index_of(f"http://127.0.0.1:{port}/simple"), "torch") == probe.Listing(
         problem=f"http://127.0.0.1:{port}/simple is unreachable: [Errno 111] Connection refused"
     )
     # The credentials went to the index as basic auth, and only there.
@@ -230,9 +231,9 @@ def test_probe_tells_each_kind_of_index_apart(auth_index: AuthIndex) -> None:
 
 def test_probe_reads_pep_691_json(auth_index: AuthIndex) -> None:
     index = index_of(with_creds(f"{auth_index.url}/json/simple"))
-    assert envs.probe_index(index, "torch") == envs.Listing(versions=("2.9.0", "2.9.1", "2.10.0"))
+    assert probe.probe_index(index, "torch") == probe.Listing(versions=("2.9.0", "2.9.1", "2.10.0"))
     # Its root answers as PEP 691 JSON (with "meta"): a working index without that project.
-    assert envs.probe_index(index, "triton") == envs.Listing(note="the index has no such project")
+    assert probe.probe_index(index, "triton") == probe.Listing(note="the index has no such project")
 
 
 def test_probe_reads_a_file_index_with_local_versions_in_its_links(tmp_path: Path) -> None:
@@ -243,9 +244,9 @@ def test_probe_reads_a_file_index_with_local_versions_in_its_links(tmp_path: Pat
         '<a href="../../files/torch-2.9.1%2Bcu130-cp311-cp311-linux_x86_64.whl#sha256=00">x</a>'
         '<a href="torch-2.9.0.tar.gz">torch-2.9.0.tar.gz</a><a href="../">up</a></body></html>'
     )
-    index = envs.Index.of("x", (tmp_path / "simple").as_uri())
-    assert envs.probe_index(index, "torch") == envs.Listing(versions=("2.9.0", "2.9.1+cu130"))
-    assert envs.probe_index(index, "triton") == envs.Listing(
+    index = probe.Index.of("x", (tmp_path / "simple").as_uri())
+    assert probe.probe_index(index, "torch") == probe.Listing(versions=("2.9.0", "2.9.1+cu130"))
+    assert probe.probe_index(index, "triton") == probe.Listing(
         problem=f"{index.url} does not answer as a package index: HTTP 404 for its root and 404 for triton's "
         "page; check the URL"
     )
@@ -255,7 +256,7 @@ def test_the_versions_nearest_the_pin_are_listed_when_there_are_many(tmp_path: P
     page = tmp_path / "simple" / "torch"
     page.mkdir(parents=True)
     (page / "index.html").write_text("".join(f'<a href="torch-2.{m}.0-py3-none-any.whl">w</a>' for m in range(20)))
-    index = envs.Index.of("x", (tmp_path / "simple").as_uri())
+    index = probe.Index.of("x", (tmp_path / "simple").as_uri())
     plan = envs.InstallPlan(
         argv=[],
         files={},
@@ -264,7 +265,7 @@ def test_the_versions_nearest_the_pin_are_listed_when_there_are_many(tmp_path: P
         indexes=(index,),
         pins=(envs.Pin(package="torch", version="2.12.5", index=index),),
     )
-    assert envs.explain_unsatisfiable(plan) == (
+    assert uv_failures.explain_unsatisfiable(plan) == (
         "fail",
         (
             f"torch 2.12.5 is not on {index.url}; it has 2.8.0, 2.9.0, 2.10.0, 2.11.0, 2.12.0, 2.13.0, 2.14.0, "
@@ -273,7 +274,7 @@ def test_the_versions_nearest_the_pin_are_listed_when_there_are_many(tmp_path: P
     )
     present = dataclasses.replace(plan, pins=(envs.Pin(package="torch", version="2.12.0", index=index),))
     # Every pin is where it should be: the conflict is real, and uv's own words are the reason.
-    assert envs.explain_unsatisfiable(present) is None
+    assert uv_failures.explain_unsatisfiable(present) is None
 
 
 PYENV_SHIM = """#!/bin/sh
@@ -300,7 +301,7 @@ def test_a_pyenv_shim_for_a_version_not_activated_is_told_as_the_machine_fact_it
     done = envs.create_venv(tmp_path / "venv", python="3.97")
     assert not done.ok
     cell = Cell(id="c", values=())
-    said = envs.venv_failure(done, python="3.97", cell=cell)
+    said = uv_failures.venv_failure(done, python="3.97", cell=cell)
     assert said == (
         f"Python 3.97: uv found {shims / 'python3.97'}, a pyenv shim, and pyenv has 3.97.1 but has not activated "
         f"it ({tmp_path / 'pyenv' / 'versions' / '3.97.1' / 'bin' / 'python3.97'}); fix: `pyenv global <your "

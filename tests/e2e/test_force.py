@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab import envs
+from compatlab import envs, uv_failures
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix, load_matrix
 from compatlab.index.lock import resolve, write_lock
@@ -114,7 +114,7 @@ def test_unforced_the_pin_conflict_is_unsatisfiable_and_the_lock_names_it(tmp_pa
     assert not ok
     assert plan.overrides == []
     done = envs.run_install(plan, timeout=120)
-    assert envs.classify_uv_failure(done, plan)[0] == "fail"
+    assert uv_failures.classify_uv_failure(done, plan)[0] == "fail"
     shipped = cell(matrix, "torch2.14.1")
     assert (shipped.id, shipped.shipped, shipped.conflicts) == (SHIPPED, "sglang 0.5.23", ())
 

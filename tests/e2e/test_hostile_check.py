@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.envs import inspect_environment
+from compatlab.existing import inspect_environment
 from compatlab.incell import loadcheck
 
 

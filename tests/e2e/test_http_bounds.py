@@ -24,9 +24,9 @@ from compatlab.config.perf import Protocol, ServerSpec
 from compatlab.index import client
 from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
-from compatlab.stages.perf.client import Target, run_level
-from compatlab.stages.perf.server import ServerFailure, ServerProcess, group_members
 from compatlab.stages.serve.stage import run_serve_stage
+from compatlab.stages.sglang.client import Target, run_level
+from compatlab.stages.sglang.server import ServerFailure, ServerProcess, group_members
 from fixtures.badindex import BadIndex, serve_bad
 from fixtures.fakesglang import fake_sglang_venv
 from fixtures.hostile import hard_deadline

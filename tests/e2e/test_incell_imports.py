@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.stages.base import incell_path
+from compatlab.proc import incell_path
 
 PACKAGE = Path(incell_path()) / "compatlab" / "incell"
 INCELL = sorted(

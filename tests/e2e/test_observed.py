@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.cli.check import run_check
-from compatlab.envs import inspect_environment
+from compatlab.existing import inspect_environment
 from compatlab.incell import fakecuda
 from compatlab.incell.causes import CAUSES
 from compatlab.runs.model import CellResult, CellState, StageState

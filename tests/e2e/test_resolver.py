@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab import envs, resolver
+from compatlab import envs, resolver, uv_failures
 from compatlab.cells import Cell, expand
 from compatlab.config.matrix import Matrix, load_matrix
 from fixtures.labutil import uv_dir
@@ -118,7 +118,7 @@ def failed_install(tmp_path: Path, matrix: Matrix, cell: Cell) -> tuple[str, str
     envs.write_plan_files(plan, tmp_path / "spec")
     done = envs.run_install(plan, timeout=120)
     assert not done.ok
-    return envs.classify_uv_failure(done, plan)
+    return uv_failures.classify_uv_failure(done, plan)
 
 
 def test_a_conflict_is_told_as_the_packages_of_uvs_derivation_never_the_labs_project(tmp_path: Path, url: str) -> None:

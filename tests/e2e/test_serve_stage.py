@@ -22,8 +22,8 @@ from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
-from compatlab.stages.perf.server import group_members, port_is_free
 from compatlab.stages.serve.stage import run_serve_stage
+from compatlab.stages.sglang.server import group_members, port_is_free
 from fixtures.fakesglang import fake_sglang_venv
 
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_sglang"

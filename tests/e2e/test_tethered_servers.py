@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from compatlab.stages.perf.server import group_members
+from compatlab.stages.sglang.server import group_members
 
 TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"

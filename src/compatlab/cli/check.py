@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compatlab.envs import Environment
+from compatlab.existing import Environment
 from compatlab.render.packages import PackageRow
 from compatlab.runs.model import CellResult, CellState, StageState
 
@@ -166,8 +166,8 @@ def _execute(args: argparse.Namespace) -> int:
     from compatlab.config.pins import parse_pins
     from compatlab.config.serve import load_serve
     from compatlab.config.thresholds import parse_threshold_args, suite_thresholds
-    from compatlab.envs import count_gpus, inspect_environment
     from compatlab.errors import UsageError
+    from compatlab.existing import count_gpus, inspect_environment
     from compatlab.incell.cudacompat import parse_driver
     from compatlab.runs.model import StageResult
 

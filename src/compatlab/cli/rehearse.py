@@ -91,8 +91,8 @@ def execute(args: argparse.Namespace) -> int:
 
 def _execute(args: argparse.Namespace) -> int:
     from compatlab.cli.check import check_targets
-    from compatlab.envs import count_gpus, inspect_environment
     from compatlab.errors import UsageError
+    from compatlab.existing import count_gpus, inspect_environment
     from compatlab.rehearse import parse_request, rehearse
     from compatlab.render.rehearsal import rehearsal_lines
     from compatlab.runs.rehearsal import Outcome

@@ -15,7 +15,7 @@ import errno
 import os
 import stat
 
-__all__ = ["TEXT_LIMIT", "read_regular", "read_text"]
+__all__ = ["TEXT_LIMIT", "is_elf", "read_regular", "read_text"]
 
 # The most read of one text file of an installed distribution (torch's RECORD is ~2 MB, its largest .py ~1 MB).
 TEXT_LIMIT = 64 << 20
@@ -46,3 +46,17 @@ def read_regular(path: str | os.PathLike[str], *, limit: int = TEXT_LIMIT) -> by
 def read_text(path: str | os.PathLike[str], *, limit: int = TEXT_LIMIT) -> str:
     """:func:`read_regular` decoded as UTF-8, undecodable bytes replaced (METADATA, RECORD, WHEEL)."""
     return read_regular(path, limit=limit).decode("utf-8", "replace")
+
+
+def is_elf(path: str | os.PathLike[str]) -> bool:
+    """Whether *path* is a regular file (symlinks followed) starting with the ELF magic; reads four bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == b"\x7fELF"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -1,6 +1,6 @@
 """What an interpreter is and sees, as one JSON object on stdout: run with the interpreter to be read.
 
-``python -m compatlab.incell.inspect_env [NAME ...]`` (``stages.base.incell_command``) prints::
+``python -m compatlab.incell.inspect_env [NAME ...]`` (``proc.incell_command``) prints::
 
     {"python": sys.executable, "version": "3.11.9", "prefix": ..., "base_prefix": ..., "purelib": ...,
      "platlib": ..., "path": sys.path, "pytest": bool, "pip": bool,

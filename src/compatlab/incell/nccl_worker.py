@@ -1,7 +1,7 @@
 """The NCCL suite's rank worker: the code that runs inside each rank's process.
 
 It runs in a cell's venv with torch and the standard library only, so the module's top level imports
-nothing else: ``python -m compatlab.incell.nccl_worker CONFIG RANK`` (``stages.base.incell_command``). The
+nothing else: ``python -m compatlab.incell.nccl_worker CONFIG RANK`` (``proc.incell_command``). The
 parent side imports the constants and the test hook from here, so both halves agree on them.
 """
 

@@ -57,7 +57,7 @@ class InCellCommand:
     cwd: str
 
 
-# The folder this compatlab.incell was imported from: in a cell, the lab's copy of the package (stages/base.py's
+# The folder this compatlab.incell was imported from: in a cell, the lab's copy of the package (proc.py's
 # ``incell_path``), which holds nothing else of the lab.
 HERE = str(Path(__file__).resolve().parents[2])
 
@@ -67,7 +67,7 @@ def module_command(
 ) -> InCellCommand:
     """The one way a program of ``compatlab.incell`` runs in a cell: ``python -E -s -B -u -m
     compatlab.incell.<module> ARGS`` in the folder *root*, which holds ``compatlab/incell`` and nothing else of
-    the lab (the lab passes ``stages.base.incell_path()``; code already in a cell passes ``HERE``).
+    the lab (the lab passes ``proc.incell_path()``; code already in a cell passes ``HERE``).
 
     The interpreter sees the standard library, its own site-packages and *root*, nothing else:
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from compatlab.config.axes import AXIS_KINDS, Axis
 from compatlab.config.lock import (
     Lock,
     LockedAxis,
@@ -27,7 +28,7 @@ from compatlab.config.lock import (
     lock_path,
     pins_on,
 )
-from compatlab.config.matrix import AXIS_KINDS, Axis, Matrix
+from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError
 from compatlab.index import client
 from compatlab.urls import redact

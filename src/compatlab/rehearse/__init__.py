@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from compatlab.envs import Environment
 from compatlab.errors import LabError
+from compatlab.existing import Environment
 from compatlab.rehearse.copy import UntouchedError, copy_environment, remove_copy
 from compatlab.rehearse.request import Request, parse_request, pip_conf_indexes
 from compatlab.runs.model import CellResult, CellState
@@ -86,9 +86,11 @@ def _attempt(
     held: Mapping[str, str] | None = None,
 ) -> Attempt:
     """Apply *request* (with *held* as a constraints file) to a fresh copy of *env*, judge it, compare."""
-    from compatlab.envs import classify_uv_failure, inspect_environment, uv_env
+    from compatlab.envs import uv_env
+    from compatlab.existing import inspect_environment
     from compatlab.proc import run, which
     from compatlab.rehearse import diff
+    from compatlab.uv_failures import classify_uv_failure
 
     out.mkdir(parents=True, exist_ok=True)
     constraints: Path | None = None
@@ -158,7 +160,7 @@ def _safer_holds(
     env: Environment, before: CellResult, request: Request, first: Attempt
 ) -> list[tuple[str, dict[str, str]]]:
     """The safer requests to try, in order, each as (label, {name: version held})."""
-    from compatlab.envs import canon
+    from compatlab.existing import canon
     from compatlab.rehearse.diff import module_verdicts
 
     asked = {canon(p) for p in request.packages}

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from compatlab.envs import Environment
+from compatlab.existing import Environment
 from compatlab.incell.entries import import_entries
 from compatlab.runs.model import CellResult
 from compatlab.runs.rehearsal import Change, ModuleChange, ModuleState
-from compatlab.stages.site import dists_by_name
+from compatlab.site import dists_by_name
 
 __all__ = ["ModuleVerdict", "broken_pins", "changes", "diff_modules", "module_verdicts"]
 

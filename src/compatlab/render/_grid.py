@@ -18,7 +18,7 @@ from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, Sh
 log = logging.getLogger(__name__)
 
 # How an axis is named in headings; anything else is shown as written. render/ reads runs/ only, so the
-# non-package axis kinds of config/matrix.py's table are named here, and a test holds the two together.
+# non-package axis kinds of config/axes.py's table are named here, and a test holds the two together.
 AXIS_TITLES: Mapping[str, str] = {"cuda": "CUDA", "python": "Python"}
 # The layout of a run that records none: config/matrix.py's Report defaults (no columns: every axis the
 # rows and tables leave goes in the columns, in the matrix's order).

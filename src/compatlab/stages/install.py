@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compatlab import envs
+from compatlab import envs, uv_failures
 from compatlab.runs.model import InstallRecord, StageResult, StageState
 from compatlab.stages.base import CellContext
 
@@ -36,7 +36,7 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, InstallRecord]:
     python = envs.cell_interpreter(ctx.matrix, ctx.cell)
     made = envs.create_venv(ctx.venv, python=python)
     if not made.ok:
-        why = envs.venv_failure(made, python=python, cell=ctx.cell)
+        why = uv_failures.venv_failure(made, python=python, cell=ctx.cell)
         return (
             StageResult(
                 name="install",
@@ -59,7 +59,7 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, InstallRecord]:
         "uv_seconds": round(done.seconds, 3),
     }
     if not done.ok:
-        state, why = envs.classify_uv_failure(done, plan)
+        state, why = uv_failures.classify_uv_failure(done, plan)
         return StageResult(
             name="install", state=state, reason=why, details=details, seconds=time.monotonic() - start
         ), record

@@ -30,7 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from compatlab.stages.site import SiteDist, is_shared_object
+from compatlab.site import SiteDist, is_shared_object
 
 __all__ = ["Clash", "file_clashes", "requirement_chain"]
 

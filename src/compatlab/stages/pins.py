@@ -16,9 +16,9 @@ from packaging.version import InvalidVersion, Version
 
 from compatlab.incell.cudacompat import FAMILY_MIN_DRIVER
 from compatlab.runs.model import StageResult, StageState
+from compatlab.site import SiteDist, dists_by_name, python_version_of, torch_cuda
 from compatlab.stages import owners
 from compatlab.stages.base import CellContext
-from compatlab.stages.site import SiteDist, dists_by_name, python_version_of, torch_cuda
 
 __all__ = ["broken_requirements", "cuda_major_of", "run_pins_stage"]
 

@@ -19,11 +19,12 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from compatlab import envs
+from compatlab import envs, uv_failures
 from compatlab.incell.causes import CAUSES
 from compatlab.incell.context import PreviousStage, SuiteContext, TargetInfo
+from compatlab.proc import incell_path
 from compatlab.runs.model import StageResult, StageState
-from compatlab.stages.base import CellContext, cell_env, incell_path
+from compatlab.stages.base import CellContext, cell_env
 
 __all__ = ["ensure_pytest", "run_suite", "suite_context", "tools_overlay"]
 
@@ -128,7 +129,7 @@ def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | Non
             return StageResult(
                 name="suite-setup",
                 state=StageState.ERROR,
-                reason="could not add pytest to the cell's venv: " + envs.last_line(done.stderr),
+                reason="could not add pytest to the cell's venv: " + uv_failures.last_line(done.stderr),
                 details={"argv": done.argv, "stderr": done.stderr[-4000:]},
                 seconds=done.seconds,
             )
@@ -288,7 +289,7 @@ def run_suite(
         data = json.loads(out_file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         sig = done.signal_name
-        tail = envs.last_line(done.stderr or done.stdout)
+        tail = uv_failures.last_line(done.stderr or done.stdout)
         reason = (
             f"the {name} suite's interpreter died by {sig}"
             if sig

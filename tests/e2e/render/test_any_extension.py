@@ -15,7 +15,8 @@ from pathlib import Path
 
 from compatlab import envs
 from compatlab.cells import expand, planned
-from compatlab.config.matrix import AXIS_KINDS, NON_PACKAGE_AXES, Matrix, Report, load_matrix
+from compatlab.config.axes import AXIS_KINDS, NON_PACKAGE_AXES
+from compatlab.config.matrix import Matrix, Report, load_matrix
 from compatlab.host import host_facts
 from compatlab.render import render_run
 from compatlab.render._grid import AXIS_TITLES, DEFAULT_REPORT, load

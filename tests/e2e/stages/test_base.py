@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.stages.base import incell_command, incell_path
+from compatlab.proc import incell_command, incell_path
 from fixtures.venvs import python_seeing
 
 

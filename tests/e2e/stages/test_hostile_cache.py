@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from compatlab import proc
 from compatlab.incell import fakecuda
-from compatlab.stages import base
 from compatlab.stages.static.elf import ElfCache
 from fixtures.hostile import versioned_so
 
@@ -20,14 +20,14 @@ def unwritable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "plain-file").write_text("not a folder\n", encoding="utf-8")
     cache = tmp_path / "plain-file" / "cache"
     monkeypatch.setenv("COMPATLAB_CACHE", str(cache))
-    monkeypatch.setattr(base, "_FALLBACK", [], raising=False)
+    monkeypatch.setattr(proc, "_FALLBACK", [], raising=False)
     return cache
 
 
 def test_the_incell_copy_falls_back_to_a_private_folder(unwritable: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        first = base.incell_path()
-        again = base.incell_path()
+        first = proc.incell_path()
+        again = proc.incell_path()
     assert first == again
     assert (first / "compatlab" / "incell" / "loadcheck.py").is_file()
     assert not first.is_relative_to(unwritable.parent)

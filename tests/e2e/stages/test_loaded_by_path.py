@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.cli.check import run_check
-from compatlab.envs import inspect_environment
+from compatlab.existing import inspect_environment
 from compatlab.incell import fakecuda
 from compatlab.runs.model import StageState
 from fixtures.sofix import compile_so

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.envs import existing_cell, inspect_environment
+from compatlab.existing import existing_cell, inspect_environment
 from compatlab.stages.base import CellContext
 from compatlab.stages.pins import run_pins_stage
 from fixtures.wheels import build_wheel, venv_with

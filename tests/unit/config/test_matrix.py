@@ -10,7 +10,8 @@ import pytest
 
 from compatlab.cells import expand
 from compatlab.cli import main
-from compatlab.config.matrix import AXIS_KINDS, Report, axis_of_package, load_matrix
+from compatlab.config.axes import AXIS_KINDS, axis_of_package
+from compatlab.config.matrix import Report, load_matrix
 from compatlab.config.nccl import NcclThresholds
 from compatlab.config.thresholds import Thresholds, suite_thresholds
 from compatlab.errors import ConfigError

@@ -8,7 +8,7 @@ and says which rank was stuck where. Without GPUs the same suite runs on the glo
 
 This module has two halves. The parent (``run_nccl``, ``run_nccl_stage``, ``main``) runs in the lab. The
 worker (``compatlab.incell.nccl_worker``) runs in a cell's venv with torch and the standard library only,
-started as every in-cell program is (``stages.base.incell_command``), as is the probe of what torch sees
+started as every in-cell program is (``proc.incell_command``), as is the probe of what torch sees
 (``compatlab.incell.nccl_probe``).
 """
 
@@ -36,8 +36,8 @@ from compatlab.incell.nccl_worker import GIB, HOOK_ENV, OPS, NcclHook, human_byt
 # Importable from here before the worker moved out (tests import MIB); explicit re-exports for mypy.
 from compatlab.incell.nccl_worker import MIB as MIB  # noqa: PLC0414
 from compatlab.incell.nccl_worker import PHASES as PHASES  # noqa: PLC0414
+from compatlab.proc import incell_command, tethered
 from compatlab.runs.model import StageState
-from compatlab.stages.base import incell_command, tethered
 from compatlab.stages.nccl.model import NcclReport
 from compatlab.stages.nccl.ranks import RankProcess, watch_ranks
 from compatlab.stages.nccl.report import (

@@ -43,8 +43,8 @@ from compatlab.errors import ConfigError
 from compatlab.proc import ProgramNotFound
 from compatlab.runs.model import StageResult, StageState, write_json_atomic
 from compatlab.stages.base import CellContext, cell_env
-from compatlab.stages.perf.client import STATS, LevelResult, Target, run_level
-from compatlab.stages.perf.server import (
+from compatlab.stages.sglang.client import STATS, LevelResult, Target, run_level
+from compatlab.stages.sglang.server import (
     NOT_LOGGED,
     ServerFailure,
     ServerProcess,

@@ -16,7 +16,7 @@ The verdict: pass when both servers do all of it. fail names the cause from the 
 root exception and the package it came from, see ``causes.py``). error for what is not the stack's
 fault: a time-out, out of GPU memory, a port in use, a model file [serve] names that is not there, an
 answer the lab cannot believe (JSON of the wrong shape, over a size cap, a token count other than asked:
-``compatlab.net``, ``perf/client.py``).
+``compatlab.net``, ``sglang/client.py``).
 What SGLang compiles at start is cached per exact stack, driver and arch (``jit_cache``), shared by the two
 servers, and kept between runs that passed: a second run pays no JIT.
 Figures (start-up seconds, GPU memory, tok/s and TTFT at each level) are those of the stack's kernels on
@@ -47,10 +47,10 @@ from compatlab.incell.files import read_text
 from compatlab.incell.proc import run
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages.base import CellContext, cell_env
-from compatlab.stages.perf.client import LevelResult, Target, run_level
-from compatlab.stages.perf.server import ServerFailure, ServerProcess, check_speculation, group_members
 from compatlab.stages.serve.causes import Cause, Phase, find_cause
 from compatlab.stages.serve.model import ModelFiles, SetupError, make_model
+from compatlab.stages.sglang.client import LevelResult, Target, run_level
+from compatlab.stages.sglang.server import ServerFailure, ServerProcess, check_speculation, group_members
 
 __all__ = ["Gpu", "logged_accept_length", "probe_gpus", "run_serve_stage"]
 

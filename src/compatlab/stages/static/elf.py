@@ -30,7 +30,6 @@ by hard link, so one torch build is hashed once per machine, not once per cell).
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import json
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from compatlab.errors import LabError
+from compatlab.incell.files import is_elf
 from compatlab.stages.static.fatbin import FATBIN_SECTIONS, FatbinError, parse_fatbin
 
 __all__ = [
@@ -62,7 +62,6 @@ __all__ = [
     "is_elf",
     "open_regular",
     "read_elf",
-    "record_sha256",
     "sha256_file",
 ]
 
@@ -154,15 +153,6 @@ def open_regular(path: Path | str) -> IO[bytes]:
         raise
 
 
-def is_elf(path: Path) -> bool:
-    """Whether *path* is a regular file starting with the ELF magic (cheap; reads four bytes)."""
-    try:
-        with open_regular(path) as fh:
-            return fh.read(4) == b"\x7fELF"
-    except (NotElf, OSError):
-        return False
-
-
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a regular file's content (NotElf for a FIFO, a device or a directory)."""
     with open_regular(path) as fh:
@@ -178,17 +168,6 @@ def _sha256_fh(fh: IO[bytes], size: int) -> str:
         h.update(chunk)
         left -= len(chunk)
     return h.hexdigest()
-
-
-def record_sha256(value: str) -> str | None:
-    """Hex digest of a RECORD hash field (``sha256=<urlsafe base64>``), or None for other algorithms."""
-    algo, _, digest = value.partition("=")
-    if algo != "sha256" or not digest:
-        return None
-    try:
-        return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
-    except ValueError:
-        return None
 
 
 def demangle(name: str) -> str:

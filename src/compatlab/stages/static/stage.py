@@ -27,15 +27,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compatlab.config.matrix import AXIS_KINDS
+from compatlab.config.axes import AXIS_KINDS
 from compatlab.errors import LabError, UsageError
 from compatlab.incell.files import read_regular
 from compatlab.incell.loadcheck import CUDA_MAJOR_LIB as _CUDA_MAJOR_LIB  # the one table, shared with import
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, dotted_name, package_of
 from compatlab.runs.model import StageResult, StageState
-from compatlab.stages.base import CellContext, cell_env
-from compatlab.stages.site import (
+from compatlab.site import (
     SiteDist,
     declared_tops,
     is_extension,
@@ -44,7 +43,8 @@ from compatlab.stages.site import (
     read_site_dists,
     walk_modules,
 )
-from compatlab.stages.site import torch_cuda as site_torch_cuda
+from compatlab.site import torch_cuda as site_torch_cuda
+from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.static.elf import ElfCache, UndefinedSymbol, demangle
 from compatlab.stages.static.families import family_mixes
 from compatlab.stages.static.fatbin import coverage, parse_arch

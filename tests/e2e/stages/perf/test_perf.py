@@ -24,7 +24,6 @@ from compatlab.config.matrix import parse_matrix
 from compatlab.errors import ConfigError
 from compatlab.runs.model import StageState
 from compatlab.stages.base import CellContext
-from compatlab.stages.perf.client import Target, run_level
 from compatlab.stages.perf.stage import (
     FIELD_META,
     FIELD_SERVER,
@@ -38,6 +37,7 @@ from compatlab.stages.perf.stage import (
     run_perf,
     run_perf_stage,
 )
+from compatlab.stages.sglang.client import Target, run_level
 
 SRC = str(Path(__file__).resolve().parents[3])  # tests/, where fixtures lives
 # Runs the stand-in without relying on PYTHONPATH (a cell's environment drops it).

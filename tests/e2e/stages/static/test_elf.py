@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import shutil
@@ -18,7 +17,6 @@ from compatlab.stages.static.elf import (
     UndefinedSymbol,
     demangle,
     read_elf,
-    record_sha256,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -107,14 +105,6 @@ def test_demangle() -> None:
     )
     assert demangle("cudaMalloc") == "cudaMalloc"
     assert demangle("_Znot-a-symbol") == "_Znot-a-symbol"
-
-
-def test_record_sha256(tmp_path: Path) -> None:
-    data = b"hello"
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    assert record_sha256(f"sha256={digest}") == hashlib.sha256(data).hexdigest()
-    assert record_sha256("md5=abc") is None
-    assert record_sha256("") is None
 
 
 def test_cache_reads_each_content_once(built: dict[str, Path], tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""One perf server's life: started in its own process group, polled for health, always stopped.
+"""One SGLang server's life (perf's, serve's): in its own process group, polled for health, always stopped.
 
 SGLang's lifecycle, which this follows: the port stays closed while the model loads; then ``/health`` and
 ``/health_generate`` answer 503 until SGLang's own warm-up request is done; ``/model_info`` and
@@ -30,8 +30,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from compatlab import net
 from compatlab.errors import LabError
+from compatlab.proc import tethered
 from compatlab.runs.model import StageState
-from compatlab.stages.base import tethered
 
 if TYPE_CHECKING:
     from compatlab.config.perf import ServerSpec

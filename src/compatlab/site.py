@@ -2,11 +2,13 @@
 
 The one reader of a site-packages folder for every stage: the pins stage reads its distributions and
 requirements here, the static stage its files and hashes, and both ask ``torch_cuda`` which CUDA torch was
-built for (torch/version.py, else the +cuXY local tag), as ``compatlab check`` does for an existing environment.
+built for (torch/version.py, else the +cuXY local tag), as ``compatlab check`` does for an existing environment
+(``cuda_of_torch``). Below the stages and the existing environment alike, it imports only ``compatlab.incell``.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import re
@@ -14,8 +16,7 @@ from collections.abc import Sequence
 from email.parser import HeaderParser
 from pathlib import Path
 
-from compatlab.incell.files import read_regular, read_text
-from compatlab.stages.static.elf import is_elf, record_sha256
+from compatlab.incell.files import is_elf, read_regular, read_text
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -32,6 +33,17 @@ class SiteDist:
     def canonical(self) -> str:
         """The name as PEP 503 compares names (``Flashinfer_Python`` is ``flashinfer-python``)."""
         return re.sub(r"[-_.]+", "-", self.name).lower()
+
+
+def record_sha256(value: str) -> str | None:
+    """Hex digest of a RECORD hash field (``sha256=<urlsafe base64>``), or None for other algorithms."""
+    algo, _, digest = value.partition("=")
+    if algo != "sha256" or not digest:
+        return None
+    try:
+        return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    except ValueError:
+        return None
 
 
 def read_site_dists(sp: Path) -> tuple[list[SiteDist], dict[str, tuple[str, int]]]:
