@@ -198,9 +198,9 @@ def test_who_may_import_whom() -> None:
     assert bad == []
 
 
-# What runs/ may import of compatlab besides itself: errors, urls, and the cause table (incell/causes.py), leaves
-# on the standard library alone.
-RUNS_MAY_IMPORT = ("compatlab.errors", "compatlab.urls", "compatlab.incell.causes")
+# What runs/ may import of compatlab besides itself: errors, urls, the cause table (incell/causes.py) and the
+# import stage's entry (incell/entries.py, read by runs/records/suite.py), leaves on the standard library alone.
+RUNS_MAY_IMPORT = ("compatlab.errors", "compatlab.urls", "compatlab.incell.causes", "compatlab.incell.entries")
 
 
 def test_runs_imports_nothing_above_it() -> None:
@@ -285,8 +285,9 @@ KIND_NAMES = frozenset(
     for name in (axis, kind.package, *kind.imports)
 )
 KIND_TABLE = "compatlab.config.matrix"
-# incell/ cannot read the table; serve and perf start SGLang's server, and know it by name.
-KIND_EXEMPT = ("compatlab.incell", "compatlab.stages.serve", "compatlab.stages.perf")
+# incell/ cannot read the table; serve and perf start SGLang's server, and know it by name (and so does the
+# serve stage's record, which keeps the SGLang version it served with).
+KIND_EXEMPT = ("compatlab.incell", "compatlab.stages.serve", "compatlab.stages.perf", "compatlab.runs.records.serve")
 
 
 def test_only_the_axis_kind_table_spells_a_kinds_names() -> None:
