@@ -68,7 +68,11 @@ def test_the_pins_record_types_what_the_readers_read() -> None:
     assert pins.warnings == (pins.broken_requirements[0].text,)
     assert (pins.torch_cuda, pins.cell_cuda, pins.cuda_packages) == (None, None, None)
     clash = PinsDetails.of(stage("pymongo-and-bson", "pins")).file_clashes[0]
-    assert (clash.owners, clash.fails, clash.examples[0]) == (("bson 0.5.10", "pymongo 4.10.1"), True, "bson/__init__.py")
+    assert (clash.owners, clash.fails, clash.examples[0]) == (
+        ("bson 0.5.10", "pymongo 4.10.1"),
+        True,
+        "bson/__init__.py",
+    )
 
 
 def test_the_observed_clash_is_the_stored_one() -> None:
@@ -135,7 +139,10 @@ def test_the_perf_report_writes_its_record() -> None:
         {"eagle3-trial1": "ready"},
     )
     assert same_bytes(perf.to_details(), result.details)
-    assert [(f.name, f.value, f.rank) for f in figures_of(result)] == [("speedup_c1", 1.4, 1), ("eagle3_tok_s_c1", 96.0, 2)]
+    assert [(f.name, f.value, f.rank) for f in figures_of(result)] == [
+        ("speedup_c1", 1.4, 1),
+        ("eagle3_tok_s_c1", 96.0, 2),
+    ]
 
 
 def test_figures_leave_out_what_is_not_a_finite_number() -> None:
