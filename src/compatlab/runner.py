@@ -37,6 +37,9 @@ from compatlab.runs.model import (
     StageState,
     cell_state,
 )
+from compatlab.runs.records.common import Notes
+from compatlab.runs.records.install import InstallDetails
+from compatlab.runs.records.suite import SuiteDetails
 from compatlab.runs.store import RunFolder
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, blame, install
 from compatlab.stages.base import blocked
@@ -489,7 +492,7 @@ def conclude(
         )
     inst = ctx.stage("install")
     if inst is not None:
-        attempts = int(inst.details.get("attempts", 1))
+        attempts = InstallDetails.of(inst).attempts or 1
     return CellResult(
         id=ctx.cell.id,
         axes=ctx.cell.axes if axes is None else axes,
@@ -532,9 +535,10 @@ def amber_reason(stages: Sequence[StageResult]) -> str:
         if s.state not in (StageState.PASS, StageState.WARN):
             continue
         ran.append(s.name)
-        warnings += len(s.details.get("warnings") or []) if s.state == StageState.WARN else 0
-        if s.name == "import" and isinstance(s.details.get("loaded"), int) and isinstance(s.details.get("total"), int):
-            ran[-1] += f" ({s.details['loaded']}/{s.details['total']} modules load)"
+        warnings += len(Notes.of(s).warnings) if s.state == StageState.WARN else 0
+        counted = SuiteDetails.of(s) if s.name == "import" else None
+        if counted is not None and counted.loaded is not None and counted.total is not None:
+            ran[-1] += f" ({counted.loaded}/{counted.total} modules load)"
     groups: list[tuple[list[str], str]] = []
     for s in stages:
         if s.state != StageState.SKIP or not s.required:

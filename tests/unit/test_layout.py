@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -308,9 +309,9 @@ def test_no_source_file_is_over_max_lines() -> None:
     assert sorted(OVER_MAX_LINES - set(over)) == [], f"no longer over {MAX_LINES} lines: take it out of OVER_MAX_LINES"
 
 
-# What runs/ may import of compatlab besides itself: errors, urls, and the cause table (incell/causes.py), leaves
-# on the standard library alone.
-RUNS_MAY_IMPORT = ("compatlab.errors", "compatlab.urls", "compatlab.incell.causes")
+# What runs/ may import of compatlab besides itself: errors, urls, the cause table (incell/causes.py) and the
+# import stage's entry (incell/entries.py, read by runs/records/suite.py), leaves on the standard library alone.
+RUNS_MAY_IMPORT = ("compatlab.errors", "compatlab.urls", "compatlab.incell.causes", "compatlab.incell.entries")
 
 
 def test_runs_imports_nothing_above_it() -> None:
@@ -395,8 +396,9 @@ KIND_NAMES = frozenset(
     for name in (axis, kind.package, *kind.imports)
 )
 KIND_TABLE = "compatlab.config.axes"
-# incell/ cannot read the table; serve and perf start SGLang's server, and know it by name.
-KIND_EXEMPT = ("compatlab.incell", "compatlab.stages.serve", "compatlab.stages.perf")
+# incell/ cannot read the table; serve and perf start SGLang's server, and know it by name (and so does the
+# serve stage's record, which keeps the SGLang version it served with).
+KIND_EXEMPT = ("compatlab.incell", "compatlab.stages.serve", "compatlab.stages.perf", "compatlab.runs.records.serve")
 
 
 def test_only_the_axis_kind_table_spells_a_kinds_names() -> None:
@@ -486,3 +488,56 @@ def test_test_files_have_unique_names() -> None:
         if "fixtures" not in path.relative_to(tests).parts:
             names.setdefault(path.name, []).append(path.relative_to(tests).as_posix())
     assert {n: p for n, p in names.items() if len(p) > 1} == {}
+
+
+# A stage's details are read and written by key only in runs/records/ (``XDetails.of(result)``,
+# ``record.to_details()``). Not yet converted: the static stage's own findings (stages/static/) and the reads of
+# them elsewhere, until its record (runs/records/static.py) exists; a path (or folder) and how many reads it may keep.
+DETAILS_BY_KEY = re.compile(r'details\.get\(|details\["|\.details\[')
+DETAILS_READ_ALLOWED = {
+    "compatlab/stages/static/": 16,
+    "compatlab/stages/runtime.py": 6,  # _loaded_by_no_extension, loaded_by_path, observed_static: static's findings
+    "compatlab/stages/blame.py": 2,  # _static: static's findings
+    "compatlab/render/packages.py": 2,  # static's findings and modules_by_dist
+    "compatlab/rehearse/diff.py": 3,  # static's findings and modules_by_dist
+}
+
+
+def details_reads(root: Path) -> dict[str, int]:
+    """How many times each file under *root* reads or writes a stage's details by key, by path below *root*'s
+    parent, records/ left out."""
+    found: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).as_posix()
+        if rel.startswith("compatlab/runs/records/"):
+            continue
+        if n := len(DETAILS_BY_KEY.findall(path.read_text(encoding="utf-8"))):
+            found[rel] = n
+    return found
+
+
+def excess_details_reads(found: Mapping[str, int]) -> list[str]:
+    out = []
+    for folder in sorted({next((a for a in DETAILS_READ_ALLOWED if rel.startswith(a)), rel) for rel in found}):
+        n = sum(c for rel, c in found.items() if rel.startswith(folder))
+        if n > DETAILS_READ_ALLOWED.get(folder, 0):
+            out.append(
+                f"{folder}: {n} reads of a stage's details by key (allowed {DETAILS_READ_ALLOWED.get(folder, 0)})"
+            )
+    return out
+
+
+def test_the_details_checker_finds_a_read_by_key(tmp_path: Path) -> None:
+    pkg = tmp_path / "compatlab"
+    (pkg / "render").mkdir(parents=True)
+    (pkg / "runs" / "records").mkdir(parents=True)
+    (pkg / "render" / "page.py").write_text('x = stage.details.get("figures")\ny = s.details["tp"]\n', encoding="utf-8")
+    (pkg / "runs" / "records" / "serve.py").write_text('tp = result.details.get("tp")\n', encoding="utf-8")
+    assert details_reads(pkg) == {"compatlab/render/page.py": 2}
+    assert excess_details_reads(details_reads(pkg)) == [
+        "compatlab/render/page.py: 2 reads of a stage's details by key (allowed 0)"
+    ]
+
+
+def test_stage_details_are_read_by_key_only_in_the_records() -> None:
+    assert excess_details_reads(details_reads(PACKAGE)) == []

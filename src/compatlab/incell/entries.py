@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["EntryError", "ImportEntry", "import_entries"]
+__all__ = ["EntryError", "ImportEntry"]
 
 _KEYS = (
     "module",
@@ -115,8 +115,3 @@ class ImportEntry:
             cause=data.get("cause"),
             preloaded=data.get("preloaded"),
         )
-
-
-def import_entries(details: Mapping[str, Any]) -> list[ImportEntry]:
-    """The import stage's ``modules`` (its details), read back; EntryError on one it did not write."""
-    return [ImportEntry.from_json(m) for m in details.get("modules") or []]

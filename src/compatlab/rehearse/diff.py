@@ -17,8 +17,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from compatlab.existing import Environment
-from compatlab.incell.entries import import_entries
 from compatlab.runs.model import CellResult
+from compatlab.runs.records.pins import PinsDetails
+from compatlab.runs.records.suite import SuiteDetails
 from compatlab.runs.rehearsal import Change, ModuleChange, ModuleState
 from compatlab.site import dists_by_name
 
@@ -43,7 +44,7 @@ def module_verdicts(result: CellResult) -> dict[str, ModuleVerdict]:
             out[str(f["module"])] = (ModuleState.FAIL, dist, f"static: {f['message']}", "")
     imported = result.stage("import")
     if imported is not None:
-        for entry in import_entries(imported.details):
+        for entry in SuiteDetails.of(imported).entries():
             if entry.ok:
                 state = ModuleState.PASS
             elif entry.needed is False or (entry.failure or {}).get("kind") == "missing-dependency":
@@ -109,7 +110,7 @@ def broken_pins(before: CellResult, after: CellResult) -> list[str]:
 
     def texts(result: CellResult) -> list[str]:
         pins = result.stage("pins")
-        return [str(b.get("text")) for b in (pins.details.get("broken_requirements") or [])] if pins else []
+        return [b.text for b in PinsDetails.of(pins).broken_requirements] if pins else []
 
     was = set(texts(before))
     return [t for t in texts(after) if t not in was]
@@ -120,12 +121,13 @@ def _cuda(result: CellResult) -> tuple[str, dict[str, str]]:
     pins = result.stage("pins")
     if pins is None:
         return "", {}
+    found = PinsDetails.of(pins)
     majors = {
         str(canonicalize_name(entry.split("==", 1)[0])): str(major)
-        for major, entries in (pins.details.get("cuda_packages") or {}).items()
+        for major, entries in (found.cuda_packages or {}).items()
         for entry in entries
     }
-    return str(pins.details.get("torch_cuda") or ""), majors
+    return found.torch_cuda or "", majors
 
 
 def _cuda_of(name: str, version: str, torch_cuda: str, majors: Mapping[str, str]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from compatlab.errors import ConfigError
 from compatlab.runs import store
 from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, ShapeError, StageResult, StageState
+from compatlab.runs.records.figures import figures_of
 
 log = logging.getLogger(__name__)
 
@@ -218,15 +219,7 @@ def figures(cell: CellResult) -> dict[str, float]:
     """Perf numbers found in stage details: ``busbw_gbps`` and any numeric ``figures`` entry."""
     out: dict[str, float] = {}
     for stage in cell.stages:
-        busbw = _number(stage.details.get("busbw_gbps"))
-        if busbw is not None:
-            out["busbw_gbps"] = busbw
-        figs = stage.details.get("figures")
-        if isinstance(figs, dict):
-            for name, value in figs.items():
-                number = _number(value)
-                if number is not None:
-                    out[str(name)] = number
+        out.update((f.name, f.value) for f in figures_of(stage))
     return out
 
 

@@ -31,6 +31,7 @@ from packaging.version import InvalidVersion, Version
 from compatlab.render._grid import Run, culprit, install_command, label, reason
 from compatlab.render.text import one_line
 from compatlab.runs.model import CellResult, CellState
+from compatlab.runs.records.pins import PinsDetails
 
 __all__ = ["Answers", "Neighbour", "answers", "answers_json", "broken_pins", "forced_marks", "is_forced", "shipped"]
 
@@ -60,9 +61,9 @@ def broken_pins(cell: CellResult) -> list[str]:
     else what the lock said its releases pin (``install.conflicts``)."""
     for stage in cell.stages:
         if stage.name == "pins":
-            found = stage.details.get("broken_requirements")
-            if isinstance(found, list) and found:
-                return [str(b.get("text")) for b in found if isinstance(b, dict)]
+            found = PinsDetails.of(stage).broken_requirements
+            if found:
+                return [b.text for b in found]
     return forced_marks(cell)
 
 

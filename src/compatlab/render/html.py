@@ -433,6 +433,19 @@ def _answers(view: RunView) -> str:
     return f'<section class="answers"><h2 id="answers">Answers</h2>{"".join(items)}</section>'
 
 
+def _by_cause(view: RunView) -> str:
+    """The red cells grouped by cause (incell/causes.py), most frequent first: what to fix first, and where."""
+    if not view.by_cause:
+        return ""
+    rows = "".join(
+        f"<li><b>{_e(code)}</b> ({_e(title)}): {len(cells)} cell{'s' if len(cells) != 1 else ''}: "
+        + ", ".join(f'<a href="#c-{_e(c.id)}">{_e(c.label)}</a>' for c in cells)
+        + "</li>"
+        for code, title, cells in view.by_cause
+    )
+    return f'<section class="causes"><h2 id="causes">Red cells by cause</h2><ul>{rows}</ul></section>'
+
+
 def render_html(view: RunView, *, nav: Sequence[tuple[str, str]] = (), runs: Sequence[IndexEntry] = ()) -> str:
     """The run's page: facts, state counts, changes since the previous run, one grid per table, a legend.
 
@@ -454,6 +467,7 @@ def render_html(view: RunView, *, nav: Sequence[tuple[str, str]] = (), runs: Seq
         f'<h1>Run <code>{_e(facts.id)}</code></h1><dl class="facts">{dl}</dl>',
         f'<div class="bar">{_counts(facts)}{_TOOLS}</div>',
         _answers(view),
+        _by_cause(view),
         _changes(view.changes, view.previous),
         _LEGEND,
         *(_table(t) for t in view.tables),

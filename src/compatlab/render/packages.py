@@ -9,8 +9,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from compatlab.incell.entries import import_entries
 from compatlab.runs.model import CellResult, StageState
+from compatlab.runs.records.pins import PinsDetails
+from compatlab.runs.records.suite import SuiteDetails
 
 __all__ = ["PackageRow", "package_rows", "packages_json", "packages_md"]
 
@@ -56,7 +57,7 @@ def package_rows(result: CellResult, packages: Sequence[tuple[str, str]]) -> lis
                 if _canon(dist) in modules:
                     modules[_canon(dist)].update(mods)
         elif stage.name == "import":
-            for entry in import_entries(stage.details):
+            for entry in SuiteDetails.of(stage).entries():
                 dist = _canon(entry.dist)
                 if dist not in names:
                     continue
@@ -67,7 +68,7 @@ def package_rows(result: CellResult, packages: Sequence[tuple[str, str]]) -> lis
                     if entry.failure.get("kind") == "missing-dependency":
                         bucket = warns
                     bucket[dist].append(f"import: {entry.verdict or entry.reason}")
-        for msg in stage.details.get("failures", []) if stage.name == "pins" else []:
+        for msg in PinsDetails.of(stage).failures if stage.name == "pins" else ():
             for n, value in names.items():
                 if str(msg).lower().startswith(f"{value[0]} ".lower()):
                     fails[n].append(f"pins: {msg}")

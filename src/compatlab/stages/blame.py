@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 from compatlab.incell.causes import CAUSES
 from compatlab.runs.model import Blame, StageResult, StageState
+from compatlab.runs.records.pins import PinsDetails
+from compatlab.runs.records.suite import SuiteDetails
 
 __all__ = ["blames", "cause_of", "with_cause"]
 
@@ -51,7 +53,7 @@ def _static(result: StageResult) -> str:
 
 def _pins(result: StageResult) -> str:
     reason = result.reason
-    if " both install " in reason and result.details.get("file_clashes"):
+    if " both install " in reason and PinsDetails.of(result).file_clashes:
         return "file-clash"
     if "CUDA" in reason or "cu1" in reason:
         return "cuda-major-mix"
@@ -85,7 +87,7 @@ def cause_of(result: StageResult) -> str:
     if name == "static":
         return _static(result)
     if name == "import":
-        return "pin-broken" if result.details.get("broken_pins") else "import-error"
+        return "pin-broken" if SuiteDetails.of(result).broken_pins else "import-error"
     if name in ("serve", "cuda"):
         low = reason.lower()
         if "no kernel image" in low:
@@ -116,26 +118,17 @@ def blames(stages: Sequence[StageResult]) -> tuple[Blame, ...]:
     found: list[Blame] = []
     seen: set[tuple[str, str]] = set()
     imported = next((s for s in stages if s.name == "import" and s.state == StageState.FAIL), None)
-    import_codes = {str(c.get("cause")) for c in (imported.details.get("causes") or [])} if imported else set()
+    import_codes = {str(c.get("cause")) for c in SuiteDetails.of(imported).causes or ()} if imported else set()
     if imported is not None:
         import_codes.add(cause_of(imported))
     if import_codes & _ABI:
         import_codes |= _ABI
     # Import failures a file clash causes (runtime.observed_clashes): the clash's, told by the pins stage.
-    by_clash = {
-        str(r)
-        for s in stages
-        if s.name == "pins"
-        for c in s.details.get("file_clashes") or []
-        if isinstance(c, dict)
-        for r in c.get("breaks") or []
-    }
+    by_clash = {r for s in stages if s.name == "pins" for c in PinsDetails.of(s).file_clashes for r in c.breaks or ()}
     for s in stages:
         if s.state != StageState.FAIL:
             continue
-        rows = [
-            (str(c.get("cause")), str(c.get("reason"))) for c in s.details.get("causes") or [] if isinstance(c, dict)
-        ]
+        rows = [(str(c.get("cause")), str(c.get("reason"))) for c in SuiteDetails.of(s).causes or ()]
         for said, reason in rows or [(cause_of(s), s.reason)]:
             # An exception beside a broken pin is what the pin does (runtime.blame_broken_pins).
             code = s.cause if said == "import-error" and s.cause == "pin-broken" else said

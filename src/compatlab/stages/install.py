@@ -13,10 +13,10 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 from compatlab import envs, uv_failures
 from compatlab.runs.model import InstallRecord, StageResult, StageState
+from compatlab.runs.records.install import InstallDetails
 from compatlab.stages.base import CellContext
 
 __all__ = ["COMPLETE", "is_complete", "run_install_stage"]
@@ -42,7 +42,7 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, InstallRecord]:
                 name="install",
                 state=StageState.ERROR,
                 reason=why,
-                details={"argv": made.argv, "stderr": made.stderr[-4000:]},
+                details=InstallDetails(argv=tuple(made.argv), stderr=made.stderr[-4000:]).to_details(),
                 seconds=time.monotonic() - start,
             ),
             InstallRecord(argv=tuple(made.argv)),
@@ -52,12 +52,9 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, InstallRecord]:
     envs.write_plan_files(plan, spec_dir)
     done = envs.run_install(plan, timeout=ctx.matrix.install.timeout)
     record = plan.record()
-    details: dict[str, Any] = {
-        "argv": plan.argv,
-        "stdout": done.stdout[-4000:],
-        "stderr": done.stderr[-8000:],
-        "uv_seconds": round(done.seconds, 3),
-    }
+    details = InstallDetails(
+        argv=tuple(plan.argv), stdout=done.stdout[-4000:], stderr=done.stderr[-8000:], uv_seconds=round(done.seconds, 3)
+    ).to_details()
     if not done.ok:
         state, why = uv_failures.classify_uv_failure(done, plan)
         return StageResult(
@@ -81,9 +78,8 @@ def run_install_stage(ctx: CellContext) -> StageResult:
             ctx.say(said)
         else:
             log.warning("%s: %s", ctx.cell.id, said)
-    result = dataclasses.replace(
-        result, details={**result.details, "attempts": attempts}, seconds=round(time.monotonic() - start, 3)
-    )
+    counted = dataclasses.replace(InstallDetails.of(result), attempts=attempts)
+    result = dataclasses.replace(result, details=counted.to_details(), seconds=round(time.monotonic() - start, 3))
     ctx.install = record
     if result.state == StageState.PASS:
         ctx.site_packages = envs.site_packages(ctx.venv)

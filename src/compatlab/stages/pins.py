@@ -7,6 +7,7 @@ failure (what ``import`` runs depends on install order); on data files only, a w
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 
@@ -16,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from compatlab.incell.cudacompat import FAMILY_MIN_DRIVER
 from compatlab.runs.model import StageResult, StageState
+from compatlab.runs.records.pins import BrokenRequirement, FileClash, Pin, PinsDetails
 from compatlab.site import SiteDist, dists_by_name, python_version_of, torch_cuda
 from compatlab.stages import owners
 from compatlab.stages.base import CellContext
@@ -168,19 +170,14 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
     dists = dists_by_name(ctx.site)
     fails: list[str] = []
     warns: list[str] = []
-    details: dict[str, object] = {}
-    pins: list[dict[str, object]] = []
+    pins: list[Pin] = []
     overrides = [Requirement(o) for o in ctx.matrix.install.overrides]
     for value in ctx.cell.packages:
         assert value.package is not None
         cname = canonicalize_name(value.package)
         got = dists.get(cname)
-        entry: dict[str, object] = {
-            "package": value.package,
-            "declared": value.version,
-            "installed": got.version if got else None,
-        }
-        pins.append(entry)
+        pin = Pin(package=value.package, declared=value.version, installed=got.version if got else None)
+        pins.append(pin)
         if got is None:
             fails.append(f"{value.package} {value.version} is not installed")
             continue
@@ -197,8 +194,7 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
             culprits = _who_asked(dists, cname)
         why = "; ".join(culprits) if culprits else "no installed package names it; check the index's versions"
         fails.append(f"{value.package} {value.version} was replaced by {got.version}; {why}")
-        entry["culprits"] = culprits
-    details["pins"] = pins
+        pins[-1] = dataclasses.replace(pin, culprits=tuple(culprits))
 
     # What `uv pip check` would say: a forced cell breaks its releases' own pins by design, and `compatlab
     # check` meets whatever was installed by hand. Warnings here; the import stage names the pin where the
@@ -208,21 +204,25 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         for line in ctx.freeze
         if "==" in line and not line.startswith("#")
     }
-    details["broken_requirements"] = broken_requirements(dists, python_version_of(ctx.site), frozen)
+    broken = [BrokenRequirement.from_json(b) for b in broken_requirements(dists, python_version_of(ctx.site), frozen)]
 
     declared = [v.package for v in ctx.cell.packages if v.package]
     clashes = owners.file_clashes(ctx.site, dists.values(), declared)
-    details["file_clashes"] = [c.to_json() for c in clashes]
     for clash in clashes:
         (fails if clash.fails else warns).append(clash.describe())
 
     # CUDA majors: torch's build and every CUDA runtime package must agree with the cell's CUDA.
     cell_cuda = ctx.cell.cuda
     tcuda = torch_cuda(ctx.site, dists["torch"].version if "torch" in dists else None)
-    details["torch_cuda"] = tcuda
-    details["cell_cuda"] = cell_cuda
+    found = PinsDetails(
+        pins=tuple(pins),
+        broken_requirements=tuple(broken),
+        file_clashes=tuple(FileClash.from_json(c.to_json()) for c in clashes),
+        torch_cuda=tcuda,
+        cell_cuda=cell_cuda,
+    )
     if cell_cuda is None:
-        return _finish(fails, warns, details)
+        return _finish(fails, warns, found)
     cell_major = Version(cell_cuda).release[0]
     if tcuda is not None and Version(tcuda).release[0] != cell_major:
         fails.append(f"torch {dists['torch'].version} is a CUDA {tcuda} build; this cell is CUDA {cell_cuda}")
@@ -231,7 +231,8 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
         major = cuda_major_of(dist.canonical, dist.version, _record_paths(dist))
         if major is not None:
             by_major.setdefault(major, []).append(dist)
-    details["cuda_packages"] = {str(k): sorted(f"{d.name}=={d.version}" for d in v) for k, v in by_major.items()}
+    packages = {str(k): tuple(sorted(f"{d.name}=={d.version}" for d in v)) for k, v in by_major.items()}
+    found = dataclasses.replace(found, cuda_packages=packages)
     families_in = {m: {_family(d.canonical) for d in ds} for m, ds in by_major.items()}
     targets = ctx.matrix.targets
     for major, ds in sorted(by_major.items()):
@@ -264,15 +265,12 @@ def run_pins_stage(ctx: CellContext) -> StageResult:
                 )
             else:
                 warns.append(msg)
-    return _finish(fails, warns, details)
+    return _finish(fails, warns, found)
 
 
-def _finish(fails: list[str], warns: list[str], details: dict[str, object]) -> StageResult:
-    broken = details.get("broken_requirements")
-    if isinstance(broken, list):  # after the CUDA warnings: those say more of the stack
-        warns = [*warns, *(str(b["text"]) for b in broken)]
-    details["failures"] = fails
-    details["warnings"] = warns
+def _finish(fails: list[str], warns: list[str], found: PinsDetails) -> StageResult:
+    warns = [*warns, *(b.text for b in found.broken_requirements)]  # after the CUDA warnings: those say more
+    details = dataclasses.replace(found, failures=tuple(fails), warnings=tuple(warns)).to_details()
     if fails:
         more = f" (and {len(fails) - 1} more)" if len(fails) > 1 else ""
         return StageResult(name="pins", state=StageState.FAIL, reason=fails[0] + more, details=details)

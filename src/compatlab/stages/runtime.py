@@ -14,8 +14,10 @@ import os
 
 from packaging.utils import canonicalize_name
 
-from compatlab.incell.entries import ImportEntry, import_entries
+from compatlab.incell.entries import ImportEntry
 from compatlab.runs.model import StageResult, StageState
+from compatlab.runs.records.pins import FileClash, PinsDetails
+from compatlab.runs.records.suite import SuiteDetails
 from compatlab.stages.base import CellContext
 
 __all__ = [
@@ -61,7 +63,7 @@ def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str,
         return {}
     unloaded = _loaded_by_no_extension(static) | set(static.details.get("not_needed") or {})
     out: dict[str, str] = {}
-    for m in import_entries(result.details):
+    for m in SuiteDetails.of(result).entries():
         if m.ok and m.is_package:
             for label in m.mapped or ():
                 if label in unloaded:
@@ -80,7 +82,7 @@ def failed_by_path(result: StageResult, static: StageResult | None) -> dict[str,
     # already count, as the static stage's own.
     unloaded = _loaded_by_no_extension(static)
     out: dict[str, str] = {}
-    for m in import_entries(result.details):
+    for m in SuiteDetails.of(result).entries():
         for f in m.failed_loads or ():
             if f.get("judged") == "cause" and str(f.get("name", "")) in unloaded:
                 out.setdefault(str(f["name"]), m.module)
@@ -108,25 +110,29 @@ def judge_loaded_by_path(ctx: CellContext, result: StageResult) -> StageResult:
         for f in judge(ctx.site, sorted(found), targets=targets, min_drivers=min_drivers)
         if f.module in failed or f.kind.value not in _LINK_KINDS
     ]
-    details = {**result.details, "loaded_by_path": mapped, **({"tried_by_path": failed} if failed else {})}
     state, reason = result.state, result.reason
     said: dict[str, list[str]] = {"fail": [], "warn": []}
     for f in findings:
         if f.severity in said:
             how = "tried to load it and could not" if f.module in failed else "loads it by path"
             said[f.severity].append(f"{f.message} (`import {found[f.module]}` {how})")
-    details["loaded_by_path_findings"] = [f.to_json() for f in findings]
+    record = dataclasses.replace(
+        SuiteDetails.of(result),
+        loaded_by_path=mapped,
+        tried_by_path=failed or None,
+        loaded_by_path_findings=tuple(f.to_json() for f in findings),
+    )
     if said["fail"]:
-        details["failures"] = [*said["fail"], *(details.get("failures") or [])]
+        record = dataclasses.replace(record, failures=(*said["fail"], *(record.failures or ())))
         if state != StageState.FAIL:
             more = f" (and {len(said['fail']) - 1} more)" if len(said["fail"]) > 1 else ""
             state, reason = StageState.FAIL, said["fail"][0] + more
     if said["warn"]:
-        details["warnings"] = [*(details.get("warnings") or []), *said["warn"]]
+        record = dataclasses.replace(record, warnings=(*(record.warnings or ()), *said["warn"]))
         if state == StageState.PASS:
             more = f" (and {len(said['warn']) - 1} more)" if len(said["warn"]) > 1 else ""
             state, reason = StageState.WARN, said["warn"][0] + more
-    return dataclasses.replace(result, state=state, reason=reason, details=details)
+    return dataclasses.replace(result, state=state, reason=reason, details=record.to_details())
 
 
 def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageResult:
@@ -137,13 +143,14 @@ def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageRes
     torch 2.15.0 is installed"."""
     if result.state != StageState.FAIL or pins is None:
         return result
-    broken = [b for b in pins.details.get("broken_requirements") or [] if isinstance(b, dict)]
-    modules = import_entries(result.details)
+    broken = PinsDetails.of(pins).broken_requirements
+    record = SuiteDetails.of(result)
+    modules = record.entries()
     failed = {canonicalize_name(m.dist) for m in modules if not m.ok}
     first, _, more = result.reason.partition(" (and ")
     # The pins of the distribution whose module the reason names come first.
     named = {canonicalize_name(m.dist) for m in modules if m.reason == first}
-    blamed = sorted((b for b in broken if b.get("by") in failed), key=lambda b: b.get("by") not in named)
+    blamed = sorted((b for b in broken if b.by in failed), key=lambda b: b.by not in named)
     if not blamed:
         return result
     # An exception of the package's own code beside a broken pin is that pin (pydantic's SystemError over
@@ -151,8 +158,8 @@ def blame_broken_pins(result: StageResult, pins: StageResult | None) -> StageRes
     return dataclasses.replace(
         result,
         cause="pin-broken" if result.cause in ("import-error", "") else result.cause,
-        reason=f"{first}; {blamed[0]['text']}" + (f" (and {more}" if more else ""),
-        details={**result.details, "broken_pins": [str(b["text"]) for b in blamed]},
+        reason=f"{first}; {blamed[0].text}" + (f" (and {more}" if more else ""),
+        details=dataclasses.replace(record, broken_pins=tuple(b.text for b in blamed)).to_details(),
     )
 
 
@@ -192,20 +199,20 @@ def observed_clashes(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]
         return stages
     if imported.state in (StageState.SKIP, StageState.ERROR):
         return stages
-    entries = import_entries(imported.details)
-    fails = [str(f) for f in pins.details.get("failures") or []]
-    warns = [str(w) for w in pins.details.get("warnings") or []]
+    entries = SuiteDetails.of(imported).entries()
+    found = PinsDetails.of(pins)
+    fails, warns = list(found.failures), list(found.warnings)
     observed_warns: list[str] = []
-    clashes: list[object] = []
-    for clash in pins.details.get("file_clashes") or []:
-        text = str(clash.get("text")) if isinstance(clash, dict) else ""
-        if not isinstance(clash, dict) or not clash.get("fails") or text not in fails:
+    clashes: list[FileClash] = []
+    for clash in found.file_clashes:
+        text = clash.text
+        if not clash.fails or text not in fails:
             clashes.append(clash)
             continue
-        owners = {canonicalize_name(str(o).rsplit(" ", 1)[0]) for o in clash.get("owners") or []}
+        owners = {canonicalize_name(o.rsplit(" ", 1)[0]) for o in clash.owners}
         mine = [e for e in entries if canonicalize_name(e.dist) in owners]
         # The imports of the clashing files' own top-level package(s): what runs the bytes on disk.
-        tops = {f.split("/", 1)[0].removesuffix(".py") for f in clash.get("examples") or [] if isinstance(f, str)}
+        tops = {f.split("/", 1)[0].removesuffix(".py") for f in clash.examples}
         imports = sorted({e.module for e in mine if e.is_package and e.module.split(".")[0] in tops})
         broken = [str(e.reason) for e in mine if not e.ok and e.needed is not False and e.reason]
         if broken:
@@ -213,7 +220,7 @@ def observed_clashes(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]
             more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
             said = f"{text}; it breaks {broken[0]}{more}"
             fails[fails.index(text)] = said
-            clashes.append({**clash, "text": said, "breaks": broken})
+            clashes.append(dataclasses.replace(clash, text=said, breaks=tuple(broken)))
         elif imports:
             said = (
                 f"every module of theirs loads here ({', '.join(f'`import {m}`' for m in imports)}): what needs "
@@ -221,17 +228,17 @@ def observed_clashes(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]
             )
             fails.remove(text)
             observed_warns.append(f"{text}; {said}")
-            clashes.append({**clash, "fails": False, "observed": said})
+            clashes.append(dataclasses.replace(clash, fails=False, observed=said))
         else:
             clashes.append(clash)
-    if clashes == list(pins.details.get("file_clashes") or []):
+    if tuple(clashes) == found.file_clashes:
         return stages
     warns = observed_warns + warns
     state = StageState.FAIL if fails else StageState.WARN
     top = fails or warns
     reason = top[0] + (f" (and {len(top) - 1} more)" if len(top) > 1 else "")
-    details = {**pins.details, "failures": fails, "warnings": warns, "file_clashes": clashes}
-    fixed = dataclasses.replace(pins, state=state, reason=reason, cause="", details=details)
+    seen = dataclasses.replace(found, failures=tuple(fails), warnings=tuple(warns), file_clashes=tuple(clashes))
+    fixed = dataclasses.replace(pins, state=state, reason=reason, cause="", details=seen.to_details())
     return tuple(fixed if s is pins else s for s in stages)
 
 
@@ -255,7 +262,7 @@ def observed_static(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
             fixed = dataclasses.replace(static, reason=static.reason + " (static's prediction: no import ran)")
             return tuple(fixed if s is static else s for s in stages)
         return stages
-    entries = import_entries(imported.details)
+    entries = SuiteDetails.of(imported).entries()
     loaded = {e.module for e in entries if e.ok}
     for e in entries:
         if e.is_package and e.ok:

@@ -24,6 +24,7 @@ from compatlab.incell.causes import CAUSES
 from compatlab.incell.context import PreviousStage, SuiteContext, TargetInfo
 from compatlab.proc import incell_path
 from compatlab.runs.model import StageResult, StageState
+from compatlab.runs.records.suite import SuiteDetails
 from compatlab.stages.base import CellContext, cell_env
 
 __all__ = ["ensure_pytest", "run_suite", "suite_context", "tools_overlay"]
@@ -155,10 +156,12 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
     errors = [t for t in tests if t["outcome"] == "error"]
     skipped = [t for t in tests if t["outcome"] == "skipped"]
     passed = [t for t in tests if t["outcome"] == "passed"]
-    details: dict[str, Any] = {"tests": tests}
+    merged: dict[str, Any] = {"tests": tests}
     for t in tests:
         for key, value in (t.get("details") or {}).items():
-            details.setdefault(key, value)
+            merged.setdefault(key, value)
+    found = SuiteDetails.from_details(merged)
+    details = found.to_details()
 
     def why(t: dict[str, Any]) -> str:
         text = t.get("reason") or (t.get("message") or "").strip().splitlines()[-1:] or [t["nodeid"]]
@@ -166,7 +169,7 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
 
     if failed:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        code = str(details.get("cause") or "")
+        code = found.cause or ""
         return StageResult(
             name=name,
             state=StageState.FAIL,
@@ -183,7 +186,7 @@ def _fold(name: str, data: dict[str, Any], seconds: float) -> StageResult:
         )
     if skipped and not passed:
         return StageResult(name=name, state=StageState.SKIP, reason=why(skipped[0]), details=details, seconds=seconds)
-    warnings = details.get("warnings") or []
+    warnings = found.warnings or ()
     if warnings:
         more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
         return StageResult(
@@ -304,4 +307,5 @@ def run_suite(
             required=required,
         )
     result = _fold(name, data, seconds)
-    return dataclasses.replace(result, required=required, details={**result.details, "log": str(work / "pytest.log")})
+    logged = dataclasses.replace(SuiteDetails.of(result), log=str(work / "pytest.log"))
+    return dataclasses.replace(result, required=required, details=logged.to_details())

@@ -42,6 +42,7 @@ from compatlab.config.perf import SERVERS, PerfConfig, ServerSpec, Thresholds, l
 from compatlab.errors import ConfigError
 from compatlab.proc import ProgramNotFound
 from compatlab.runs.model import StageResult, StageState, write_json_atomic
+from compatlab.runs.records.perf import LevelVerdict, PerfDetails
 from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.sglang.client import STATS, LevelResult, Target, run_level
 from compatlab.stages.sglang.server import (
@@ -369,22 +370,22 @@ class PerfReport:
             for t in self.trials
         ]
         tails = {f"{t['server']}-trial{t['trial']}": t.get("log_tail", "") for t in self.trials}
-        details: dict[str, Any] = {
-            "verdict": self.verdict,
-            "figures": self.figures,
-            "verdicts": self.verdicts,
-            "trials": trials,
-            "accept_length_field": self.accept_length_field,
-            "logs": tails,
-            "rerun": self.verdict == Verdict.INCONCLUSIVE,
-        }
-        if self.out_dir is not None:
-            details["outputs"] = {
-                "perf": str(self.out_dir / "perf.json"),
-                "benchmark": str(self.out_dir / "benchmark.json"),
-            }
-        if self.log_tail:
-            details["log_tail"] = self.log_tail
+        outputs = (
+            {"perf": str(self.out_dir / "perf.json"), "benchmark": str(self.out_dir / "benchmark.json")}
+            if self.out_dir is not None
+            else None
+        )
+        details = PerfDetails(
+            verdict=self.verdict,
+            figures=self.figures,
+            verdicts={c: LevelVerdict.from_json(v) for c, v in self.verdicts.items()},
+            trials=tuple(trials),
+            accept_length_field=self.accept_length_field,
+            logs=tails,
+            rerun=self.verdict == Verdict.INCONCLUSIVE,
+            outputs=outputs,
+            log_tail=self.log_tail or None,
+        ).to_details()
         return StageResult(name="perf", state=self.state, reason=self.reason, details=details, seconds=self.seconds)
 
 

@@ -46,6 +46,7 @@ from compatlab.config.serve import ServeConfig
 from compatlab.incell.files import read_text
 from compatlab.incell.proc import run
 from compatlab.runs.model import StageResult, StageState
+from compatlab.runs.records.serve import ServeDetails
 from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.serve.causes import Cause, Phase, find_cause
 from compatlab.stages.serve.model import ModelFiles, SetupError, make_model
@@ -416,19 +417,29 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     env = cell_env(ctx.venv, _ENV)
     gpus, why = probe_gpus(env)
     if not gpus:
-        return result(StageState.SKIP, f"skipped: {why}; SGLang {version} was not started", {"sglang": version})
+        return result(
+            StageState.SKIP,
+            f"skipped: {why}; SGLang {version} was not started",
+            ServeDetails(sglang=version).to_details(),
+        )
     config = ctx.matrix.serve
     tp, fewer = _tp(ctx, config, gpus)
     out = ctx.work_dir / "serve"
-    details: dict[str, Any] = {
-        "sglang": version,
-        "gpus": [dataclasses.asdict(g) for g in gpus],
-        "tp": tp,
-        "notes": [fewer] if fewer else [],
-        "servers": {},
-        "weights": "random (--load-format dummy): figures of the kernels, no speedup "
+    notes: list[str] = [fewer] if fewer else []
+    servers: dict[str, dict[str, Any]] = {}
+    found = ServeDetails(
+        sglang=version,
+        gpus=tuple(dataclasses.asdict(g) for g in gpus),
+        tp=tp,
+        notes=(),
+        servers={},
+        weights="random (--load-format dummy): figures of the kernels, no speedup "
         "verdict (a random draft accepts about one token a step)",
-    }
+    )
+
+    def details() -> dict[str, Any]:
+        return dataclasses.replace(found, notes=tuple(notes), servers=servers).to_details()
+
     try:
         files = make_model(
             out / "model",
@@ -440,8 +451,10 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
             eagle3=config.eagle3,
         )
     except SetupError as exc:
-        return result(StageState.ERROR, f"the serve model could not be made: {exc}", details)
-    details.update(architecture=files.architecture, layers=files.layers, model_notes=list(files.notes))
+        return result(StageState.ERROR, f"the serve model could not be made: {exc}", details())
+    found = dataclasses.replace(
+        found, architecture=files.architecture, layers=files.layers, model_notes=tuple(files.notes)
+    )
     prompts = load_prompts()
     arch = gpus[0].arch
     cache: JitCache | None = None
@@ -450,18 +463,16 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
         env = {**env, **cache.env()}
     except OSError as exc:  # an unwritable cache folder costs the JIT again, never the verdict
         where = f"{exc.filename}: " if exc.filename else ""
-        details["notes"].append(f"no JIT cache ({where}{exc.strerror or exc}): the servers compile afresh")
+        notes.append(f"no JIT cache ({where}{exc.strerror or exc}): the servers compile afresh")
     failures: list[_Failed] = []
     for name in SERVERS if config.eagle3 else SERVERS[:1]:
         log.info(
             "serve: %s server (SGLang %s, %s, %d layers, tp %d)", name, version, files.architecture, files.layers, tp
         )
         try:
-            details["servers"][name] = _serve(
-                ctx, config, files, name, tp=tp, arch=arch, env=env, out=out, prompts=prompts
-            )
+            servers[name] = _serve(ctx, config, files, name, tp=tp, arch=arch, env=env, out=out, prompts=prompts)
         except _Failed as failed:
-            details["servers"][name] = {
+            servers[name] = {
                 "state": failed.state,
                 "reason": failed.reason,
                 **({"cause": dataclasses.asdict(failed.cause)} if failed.cause else {}),
@@ -477,25 +488,27 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
                     f"eagle3 server not started: the baseline failed at {failed.cause.phase}, before the model "
                     "loads, where EAGLE-3 starts the same way"
                 )
-                details["servers"]["eagle3"] = {"state": StageState.SKIP, "reason": skipped}
+                servers["eagle3"] = {"state": StageState.SKIP, "reason": skipped}
                 failures.append(_Failed(StageState.SKIP, skipped))
                 break
-    details["figures"] = _figures({n: r for n, r in details["servers"].items() if "state" not in r})
+    figures = _figures({n: r for n, r in servers.items() if "state" not in r})
     if cache is not None:
-        details["jit_cache"] = cache.finish(not failures)
+        kept = cache.finish(not failures)
+        found = dataclasses.replace(found, jit_cache=kept)
         if not failures:
-            details["figures"]["jit_cache_reused_files"] = cache.reused_files
-            details["figures"]["jit_cache_compiled_files"] = details["jit_cache"]["compiled_files"]
+            figures["jit_cache_reused_files"] = cache.reused_files
+            figures["jit_cache_compiled_files"] = kept["compiled_files"]
+    found = dataclasses.replace(found, figures=figures)
     if failures:
         first = next((f for f in failures if f.state == StageState.FAIL), failures[0])
         if len(failures) == 2 and failures[1].state == StageState.SKIP:
-            return result(first.state, f"{first.reason}; {failures[1].reason}", details)
+            return result(first.state, f"{first.reason}; {failures[1].reason}", details())
         if len(failures) == len(SERVERS) and len({f.reason.split(" server: ", 1)[-1] for f in failures}) == 1:
-            return result(first.state, "both servers: " + first.reason.split(" server: ", 1)[-1], details)
+            return result(first.state, "both servers: " + first.reason.split(" server: ", 1)[-1], details())
         others = [f.reason for f in failures if f is not first]
         more = f"; also {others[0]}" if others else ""
-        return result(first.state, first.reason + more, details)
-    served = details["servers"]
+        return result(first.state, first.reason + more, details())
+    served = servers
     parts = [
         f"{n} {served[n].get('tok_s_c1', 0):.0f} tok/s c1"
         + (f", {served[n][f'tok_s_c{c}']:.0f} c{c}" if (c := config.concurrency[-1]) != 1 else "")
@@ -506,5 +519,5 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
         StageState.PASS,
         f"SGLang {version} serves {files.architecture} ({files.layers} layers, tp {tp}, dummy "
         f"weights): {'; '.join(parts)}",
-        details,
+        details(),
     )
