@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compatlab.cli.matrix import matrix_path
+from compatlab.cli.options import add_matrix, matrix_path
 from compatlab.config import limits
 from compatlab.errors import LabError
 from compatlab.runs import store
@@ -165,7 +165,7 @@ def configure_parser(sub: Any) -> None:
 
     s = sub.add_parser("merge", help="combine shard runs into one run; missing cells show as errors")
     s.add_argument("shard_dirs", nargs="+", help="reports/runs/<run-id> folders of the shards")
-    s.add_argument("--matrix")
+    add_matrix(s)
     s.add_argument("--out", required=True, help="the merged run folder")
     s.add_argument("--run-id")
     s.add_argument("--latest", help="also show the merged run here, unless it shows a newer run")

@@ -13,7 +13,8 @@ from typing import Any
 
 from compatlab.errors import ConfigError
 from compatlab.runs import store
-from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, ShapeError, StageResult, StageState
+from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, ShapeError
+from compatlab.runs.verdict import culprit
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +185,6 @@ def is_known(cell: CellResult) -> bool:
 def label(axes: Mapping[str, str]) -> str:
     """``torch 2.9.1 · sgl-kernel 0.3.21 · flashinfer 0.6.4 · cuda 12.8``."""
     return " · ".join(f"{a} {v}" for a, v in axes.items())
-
-
-def culprit(cell: CellResult) -> StageResult | None:
-    """The stage that explains the cell's colour: first fail, else first error, else first required skip."""
-    for wanted, required_only in ((StageState.FAIL, False), (StageState.ERROR, False), (StageState.SKIP, True)):
-        for stage in cell.stages:
-            if stage.state == wanted and (stage.required or not required_only):
-                return stage
-    return None
 
 
 def reason(cell: CellResult) -> str:

@@ -28,9 +28,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from compatlab.render._grid import Run, culprit, install_command, label, reason
+from compatlab.render._grid import Run, install_command, label, reason
 from compatlab.render.text import one_line
 from compatlab.runs.model import CellResult, CellState
+from compatlab.runs.verdict import culprit
 
 __all__ = ["Answers", "Neighbour", "answers", "answers_json", "broken_pins", "forced_marks", "is_forced", "shipped"]
 

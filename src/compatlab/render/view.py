@@ -2,8 +2,9 @@
 
 html.py and markdown.py each take a RunView (or, for the run index, IndexEntry lines) and format it;
 neither decides what a cell says, and neither imports the other. What a cell says comes from _grid.py
-(layout, culprit, reason, figures), answers.py (the answers above the grid) and history.py (what changed
-since the previous run); the text helpers both formats need are in text.py.
+(layout, reason, figures), runs/verdict.py (the culprit each cell records), answers.py (the answers above
+the grid) and history.py (what changed since the previous run); the text helpers both formats need are in
+text.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from compatlab.render._grid import (
     Key,
     Run,
     axis_title,
-    culprit,
     figures,
     headline,
     install_command,
@@ -30,6 +30,7 @@ from compatlab.render._grid import (
 from compatlab.render.answers import answers, forced_marks, is_forced, shipped
 from compatlab.render.history import CHANGE_TITLES, Change, ChangeKind, diff_runs, figure_series
 from compatlab.runs.model import Blame, CellResult, CellState, StageResult, StageState
+from compatlab.runs.verdict import culprit
 
 __all__ = [
     "CHANGE_TITLES",

@@ -413,6 +413,9 @@ class CellResult:
     attempts: int = 1
     reason: str = ""  # the first failing stage's reason, for the grid
     causes: tuple[Blame, ...] = ()  # every independent cause of a red cell, the one that blocks most first
+    # The stage that explains the cell's colour (runs/verdict.py decides it once, when the cell ends); '' for a
+    # green or n/a cell, and in a record written before the lab recorded it.
+    culprit: str = ""
     # In reports/latest, a cell the newest run did not run is kept from an older one: that run's id.
     run: str = ""
 
@@ -452,6 +455,8 @@ class CellResult:
         }
         if self.causes:
             data["causes"] = [b.to_json() for b in self.causes]
+        if self.culprit:
+            data["culprit"] = self.culprit
         if self.run:  # otherwise the run of the file it is in
             data["run"] = self.run
         return data
@@ -479,6 +484,7 @@ class CellResult:
                 "attempts",
                 "reason",
                 "causes",
+                "culprit",
                 "run",
             ),
         )
@@ -501,6 +507,9 @@ class CellResult:
                     stages.append(stage)
         else:
             sh.say("stages", f"expected a list of stages, got {_show(raw_stages)}")
+        culprit = sh.text("culprit")
+        if culprit and not any(s.name == culprit for s in stages):
+            sh.say("culprit", f"expected the name of one of the cell's stages, got {culprit!r}")
         install = (
             InstallRecord._read(sh.data["install"], sh.path("install"), problems) if sh.data.get("install") else None
         )
@@ -519,6 +528,7 @@ class CellResult:
             attempts=sh.integer("attempts", 1, minimum=1),
             reason=sh.text("reason"),
             causes=_blames(sh.data.get("causes"), sh, problems),
+            culprit=culprit,
             run=sh.text("run"),
         )
 
