@@ -417,6 +417,10 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
     except StageTimeout as exc:  # the question is unanswered: an error, never a verdict on the stack
         log.error("cell %s: %s", ctx.cell.id, exc)
         sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(exc))
+    except Unwritable as exc:  # a file of the stage's own (runs/atomic.py): the infrastructure, in one line
+        said = exc.fixed(WORK_FIX)
+        log.debug("cell %s: the %s stage: %s", ctx.cell.id, stage.name, said)  # the cell's end line says it
+        sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(said))
     except OSError as exc:
         if exc.errno not in UNWRITABLE or not exc.filename:
             log.exception("stage %s crashed", stage.name)

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["configure_parser", "summary_table"]
 
-DEFAULT_RESULTS = Path("reports/latest/results.json")
-DEFAULT_RUNS = Path("reports/runs")
+DEFAULT_RESULTS, DEFAULT_RUNS = store.DEFAULT_RESULTS, store.DEFAULT_RUNS
 
 
 def summary_table(results: Results) -> tuple[str, int]:
@@ -159,7 +158,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 def configure_parser(sub: Any) -> None:
     s = sub.add_parser("summary", help="print a run's table; exit 1 when a verdict is unexpected")
-    s.add_argument("results", nargs="?", default="reports/latest/results.json")
+    s.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     s.add_argument("--github-summary", action="store_true", help="also append to $GITHUB_STEP_SUMMARY")
     s.set_defaults(func=_cmd_summary)
 
@@ -179,7 +178,7 @@ def configure_parser(sub: Any) -> None:
     s.set_defaults(func=_cmd_merge)
 
     s = sub.add_parser("prune", help="keep only the newest N runs")
-    s.add_argument("--runs", default="reports/runs")
+    s.add_argument("--runs", default=str(DEFAULT_RUNS))
     s.add_argument("--keep", type=int, required=True)
     s.set_defaults(func=_cmd_prune)
 

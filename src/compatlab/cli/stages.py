@@ -44,7 +44,7 @@ def _cmd_static(args: argparse.Namespace) -> int:
 
 def _cmd_nccl(args: argparse.Namespace) -> int:
     from compatlab.config.nccl import NcclThresholds, NcclTimeouts
-    from compatlab.runs.model import write_json_atomic
+    from compatlab.runs.atomic import write_json_atomic
     from compatlab.stages.nccl.report import default_sizes
     from compatlab.stages.nccl.stage import probe, report_lines, run_nccl
 

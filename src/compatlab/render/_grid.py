@@ -7,7 +7,6 @@ import itertools
 import logging
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +62,6 @@ class Run:
             if is_known(cell):
                 out["known"] += 1
         return out
-
-
-def parse_time(text: str) -> datetime:
-    """An ISO timestamp as an aware datetime; unparsable ones sort first."""
-    try:
-        when = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return datetime.min.replace(tzinfo=UTC)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def run_from_results(results: Results, source: str) -> Run:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,25 +17,12 @@ from compatlab.render.markdown import changes_md, render_markdown
 from compatlab.render.text import printable
 from compatlab.render.view import IndexEntry, build, summarize
 from compatlab.runs import store
+from compatlab.runs.atomic import write_atomic
 from compatlab.urls import redact_text
 
-__all__ = ["compat_md_diff", "publish", "write_run", "write_text_atomic"]
+__all__ = ["compat_md_diff", "publish", "write_run"]
 
 log = logging.getLogger(__name__)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file so that a web server or reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a static host must be able to read it
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_run(
@@ -143,7 +128,7 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
             )
         return out
 
-    write_text_atomic(site_dir / "runs" / "index.html", render_index(entries(""), nav=[("Latest", "../index.html")]))
+    write_atomic(site_dir / "runs" / "index.html", render_index(entries(""), nav=[("Latest", "../index.html")]))
     latest = history[-1]
     write_run(
         latest,

@@ -11,9 +11,6 @@ from compatlab.render.publish import write_run
 
 __all__ = ["render_run"]
 
-DEFAULT_RESULTS = Path("reports/latest/results.json")
-DEFAULT_RUNS = Path("reports/runs")
-
 
 def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None, news: str = "") -> list[Path]:
     """Render *results_path* into *out_dir*: index.html, compat.md, results.json (a copy).

@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, TypeVar
 
 from compatlab.incell.causes import CAUSES
@@ -46,7 +42,7 @@ __all__ = [
     "StageResult",
     "StageState",
     "cell_state",
-    "write_json_atomic",
+    "parse_time",
 ]
 
 SCHEMA = "compatlab.results/1"
@@ -551,7 +547,8 @@ def _blames(raw: object, sh: _Shape, problems: list[str]) -> tuple[Blame, ...]:
     return tuple(out)
 
 
-def _parse_time(text: str) -> datetime | None:
+def parse_time(text: str) -> datetime | None:
+    """An ISO timestamp as an aware datetime (UTC when it names no zone); None when it is not one."""
     try:
         when = datetime.fromisoformat(text)
     except (TypeError, ValueError):
@@ -591,7 +588,7 @@ class RunInfo:
         """Which of two runs is newer: the later start, then the larger id."""
         if self.started_ns:
             return (self.started_ns, self.id)
-        when = _parse_time(self.started)
+        when = parse_time(self.started)
         return (int(when.timestamp() * 1e9) if when else 0, self.id)
 
     @property
@@ -711,22 +708,3 @@ class Results:
         if problems or run is None:
             raise ShapeError(problems)
         return cls(run=run, cells=tuple(cells))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one.
-
-    For a stage's own outputs (perf.json, benchmark.json); a run folder's files go through runs/store.py.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
