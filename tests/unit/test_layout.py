@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from compatlab.config.matrix import AXIS_KINDS
+from compatlab.render.formats import FORMATS
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "compatlab"
@@ -222,7 +223,7 @@ def test_runs_imports_nothing_above_it() -> None:
     assert bad == []
 
 
-FORMATTERS = ("compatlab.render.html", "compatlab.render.markdown")
+FORMATTERS = tuple(dict.fromkeys(f.module for f in FORMATS))
 FORMATTERS_READ = ("compatlab.render.view", "compatlab.render.text", "compatlab.render._assets")
 
 

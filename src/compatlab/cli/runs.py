@@ -130,7 +130,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return 0
     for path in written:
         print(path)
-    unreadable = load(results).results.unreadable
+    unreadable = load(results).unreadable
     if unreadable:
         raise LabError(
             f"{results}: {len(unreadable)} cell result(s) could not be read, shown as errors: "

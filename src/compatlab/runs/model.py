@@ -27,6 +27,7 @@ from compatlab.incell.causes import CAUSES
 __all__ = [
     "CELL_SCHEMA",
     "CELL_STATES",
+    "REPORT_DEFAULTS",
     "RUN_SCHEMA",
     "SCHEMA",
     "STAGE_STATES",
@@ -557,6 +558,9 @@ def parse_time(text: str) -> datetime | None:
 
 
 REPORT_KEYS = ("rows", "columns", "tables")
+# The layout of a run that records none: config/matrix.py's Report defaults (no columns: every axis the rows
+# and tables leave goes in the columns, in the matrix's order). A test holds the two together.
+REPORT_DEFAULTS: dict[str, tuple[str, ...]] = {"rows": ("torch",), "columns": (), "tables": ("cuda",)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -584,8 +588,23 @@ class RunInfo:
     planned: tuple[str, ...] = ()
 
     @property
+    def rows(self) -> tuple[str, ...]:
+        """The axes of the grid's rows, as the run records them, else the default (REPORT_DEFAULTS)."""
+        return self.report.get("rows", REPORT_DEFAULTS["rows"])
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.report.get("columns", REPORT_DEFAULTS["columns"])
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The axes that split the run into one grid per value."""
+        return self.report.get("tables", REPORT_DEFAULTS["tables"])
+
+    @property
     def order(self) -> tuple[int, str]:
-        """Which of two runs is newer: the later start, then the larger id."""
+        """Which of two runs is newer: the later start, then the larger id. The one definition: the store's
+        ``latest/``, the history's "since the previous run" and the published index all order by it."""
         if self.started_ns:
             return (self.started_ns, self.id)
         when = parse_time(self.started)
@@ -680,6 +699,10 @@ class Results:
     @property
     def unreadable(self) -> tuple[CellResult, ...]:
         return tuple(c for c in self.cells if c.unreadable)
+
+    @property
+    def by_id(self) -> dict[str, CellResult]:
+        return {c.id: c for c in self.cells}
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "run": self.run.to_json(), "cells": [c.to_json() for c in self.cells]}

@@ -10,7 +10,6 @@ import pytest
 from compatlab import runner
 from compatlab.cells import expand
 from compatlab.config.matrix import load_matrix
-from compatlab.render._grid import run_from_results
 from compatlab.render.view import build
 from compatlab.runs.model import SCHEMA, CellResult, CellState, Results, RunInfo, ShapeError, StageResult, StageState
 from compatlab.runs.verdict import culprit, explains, verdict
@@ -60,7 +59,7 @@ def test_the_page_shows_the_recorded_culprit_and_a_record_without_one_gets_the_s
     assert culprit(recorded) == static
     assert culprit(older) == explains(older.stages) == pins
     results = Results(run=RunInfo(id="r1"), cells=(recorded,))
-    (shown,) = build(run_from_results(results, "r1/results.json")).tables[0].slots.values()
+    (shown,) = build(results).tables[0].slots.values()
     assert (shown.culprit, shown.reason) == (static, "undefined symbol f")
 
 
