@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -359,6 +360,40 @@ def _split_jobs(posargs: list[str]) -> tuple[str, list[str]]:
 _POOL: list[CellPool] = []
 
 
+def _cell_argv(
+    python: str,
+    cell_id: str,
+    *,
+    run_dir: Path,
+    run_id: str,
+    owner: str,
+    before: Sequence[str] = (),
+    after: Sequence[str] = (),
+) -> list[str]:
+    """`compatlab cell CELL` in the run *run_id* that *owner* holds: the one spelling of both sessions'."""
+    return [
+        python,
+        "-m",
+        "compatlab",
+        "cell",
+        cell_id,
+        *before,
+        "--matrix",
+        str(MATRIX.path),
+        "--run-dir",
+        str(run_dir),
+        "--run-id",
+        run_id,
+        "--latest",
+        str(LATEST),
+        "--venvs",
+        str(VENVS),
+        "--owner",
+        owner,
+        *after,
+    ]
+
+
 @nox.session(name="matrix", python=False)
 # Tags name each axis value (`nox -t flashinfer-0.7.4`); `-k` matches id substrings (`-k "cu13 and torch2"`).
 @nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()]) for c in CELLS])
@@ -375,28 +410,14 @@ def matrix(session: nox.Session, cell: str) -> None:
     owner, python = _run_owner(session), _lab_python(session)
 
     def argv(cid: str) -> list[str]:
-        return [
+        return _cell_argv(
             python,
-            "-m",
-            "compatlab",
-            "cell",
             cid,
-            "--matrix",
-            str(MATRIX.path),
-            "--run-dir",
-            str(RUN_DIR),
-            "--run-id",
-            RUN_ID,
-            "--latest",
-            str(LATEST),
-            "--venvs",
-            str(VENVS),
-            "--owner",
-            owner,
-            "--estimate",
-            plan.cell_words(cid),
-            *posargs,
-        ]
+            run_dir=RUN_DIR,
+            run_id=RUN_ID,
+            owner=owner,
+            after=("--estimate", plan.cell_words(cid), *posargs),
+        )
 
     jobs = parse_jobs(jobs_value, len(plan.cells))
     if jobs <= 1:
@@ -434,24 +455,15 @@ def gpu8_perf(session: nox.Session) -> None:
     session.log(f"run {run_id}: {len(chosen)} cell(s)")
     news = []
     for cell in chosen:
-        args = [
-            "cell",
+        argv = _cell_argv(
+            _lab_python(session),
             cell.id,
-            "--gpu8",
-            "--matrix",
-            str(MATRIX.path),
-            "--run-dir",
-            str(run_dir),
-            "--run-id",
-            run_id,
-            "--latest",
-            str(LATEST),
-            "--venvs",
-            str(VENVS),
-            "--owner",
-            _run_owner(session, run_dir, run_id),
-        ]
-        session.run(_lab_python(session), "-m", "compatlab", *args, env=_lab_env(), external=True, success_codes=[0, 1])
+            run_dir=run_dir,
+            run_id=run_id,
+            owner=_run_owner(session, run_dir, run_id),
+            before=("--gpu8",),
+        )
+        session.run(*argv, env=_lab_env(), external=True, success_codes=[0, 1])
         try:
             result = store.read_cell(run_dir, cell.id)
         except LabError as exc:

@@ -6,13 +6,10 @@ import contextlib
 import dataclasses
 import datetime as dt
 import difflib
-import fcntl
 import logging
 import os
 import secrets
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,46 +23,36 @@ from compatlab.config.serve import ServeConfig
 from compatlab.config.thresholds import Thresholds
 from compatlab.errors import UNWRITABLE, LabError, Unwritable, UsageError
 from compatlab.existing import Environment, existing_cell
+from compatlab.reporter import Reporter
 from compatlab.runs import store
-from compatlab.runs.model import (
-    PREFLIGHT,
-    CellResult,
-    CellState,
-    Expectation,
-    InstallRecord,
-    StageResult,
-    StageState,
-    cell_state,
-)
-from compatlab.runs.records.common import Notes
+from compatlab.runs.model import PREFLIGHT, CellResult, CellState, Expectation, InstallRecord, StageResult, StageState
 from compatlab.runs.records.install import InstallDetails
-from compatlab.runs.records.suite import SuiteDetails
-from compatlab.runs.store import RunFolder
+from compatlab.runs.store import RunFolder, now_iso
+from compatlab.runs.verdict import is_unexpected, verdict
 from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, blame, install
 from compatlab.stages.base import blocked
 from compatlab.stages.runtime import observed
+from compatlab.venvs import cell_venv, own_venv
 
 __all__ = [
     "DEFAULT_STAGE_SECONDS",
     "GPU8",
     "PIPELINE",
     "STAGE_SECONDS",
+    "ExistingRequest",
     "StageTimeout",
-    "amber_reason",
-    "cell_venv",
     "conclude",
     "existing_context",
     "existing_matrix",
+    "existing_stage_names",
     "existing_stages",
     "find_cell",
     "new_run_id",
-    "own_venv",
     "run_cell",
     "run_existing",
     "run_more_stages",
     "run_pipeline",
     "select_stages",
-    "verdict",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,10 +91,6 @@ def _deadline(seconds: float, name: str) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(0.001, outer - (time.monotonic() - started)))
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
 def new_run_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
@@ -118,85 +101,6 @@ def find_cell(matrix: Matrix, cell_id: str) -> Cell:
         if cell.id == cell_id:
             return cell
     raise UsageError(f"{matrix.path}: no cell {cell_id!r}; `compatlab cells` lists them")
-
-
-def cell_venv(venv_root: Path, run_id: str, cell: Cell) -> Path:
-    """The cell's venv, owned by its run: two runs at once never share one."""
-    return venv_root / run_id / cell.id
-
-
-# Venvs of earlier runs wait here to be removed: a rename on the venvs' own filesystem is instant, the removal
-# (tens of thousands of hard links for a torch stack: 9-27 s) runs beside the cell's stages.
-TRASH = ".trash"
-
-
-@contextlib.contextmanager
-def own_venv(venv_root: Path, run_id: str, cell: Cell) -> Iterator[Path]:
-    """Hold the cell's venv of this run, and drop the same cell's venvs of runs that no longer hold theirs.
-
-    The lock (flock on ``<venv>.lock``) is held while the cell's stages run. Another run's venv of this
-    cell is set aside (renamed into ``<venvs>/.trash/``) only when its lock can be taken, so a concurrent
-    run keeps its own; a thread removes what is set aside while the stages run, and the cell waits for it
-    at its end. The disk holds about one venv per cell, and `nox -s gpu8_perf` finds the latest run's venvs.
-    """
-    venv = cell_venv(venv_root, run_id, cell)
-    try:
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=venv.parent, prefix=".compatlab-write-"):
-            pass  # a folder that is there but read-only passes mkdir; the venv and its lock file need a write
-    except OSError as exc:
-        raise Unwritable(
-            exc.filename or venv.parent,
-            exc.strerror or str(exc),
-            f"make {venv_root} writable, or keep the venvs elsewhere (COMPATLAB_VENVS for nox, --venvs)",
-        ) from None
-    with _flock(venv.with_name(venv.name + ".lock"), wait=True):
-        for other in sorted(venv_root.glob(f"*/{cell.id}")):
-            if other == venv or not other.is_dir():
-                continue
-            with _flock(other.with_name(other.name + ".lock"), wait=False) as got:
-                if got:
-                    _set_aside(other, venv_root / TRASH)
-        sweeper = threading.Thread(target=_sweep, args=(venv_root / TRASH,), name="old-venvs", daemon=True)
-        sweeper.start()
-        try:
-            yield venv
-        except BaseException:
-            raise  # interrupted: what is left in .trash goes with the next cell
-        else:
-            sweeper.join()
-
-
-def _set_aside(old: Path, trash: Path) -> None:
-    trash.mkdir(exist_ok=True)
-    try:
-        old.rename(trash / f"{old.parent.name}-{old.name}-{secrets.token_hex(4)}")
-    except OSError:
-        shutil.rmtree(old, ignore_errors=True)  # cannot be renamed (another filesystem): removed here
-
-
-def _sweep(trash: Path) -> None:
-    """Remove everything set aside, this cell's and what an interrupted cell left."""
-    if trash.is_dir():
-        for entry in trash.iterdir():
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _flock(path: Path, *, wait: bool) -> Iterator[bool]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
-
-
-Progress = Callable[[StageResult], None]
 
 
 def select_stages(
@@ -219,6 +123,22 @@ def select_stages(
 # An existing environment (compatlab check): the same stages, through the same loop.
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ExistingRequest:
+    """What ``compatlab check`` (and each environment ``compatlab rehearse`` judges) asks of an existing
+    environment: built once from the command line (cli/check.py), passed whole."""
+
+    packages: tuple[str, ...] = ()  # the distributions to check; () every one with native code
+    pins: dict[str, str] | None = None  # NAME -> VERSION the environment should have
+    archs: tuple[str, ...] = ()  # GPU archs its kernels must cover
+    min_driver: str | None = None  # the oldest NVIDIA driver it must run on
+    nccl: bool = False  # also the NCCL suite
+    gpus: int = 0  # the GPUs present
+    only: tuple[str, ...] = ()  # only these stages; () every one
+    serve: ServeConfig | None = None  # the [serve] table to serve; None the built-in one
+    thresholds: Thresholds | None = None  # the suites' time limits; None the defaults
+
+
 def existing_stages(env: Environment, *, nccl: bool = False, only: Sequence[str] = ()) -> tuple[Stage, ...]:
     """The matrix's stages without ``install`` (its need dropped: the environment is there), nccl if asked;
     only those named in *only* when it is given."""
@@ -230,28 +150,32 @@ def existing_stages(env: Environment, *, nccl: bool = False, only: Sequence[str]
     return tuple(dataclasses.replace(s, needs=tuple(n for n in s.needs if n != "install")) for s in chosen)
 
 
-def existing_matrix(
-    env: Environment,
-    *,
-    packages: Sequence[str] = (),
-    pins: dict[str, str] | None = None,
-    archs: Sequence[str] = (),
-    min_driver: str | None = None,
-    gpus: int = 0,
-    serve: ServeConfig | None = None,
-    thresholds: Thresholds | None = None,
-) -> tuple[Matrix, Cell]:
+def existing_stage_names(*, nccl: bool = True) -> tuple[str, ...]:
+    """The stages ``compatlab check --stage`` may name: the pipeline's, read when asked (nccl with *nccl*)."""
+    return tuple(s.name for s in PIPELINE if s.name != "install") + (
+        tuple(s.name for s in GPU8 if s.name == "nccl") if nccl else ()
+    )
+
+
+def existing_matrix(env: Environment, request: ExistingRequest) -> tuple[Matrix, Cell]:
     """*env* as a one-cell matrix (``existing.existing_cell``), with the ``[serve]`` and suite limits asked for."""
-    matrix, cell = existing_cell(env, packages=packages, pins=pins, archs=archs, min_driver=min_driver, gpus=gpus)
-    if serve is not None:
-        matrix = dataclasses.replace(matrix, serve=serve)
-    if thresholds is not None:
-        matrix = dataclasses.replace(matrix, thresholds=thresholds)
+    matrix, cell = existing_cell(
+        env,
+        packages=request.packages,
+        pins=request.pins,
+        archs=request.archs,
+        min_driver=request.min_driver,
+        gpus=request.gpus,
+    )
+    if request.serve is not None:
+        matrix = dataclasses.replace(matrix, serve=request.serve)
+    if request.thresholds is not None:
+        matrix = dataclasses.replace(matrix, thresholds=request.thresholds)
     return matrix, cell
 
 
 def existing_context(
-    env: Environment, matrix: Matrix, cell: Cell, *, work_dir: Path, say: Callable[[str], None] | None = None
+    env: Environment, matrix: Matrix, cell: Cell, *, work_dir: Path, reporter: Reporter | None = None
 ) -> CellContext:
     """The context of *env*'s one cell (``existing_matrix``): nothing to install, the stack as it is."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -263,49 +187,25 @@ def existing_context(
         work_dir=work_dir,
         site_packages=env.site_for([v.package for v in cell.packages if v.package]),
         install=InstallRecord(existing=str(env.prefix), python=str(env.python)),
-        say=say,
+        say=_say(reporter),
         tools_overlay=not env.has_pytest,  # inspect_environment asked it once already
     )
 
 
 def run_existing(
-    env: Environment,
-    *,
-    run_dir: Path,
-    packages: Sequence[str] = (),
-    pins: dict[str, str] | None = None,
-    archs: Sequence[str] = (),
-    min_driver: str | None = None,
-    nccl: bool = False,
-    gpus: int = 0,
-    on_stage: Callable[[StageResult], None] | None = None,
-    only: Sequence[str] = (),
-    serve: ServeConfig | None = None,
-    thresholds: Thresholds | None = None,
-    say: Callable[[str], None] | None = None,
+    env: Environment, request: ExistingRequest, *, run_dir: Path, reporter: Reporter | None = None
 ) -> tuple[CellContext, CellResult]:
     """Run the stages of ``existing_stages`` on *env* through ``run_pipeline``, into the run folder *run_dir*
     (``runs/<run-id>/`` as for a matrix run: the cell's work files in ``cells/<id>/``, its results.json)."""
     started = now_iso()
-    stages = existing_stages(env, nccl=nccl, only=only)
-    if on_stage is not None:
-        stages = tuple(dataclasses.replace(s, run=_reporting(s.run, on_stage)) for s in stages)
+    stages = existing_stages(env, nccl=request.nccl, only=request.only)
     from compatlab.host import host_facts
 
-    matrix, cell = existing_matrix(
-        env,
-        packages=packages,
-        pins=pins,
-        archs=archs,
-        min_driver=min_driver,
-        gpus=gpus,
-        serve=serve,
-        thresholds=thresholds,
-    )
+    matrix, cell = existing_matrix(env, request)
     with store.claim_run(run_dir, run_id=run_dir.name, plan=planned(matrix), host=host_facts) as run:
-        ctx = existing_context(env, matrix, cell, work_dir=run.work_dir(cell.id), say=say)
+        ctx = existing_context(env, matrix, cell, work_dir=run.work_dir(cell.id), reporter=reporter)
         t0 = time.monotonic()
-        run_pipeline(ctx, stages)
+        run_pipeline(ctx, stages, reporter=reporter)
         # The grid shows the environment's axes, not every package it pins.
         axes = {a.name: a.values[0].version for a in matrix.axes}
         result = conclude(ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes)
@@ -314,15 +214,9 @@ def run_existing(
     return ctx, result
 
 
-def _reporting(
-    run: Callable[[CellContext], StageResult], told: Callable[[StageResult], None]
-) -> Callable[[CellContext], StageResult]:
-    def wrapped(ctx: CellContext) -> StageResult:
-        out = run(ctx)
-        told(out)
-        return out
-
-    return wrapped
+def _say(reporter: Reporter | None) -> Callable[[str], None] | None:
+    """The cell's ``say``: the reporter's notes, None for a quiet face (the stages log instead)."""
+    return None if reporter is None or reporter.quiet else reporter.note
 
 
 def run_cell(
@@ -333,8 +227,7 @@ def run_cell(
     venv_root: Path,
     stages: tuple[Stage, ...] = PIPELINE,
     left_out: tuple[Stage, ...] = (),
-    progress: Progress | None = None,
-    say: Callable[[str], None] | None = None,
+    reporter: Reporter | None = None,
 ) -> CellResult:
     """Run *cell* through *stages* and write its result into *run*; never raises for a red cell.
 
@@ -367,10 +260,10 @@ def run_cell(
             venv=venv,
             python=envs.venv_python(venv),
             work_dir=work,
-            say=say,
+            say=_say(reporter),
             caches=venv_root,
         )
-        run_pipeline(ctx, stages, left_out=left_out, progress=progress)
+        run_pipeline(ctx, stages, left_out=left_out, reporter=reporter)
     result = conclude(ctx, expected=expected, started=started, seconds=round(time.monotonic() - t0, 3))
     run.write_cell(result)
     return result
@@ -383,8 +276,7 @@ def run_more_stages(
     run: RunFolder,
     venv_root: Path,
     stages: tuple[Stage, ...],
-    progress: Progress | None = None,
-    say: Callable[[str], None] | None = None,
+    reporter: Reporter | None = None,
 ) -> CellResult:
     """Add *stages* to a cell of this run (the GPU stages after `nox -s matrix`), reusing its venv.
 
@@ -401,8 +293,7 @@ def run_more_stages(
             run=run,
             venv_root=venv_root,
             stages=tuple(s for s in PIPELINE if s.name not in again) + stages,
-            progress=progress,
-            say=say,
+            reporter=reporter,
         )
     if earlier.state == CellState.NA:
         return earlier
@@ -419,10 +310,10 @@ def run_more_stages(
             freeze=earlier.freeze,
             install=earlier.install,
             previous=tuple(s for s in earlier.stages if s.name not in names),
-            say=say,
+            say=_say(reporter),
             caches=venv_root,
         )
-        run_pipeline(ctx, stages, progress=progress)
+        run_pipeline(ctx, stages, reporter=reporter)
     result = conclude(
         ctx,
         expected=earlier.expected,
@@ -439,7 +330,7 @@ def run_pipeline(
     stages: tuple[Stage, ...],
     *,
     left_out: tuple[Stage, ...] = (),
-    progress: Progress | None = None,
+    reporter: Reporter | None = None,
 ) -> None:
     """The one loop of `nox -s matrix`, `nox -s gpu8_perf` and `compatlab check`: every stage in order,
     each result added to ``ctx.previous``, where the next stage reads it.
@@ -450,8 +341,8 @@ def run_pipeline(
     try:
         for stage in stages:
             ctx.previous = (*ctx.previous, _run_stage(stage, ctx))
-            if progress is not None:
-                progress(ctx.previous[-1])
+            if reporter is not None:
+                reporter.stage_done(ctx.previous[-1])
         if left_out:
             # A preflight: the cell is partial, and says which stages it did not run.
             last = stages[-1].name if stages else "nothing"
@@ -482,7 +373,7 @@ def conclude(
     """The cell's result, built once from its context after its stages ran; *axes* replaces the cell's own
     (an existing environment's grid shows its axes, not every package it pins)."""
     stages = tuple(blame.with_cause(s) for s in observed(ctx.previous))
-    state, reason = verdict(stages)
+    state, reason, bad = verdict(stages)
     causes = blame.blames(stages) if state == CellState.FAIL else ()
     if len(causes) > 1:
         reason = (
@@ -508,68 +399,8 @@ def conclude(
         attempts=attempts or 1,
         reason=reason,
         causes=causes,
+        culprit=bad.name if bad is not None else "",
     )
-
-
-def verdict(stages: tuple[StageResult, ...]) -> tuple[CellState, str]:
-    """The cell's state from its stages, and its reason: the first stage that decided it, and where the static
-    stage's prediction and the import stage's proof differ, that they do."""
-    state = cell_state(stages)
-    if state == CellState.PARTIAL:
-        return state, amber_reason(stages)
-    bad: StageResult | None = None
-    if state in (CellState.FAIL, CellState.ERROR):
-        bad = next((s for s in stages if s.state.value == state.value), None)
-    reason = f"{bad.name}: {bad.reason}" if bad is not None else ""
-    return state, reason + _disagreement(stages)
-
-
-def amber_reason(stages: Sequence[StageResult]) -> str:
-    """A partial cell's reason: what it proved (the stages that ran, with the import stage's count and the
-    warnings) and what did not run here and why, so that two amber cells read alike only when they are:
-    ``ran install, pins, static, import (412/412 modules load; 3 warnings); not run here: cuda, serve — no
-    NVIDIA driver on this machine (no libcuda.so.1)``."""
-    ran: list[str] = []
-    warnings = 0
-    for s in stages:
-        if s.state not in (StageState.PASS, StageState.WARN):
-            continue
-        ran.append(s.name)
-        warnings += len(Notes.of(s).warnings) if s.state == StageState.WARN else 0
-        counted = SuiteDetails.of(s) if s.name == "import" else None
-        if counted is not None and counted.loaded is not None and counted.total is not None:
-            ran[-1] += f" ({counted.loaded}/{counted.total} modules load)"
-    groups: list[tuple[list[str], str]] = []
-    for s in stages:
-        if s.state != StageState.SKIP or not s.required:
-            continue
-        if groups and s.reason.startswith("blocked: "):
-            groups[-1][0].append(s.name)  # blocked by what the group before says
-        elif groups and s.reason == groups[-1][1]:
-            groups[-1][0].append(s.name)
-        else:
-            groups.append(([s.name], s.reason))
-    proved = "ran " + ", ".join(ran) if ran else "nothing ran"
-    if warnings:
-        proved += f"; {warnings} warning{'s' if warnings != 1 else ''}"
-    missing = "; ".join(f"{', '.join(names)} — {why.removeprefix('not run: ')}" for names, why in groups)
-    return f"{proved}; not run here: {missing}" if missing else proved
-
-
-_LINK_CAUSES = ("abi-symbol", "torch-abi", "python-abi", "symbol-version", "missing-library", "")
-
-
-def _disagreement(stages: tuple[StageResult, ...]) -> str:
-    """The static stage predicts what the import stage proves; when they differ, the reason says so."""
-    by_name = {s.name: s for s in stages}
-    static, imported = by_name.get("static"), by_name.get("import")
-    if static is None or imported is None or {static.state, imported.state} != {StageState.FAIL, StageState.PASS}:
-        return ""
-    if imported.state == StageState.FAIL and imported.cause not in _LINK_CAUSES:
-        return ""  # an exception of Python code, which static never reads: no prediction to disagree with
-    if static.state == StageState.FAIL:
-        return " [import disagrees: every module loaded]"
-    return " [static disagrees: it predicted no load failure]"
 
 
 WORK_FIX = "the cell's work folder must be writable: fix it, or write the run elsewhere (COMPATLAB_REPORTS, --run-dir)"
@@ -587,6 +418,10 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
     except StageTimeout as exc:  # the question is unanswered: an error, never a verdict on the stack
         log.error("cell %s: %s", ctx.cell.id, exc)
         sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(exc))
+    except Unwritable as exc:  # a file of the stage's own (runs/atomic.py): the infrastructure, in one line
+        said = exc.fixed(WORK_FIX)
+        log.debug("cell %s: the %s stage: %s", ctx.cell.id, stage.name, said)  # the cell's end line says it
+        sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(said))
     except OSError as exc:
         if exc.errno not in UNWRITABLE or not exc.filename:
             log.exception("stage %s crashed", stage.name)
@@ -634,15 +469,3 @@ def _gpus(stage: Stage, ctx: CellContext) -> Iterator[gpulease.Lease | None]:
                     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
                 else:
                     os.environ["CUDA_VISIBLE_DEVICES"] = before
-
-
-def is_unexpected(state: CellState, expected: Expectation | None, *, preflight: bool = False) -> bool:
-    """News for the nightly job: a red cell nobody expected, a known-bad cell that passed, or an error. A
-    preflight judges only the stages it ran: a known-bad cell it left partial was not reached, no news."""
-    if state == CellState.NA:
-        return False
-    if state == CellState.ERROR:
-        return True
-    if expected is not None and expected.state == CellState.FAIL:
-        return state == CellState.PASS or (state == CellState.PARTIAL and not preflight)
-    return state == CellState.FAIL

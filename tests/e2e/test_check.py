@@ -17,7 +17,7 @@ from compatlab.config.pins import parse_pins
 from compatlab.errors import ConfigError, UsageError
 from compatlab.existing import Environment, inspect_environment
 from compatlab.incell import fakecuda
-from compatlab.runner import existing_stages
+from compatlab.runner import ExistingRequest, existing_stages
 from compatlab.runs.model import CellState, StageState
 from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
 
@@ -69,7 +69,7 @@ def test_an_optional_module_that_cannot_load_is_a_warning_in_both_stages(optiona
     env = inspect_environment(optional_env / "bin" / "python")
     assert "optpkg" in env.native  # beside the dev env's own, which the venv sees for pytest
     assert env.is_venv
-    done = run_check(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    done = run_check(env, ExistingRequest(packages=("optpkg",)), out=tmp_path / "out")
     stages = {s.name: s for s in done.result.stages}
     assert list(stages) == ["pins", "static", "import", "cuda", "serve"]
     assert (stages["static"].state, stages["static"].reason) == (
@@ -193,7 +193,7 @@ def test_a_build_named_by_path_that_import_leaves_alone_is_a_warning(tmp_path: P
     if fakecuda.real_driver() is not None:
         pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
     env = inspect_environment(_venv(tmp_path, BY_PATH) / "bin" / "python")
-    done = run_check(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    done = run_check(env, ExistingRequest(packages=("optpkg",)), out=tmp_path / "out")
     stages = {s.name: s for s in done.result.stages}
     assert (stages["static"].state, stages["static"].reason) == (
         "warn",
@@ -215,7 +215,7 @@ def test_a_build_named_by_path_that_import_leaves_alone_is_a_warning(tmp_path: P
 @pytest.mark.slow
 def test_a_build_named_by_path_that_import_loads_stays_red(tmp_path: Path) -> None:
     env = inspect_environment(_venv(tmp_path, BY_PATH + '_ops = load("vectorised")\n') / "bin" / "python")
-    done = run_check(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    done = run_check(env, ExistingRequest(packages=("optpkg",)), out=tmp_path / "out")
     stages = {s.name: s for s in done.result.stages}
     assert stages["static"].state == StageState.WARN  # static cannot tell; the import stage can
     assert stages["import"].state == StageState.FAIL
@@ -266,7 +266,7 @@ def test_a_module_only_its_package_can_load_counts_as_loaded(tmp_path: Path) -> 
     record.write_text(record.read_text(encoding="utf-8") + f"optpkg/_native{EXT_SUFFIX},,\n", encoding="utf-8")
     assert subprocess.run([str(venv / "bin" / "python"), "-c", "import optpkg"], check=False).returncode == 0
     env = inspect_environment(venv / "bin" / "python")
-    done = run_check(env, out=tmp_path / "out", packages=["optpkg"], gpus=0)
+    done = run_check(env, ExistingRequest(packages=("optpkg",)), out=tmp_path / "out")
     stages = {s.name: s for s in done.result.stages}
     entry = next(m for m in stages["import"].details["modules"] if m["module"] == f"optpkg/_native{EXT_SUFFIX}")
     assert entry["ok"]

@@ -12,6 +12,7 @@ import pytest
 from compatlab.cli.check import run_check
 from compatlab.existing import inspect_environment
 from compatlab.incell import fakecuda
+from compatlab.runner import ExistingRequest
 from compatlab.runs.model import StageState
 from fixtures.labutil import tree
 from fixtures.sofix import EXT_SUFFIX, ext_module
@@ -39,7 +40,7 @@ def test_check_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch
     assert has.returncode != 0, "the checked venv must not see a pytest of its own"
     before = tree(tmp_path / "env")
 
-    result = run_check(inspect_environment(python), out=tmp_path / "out", packages=["fastpkg"], gpus=0).result
+    result = run_check(inspect_environment(python), ExistingRequest(packages=("fastpkg",)), out=tmp_path / "out").result
 
     imported = result.stage("import")
     assert imported is not None

@@ -18,6 +18,7 @@ from compatlab.cli.check import run_check
 from compatlab.existing import inspect_environment
 from compatlab.incell import fakecuda
 from compatlab.incell.causes import CAUSES
+from compatlab.runner import ExistingRequest
 from compatlab.runs.model import CellResult, CellState, StageState
 from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module, provider
 from fixtures.wheels import build_wheel, venv_with
@@ -334,7 +335,7 @@ def _check(tmp: Path, *batches: list[Path], packages: list[str]) -> CellResult:
     # The dev environment's pytest, seen through a path entry, so that check installs nothing.
     (site / "devenv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
     env = inspect_environment(python)
-    return run_check(env, out=tmp / "out", packages=packages, gpus=0).result
+    return run_check(env, ExistingRequest(packages=tuple(packages)), out=tmp / "out").result
 
 
 def _stage(result: CellResult, name: str) -> tuple[StageState, str, str]:

@@ -10,10 +10,11 @@ from pathlib import Path
 from compatlab.cells import expand, planned
 from compatlab.config.matrix import parse_matrix
 from compatlab.host import host_facts
-from compatlab.runner import cell_venv, own_venv, run_cell
+from compatlab.runner import run_cell
 from compatlab.runs import store
 from compatlab.runs.model import StageResult, StageState
 from compatlab.stages import PIPELINE, CellContext, Stage
+from compatlab.venvs import cell_venv, own_venv
 
 MATRIX = {
     "axes": {"torch": ["2.9.1"], "sgl-kernel": ["0.3.21"], "flashinfer": ["0.6.4"], "cuda": ["12.8"]},

@@ -354,8 +354,8 @@ def test_adding_pytest_must_not_change_the_stack(tmp_path: Path, index_url: str)
 
 
 def test_static_and_import_disagreeing_is_said_in_the_reason() -> None:
-    from compatlab.runner import verdict
     from compatlab.runs.model import StageResult
+    from compatlab.runs.verdict import verdict
 
     class Cell:
         def __init__(self, reason: str) -> None:

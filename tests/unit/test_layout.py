@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from compatlab.config.axes import AXIS_KINDS
+from compatlab.render.formats import FORMATS
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "compatlab"
@@ -220,6 +221,8 @@ MIDDLE: Mapping[str, frozenset[str]] = {
     "cells": frozenset({"config", "errors", "runs"}),
     "shard": frozenset({"cells", "config", "errors"}),
     "plan": frozenset({"errors", "runs"}),
+    "reporter": frozenset({"runs"}),
+    "venvs": frozenset({"cells", "errors"}),
     "envs": frozenset({"cells", "config", "errors", "index", "proc", "resolver", "runs", "urls"}),
     "uv_failures": frozenset({"cells", "config", "envs", "errors", "index", "proc", "resolver", "runs", "urls"}),
     "existing": frozenset({"cells", "config", "errors", "proc", "runs", "site"}),
@@ -235,11 +238,13 @@ MIDDLE: Mapping[str, frozenset[str]] = {
             "parallel",
             "plan",
             "proc",
+            "reporter",
             "runs",
             "shard",
             "site",
             "stages",
             "uv_failures",
+            "venvs",
         }
     ),
 }
@@ -333,7 +338,7 @@ def test_runs_imports_nothing_above_it() -> None:
     assert bad == []
 
 
-FORMATTERS = ("compatlab.render.html", "compatlab.render.markdown")
+FORMATTERS = tuple(dict.fromkeys(f.module for f in FORMATS))
 FORMATTERS_READ = ("compatlab.render.view", "compatlab.render.text", "compatlab.render._assets")
 
 

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.cli.matrix import _progress, short_reason
+from compatlab.cli.matrix import CellReporter, short_reason
 from compatlab.runs.model import StageResult, StageState
 
 
 def test_a_blocked_tail_is_one_line_and_a_long_reason_says_where_the_whole_is(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    say = _progress("c1", quiet=False, whole_at=Path("reports/runs/r/cells/c1.json"))
-    assert say is not None
+    say = CellReporter("c1", whole_at=Path("reports/runs/r/cells/c1.json")).stage_done
     long = "no " + "word " * 60 + "end"
     say(StageResult(name="install", state=StageState.FAIL, reason=long, seconds=1.0))
     for name in ("pins", "static", "import", "cuda", "serve"):

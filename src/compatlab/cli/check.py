@@ -13,13 +13,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compatlab import runner
+from compatlab.cli import options
+from compatlab.cli.options import check_targets
 from compatlab.existing import Environment
 from compatlab.render.packages import PackageRow
-from compatlab.runs.model import CellResult, CellState, StageState
+from compatlab.reporter import Reporter
+from compatlab.runner import ExistingRequest
+from compatlab.runs.model import CellResult, CellState, StageResult, StageState
 
-__all__ = ["CheckRun", "configure_parser", "execute", "run_check"]
+__all__ = ["CheckReporter", "CheckRun", "check_targets", "configure_parser", "execute", "run_check"]
 
 DEFAULT_OUT = "reports/check"
+BLOCKED = "blocked: "  # stages/base.py: blocked()
 
 
 def configure_parser(sub: Any) -> argparse.ArgumentParser:
@@ -33,13 +39,7 @@ def configure_parser(sub: Any) -> argparse.ArgumentParser:
     who = s.add_mutually_exclusive_group()
     who.add_argument("--python", type=Path, help="the environment's interpreter (default: $VIRTUAL_ENV's)")
     who.add_argument("--venv", type=Path, help="a virtual environment folder (its bin/python)")
-    s.add_argument(
-        "--target",
-        action="append",
-        default=[],
-        metavar="ARCH",
-        help="GPU arch its kernels must cover, e.g. sm_90 (repeatable)",
-    )
+    options.add_targets(s)
     s.add_argument("--min-driver", help="the oldest NVIDIA driver it must run on, e.g. 580.65")
     s.add_argument(
         "--pin",
@@ -57,14 +57,7 @@ def configure_parser(sub: Any) -> argparse.ArgumentParser:
         help="check only this distribution (repeatable); default: every one with native code",
     )
     s.add_argument("--nccl", action="store_true", help="also run the NCCL suite on the GPUs present")
-    s.add_argument(
-        "--stage",
-        action="append",
-        default=[],
-        metavar="NAME",
-        choices=("pins", "static", "import", "cuda", "serve", "nccl"),
-        help="run only this stage (repeatable): pins, static, import, cuda, serve, nccl",
-    )
+    options.add_stages(s, runner.existing_stage_names(), help="run only this stage")
     s.add_argument(
         "--serve-from",
         type=Path,
@@ -94,16 +87,15 @@ class CheckRun:
     files: tuple[Path, ...]
 
 
-def run_check(env: Environment, *, out: Path, **options: Any) -> CheckRun:
-    """Run the pipeline on *env* (``runner.run_existing``, *options* are its) into ``out/runs/<run-id>/`` and
-    write the reports into *out*: the one-cell grid (index.html, compat.md, results.json, answers.json) and
-    the per-package table (packages.md, packages.json)."""
-    from compatlab import runner
+def run_check(env: Environment, request: ExistingRequest, *, out: Path, reporter: Reporter | None = None) -> CheckRun:
+    """Run the pipeline on *env* (``runner.run_existing``) into ``out/runs/<run-id>/`` and write the reports into
+    *out*: the one-cell grid (index.html, compat.md, results.json, answers.json) and the per-package table
+    (packages.md, packages.json)."""
     from compatlab.render import render_run
     from compatlab.render.packages import package_rows, packages_json, packages_md
 
     run_dir = out / "runs" / runner.new_run_id()
-    ctx, result = runner.run_existing(env, run_dir=run_dir, **options)
+    ctx, result = runner.run_existing(env, request, run_dir=run_dir, reporter=reporter)
     files = render_run(run_dir / "results.json", out, history_dir=None)
     checked = [(v.package, v.version) for v in ctx.cell.packages if v.package]
     rows = package_rows(result, checked) + [
@@ -114,6 +106,23 @@ def run_check(env: Environment, *, out: Path, **options: Any) -> CheckRun:
     md.write_text(packages_md(rows), encoding="utf-8")
     js.write_text(packages_json(result.id, str(result.state), rows), encoding="utf-8")
     return CheckRun(result=result, packages=tuple(rows), files=(*files, md, js))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CheckReporter:
+    """``compatlab check``'s face: a line per stage that ran on stdout, the stages' notes on stderr (none with
+    ``--quiet``). A stage an earlier one blocks is said by the verdict, not by a line of its own."""
+
+    quiet: bool = False
+
+    def stage_done(self, result: StageResult) -> None:
+        if result.state == StageState.SKIP and result.reason.startswith(BLOCKED):
+            return
+        why = f" — {result.reason}" if result.reason else ""
+        print(f"  {result.name}: {result.state} ({result.seconds:.1f} s){why}", flush=True)
+
+    def note(self, line: str) -> None:
+        print(f"    {line}", file=sys.stderr, flush=True)
 
 
 def _python(args: argparse.Namespace) -> Path:
@@ -137,22 +146,6 @@ def _python(args: argparse.Namespace) -> Path:
     raise UsageError("which environment? pass --python PATH (e.g. --python /usr/bin/python3) or --venv DIR")
 
 
-def _say(line: str) -> None:
-    print(f"    {line}", file=sys.stderr, flush=True)
-
-
-def check_targets(targets: list[str]) -> None:
-    """``--target`` values (check's and rehearse's): UsageError naming the bad one and an example."""
-    from compatlab.errors import UsageError
-    from compatlab.incell.cudacompat import parse_arch
-
-    for arch in targets:
-        try:
-            parse_arch(arch)
-        except ValueError as exc:
-            raise UsageError(f"--target {arch}: {exc}; e.g. --target sm_90") from None
-
-
 def execute(args: argparse.Namespace) -> int:
     from compatlab.proc import signals_interrupt
 
@@ -169,7 +162,6 @@ def _execute(args: argparse.Namespace) -> int:
     from compatlab.errors import UsageError
     from compatlab.existing import count_gpus, inspect_environment
     from compatlab.incell.cudacompat import parse_driver
-    from compatlab.runs.model import StageResult
 
     check_targets(args.target)
     if args.min_driver is not None:
@@ -191,26 +183,19 @@ def _execute(args: argparse.Namespace) -> int:
         flush=True,
     )
 
-    def told(stage: StageResult) -> None:
-        why = f" — {stage.reason}" if stage.reason else ""
-        print(f"  {stage.name}: {stage.state} ({stage.seconds:.1f} s){why}", flush=True)
-
-    out = Path(args.out).absolute()  # resolved once, where the user ran the command
-    done = run_check(
-        env,
-        out=out,
-        packages=args.package,
+    request = ExistingRequest(
+        packages=tuple(args.package),
         pins=pins,
-        archs=args.target,
+        archs=tuple(args.target),
         min_driver=args.min_driver,
         nccl=args.nccl,
         gpus=gpus,
-        on_stage=told,
-        only=args.stage,
+        only=tuple(args.stage),
         serve=serve,
         thresholds=thresholds,
-        say=None if args.quiet else _say,
     )
+    out = Path(args.out).absolute()  # resolved once, where the user ran the command
+    done = run_check(env, request, out=out, reporter=CheckReporter(quiet=args.quiet))
     result, rows = done.result, done.packages
     shown = [r for r in rows if r.state != StageState.PASS]
     if shown:

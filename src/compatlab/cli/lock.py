@@ -8,10 +8,10 @@ writes the news as Markdown for the nightly changes.md.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
+from compatlab.cli.options import add_matrix, matrix_path
 from compatlab.config.lock import load_lock, lock_path, news
 from compatlab.config.matrix import load_matrix
 from compatlab.errors import ConfigError, LabError
@@ -24,7 +24,7 @@ __all__ = ["configure_parser", "execute"]
 def configure_parser(sub: Any) -> None:
     """Add ``lock`` to the verbs of ``compatlab``."""
     s = sub.add_parser("lock", help="resolve the axes' selectors against their indexes; write matrix.lock")
-    s.add_argument("--matrix", help="matrix file (default: $COMPATLAB_MATRIX or ./matrix.toml)")
+    add_matrix(s)
     s.add_argument(
         "--news",
         type=Path,
@@ -36,7 +36,7 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    path = str(args.matrix or os.environ.get("COMPATLAB_MATRIX") or "matrix.toml")
+    path = matrix_path(args)
     matrix = load_matrix(path, use_lock=False)
     target = lock_path(path)
     try:

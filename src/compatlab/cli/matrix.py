@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compatlab.cli.options import add_matrix, matrix_path
 from compatlab.config import limits
 from compatlab.errors import UsageError
 from compatlab.runs import store
@@ -19,13 +20,7 @@ if TYPE_CHECKING:
     from compatlab.config.matrix import Matrix
     from compatlab.runs.model import StageResult
 
-__all__ = ["configure_parser", "end_line", "matrix_path"]
-
-DEFAULT_MATRIX = "matrix.toml"
-
-
-def matrix_path(args: argparse.Namespace) -> str:
-    return str(args.matrix or os.environ.get("COMPATLAB_MATRIX") or DEFAULT_MATRIX)
+__all__ = ["CellReporter", "configure_parser", "end_line"]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -91,39 +86,45 @@ def short_reason(reason: str, whole_at: Path | None = None) -> str:
     return f"{cut} … (whole reason: {whole_at})" if whole_at is not None else f"{cut} …"
 
 
-def _progress(cell_id: str, *, quiet: bool, whole_at: Path | None = None) -> Callable[[StageResult], None] | None:
-    """A line per finished stage on stderr (stdout stays for results and JSON); the stages a failure blocks
-    share one line."""
-    if quiet:
-        return None
-    blocking: list[str] = []  # the reason of the blocked stage told last, while the stages after it are blocked too
+@dataclasses.dataclass(slots=True)
+class CellReporter:
+    """``compatlab cell``'s face, on stderr (stdout stays for results and JSON): a line per finished stage, one
+    line for the stages a failure blocks, and the long stages' notes; nothing but the verdict with ``--quiet``."""
 
-    def say(stage: StageResult) -> None:
-        if stage.state == StageState.SKIP and stage.reason.startswith("blocked: "):
-            if not blocking:  # the first of a blocked tail speaks for it
-                blocking.append(stage.reason)
+    cell_id: str
+    quiet: bool = False
+    whole_at: Path | None = None  # where a reason cut for its line is whole
+    # the reason of the blocked stage told last, while the stages after it are blocked too
+    blocking: list[str] = dataclasses.field(default_factory=list)
+
+    def stage_done(self, result: StageResult) -> None:
+        if self.quiet:
+            return
+        if result.state == StageState.SKIP and result.reason.startswith("blocked: "):
+            if not self.blocking:  # the first of a blocked tail speaks for it
+                self.blocking.append(result.reason)
                 print(
-                    f"[compatlab] {cell_id}: {stage.name} and the stages after it that need it skip — {stage.reason}",
+                    f"[compatlab] {self.cell_id}: {result.name} and the stages after it that need it skip — "
+                    f"{result.reason}",
                     file=sys.stderr,
                     flush=True,
                 )
             return
-        blocking.clear()
-        why = f" — {short_reason(stage.reason, whole_at)}" if stage.reason and stage.state != StageState.PASS else ""
+        self.blocking.clear()
+        why = (
+            f" — {short_reason(result.reason, self.whole_at)}"
+            if result.reason and result.state != StageState.PASS
+            else ""
+        )
         print(
-            f"[compatlab] {cell_id}: {stage.name} {stage.state} {stage.seconds:.1f} s{why}", file=sys.stderr, flush=True
+            f"[compatlab] {self.cell_id}: {result.name} {result.state} {result.seconds:.1f} s{why}",
+            file=sys.stderr,
+            flush=True,
         )
 
-    return say
-
-
-def _say(cell_id: str) -> Callable[[str], None]:
-    """A long stage's progress lines (the import stage's modules loaded so far), on stderr."""
-
-    def say(line: str) -> None:
-        print(f"[compatlab] {cell_id}: {line}", file=sys.stderr, flush=True)
-
-    return say
+    def note(self, line: str) -> None:
+        """A long stage's progress lines (the import stage's modules loaded so far)."""
+        print(f"[compatlab] {self.cell_id}: {line}", file=sys.stderr, flush=True)
 
 
 def _position(matrix: Matrix, cell_id: str, run_dir: Path, stages: Collection[str] | None) -> str:
@@ -164,8 +165,7 @@ def _cmd_cell(args: argparse.Namespace) -> int:
         if not run.results_path.exists():
             # The run exists (host facts, start time, planned cells) before its first cell ends or crashes.
             run.aggregate(planned(matrix), latest=latest)
-        told = _progress(cell.id, quiet=args.quiet, whole_at=store.cell_file(run_dir, cell.id))
-        say = None if args.quiet else _say(cell.id)
+        told = CellReporter(cell.id, quiet=args.quiet, whole_at=store.cell_file(run_dir, cell.id))
         if not args.quiet:
             print(f"[compatlab] start {cell.id} ({where})", file=sys.stderr, flush=True)
         from compatlab.proc import signals_interrupt
@@ -174,10 +174,10 @@ def _cmd_cell(args: argparse.Namespace) -> int:
             if args.gpu8:
                 from compatlab.runner import GPU8, run_more_stages
 
-                result = run_more_stages(matrix, cell, run=run, venv_root=venvs, stages=GPU8, progress=told, say=say)
+                result = run_more_stages(matrix, cell, run=run, venv_root=venvs, stages=GPU8, reporter=told)
             else:
                 result = run_cell(
-                    matrix, cell, run=run, venv_root=venvs, stages=stages, left_out=left_out, progress=told, say=say
+                    matrix, cell, run=run, venv_root=venvs, stages=stages, left_out=left_out, reporter=told
                 )
         if args.owner:
             run.aggregate(planned(matrix), latest=latest)  # the run's owner finishes it, after its last cell
@@ -200,23 +200,23 @@ def _cmd_ci_matrix(args: argparse.Namespace) -> int:
 
 def configure_parser(sub: Any) -> None:
     s = sub.add_parser("validate", help="check matrix.toml and count its cells")
-    s.add_argument("--matrix", help="matrix file (default: $COMPATLAB_MATRIX or ./matrix.toml)")
+    add_matrix(s)
     s.set_defaults(func=_cmd_validate)
 
     s = sub.add_parser("cells", help="list the cells of a matrix")
-    s.add_argument("--matrix")
+    add_matrix(s)
     s.add_argument("--json", action="store_true")
     s.add_argument("--shard", help="only shard i of n, e.g. 2/4 (deterministic, balanced)")
     s.set_defaults(func=_cmd_cells)
 
     s = sub.add_parser("ci-matrix", help="JSON for a CI matrix strategy (fromJson): per cell, or per shard")
-    s.add_argument("--matrix")
+    add_matrix(s)
     s.add_argument("--shards", type=int, help="one job per shard instead of one per cell")
     s.set_defaults(func=_cmd_ci_matrix)
 
     s = sub.add_parser("cell", help="run one cell")
     s.add_argument("cell")
-    s.add_argument("--matrix")
+    add_matrix(s)
     s.add_argument("--run-dir", type=Path, required=True)
     s.add_argument("--run-id")
     s.add_argument(

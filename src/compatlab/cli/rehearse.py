@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compatlab import runner
+from compatlab.cli import options
+
 __all__ = ["DEFAULT_OUT", "configure_parser", "execute"]
 
 DEFAULT_OUT = "reports/rehearse"
@@ -43,21 +46,8 @@ def configure_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="NAME",
         help="judge only this distribution (repeatable); default: every one, as check does",
     )
-    s.add_argument(
-        "--target",
-        action="append",
-        default=[],
-        metavar="ARCH",
-        help="GPU arch its kernels must cover, e.g. sm_90 (repeatable)",
-    )
-    s.add_argument(
-        "--stage",
-        action="append",
-        default=[],
-        metavar="NAME",
-        choices=("pins", "static", "import", "cuda", "serve"),
-        help="judge with only this stage (repeatable): pins, static, import, cuda, serve",
-    )
+    options.add_targets(s)
+    options.add_stages(s, runner.existing_stage_names(nccl=False), help="judge with only this stage")
     s.add_argument("--copies", type=Path, metavar="DIR", help="where the copies go (default: OUT/copies)")
     s.add_argument("--keep", action="store_true", help="keep the copies after the rehearsal")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -90,7 +80,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    from compatlab.cli.check import check_targets
+    from compatlab.cli.options import check_targets
     from compatlab.errors import UsageError
     from compatlab.existing import count_gpus, inspect_environment
     from compatlab.rehearse import parse_request, rehearse
@@ -121,10 +111,9 @@ def _execute(args: argparse.Namespace) -> int:
         copies=copies,
         keep=args.keep,
         say=say,
-        packages=args.package,
-        archs=args.target,
-        gpus=count_gpus(),
-        only=args.stage,
+        judged=runner.ExistingRequest(
+            packages=tuple(args.package), archs=tuple(args.target), gpus=count_gpus(), only=tuple(args.stage)
+        ),
     )
     for line in rehearsal_lines(done):
         print(line)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compatlab.cli.matrix import matrix_path
+from compatlab.cli.options import add_matrix, matrix_path
 from compatlab.config import limits
 from compatlab.errors import LabError
 from compatlab.runs import store
@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["configure_parser", "summary_table"]
 
-DEFAULT_RESULTS = Path("reports/latest/results.json")
-DEFAULT_RUNS = Path("reports/runs")
+DEFAULT_RESULTS, DEFAULT_RUNS = store.DEFAULT_RESULTS, store.DEFAULT_RUNS
 
 
 def summary_table(results: Results) -> tuple[str, int]:
@@ -131,7 +130,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return 0
     for path in written:
         print(path)
-    unreadable = load(results).results.unreadable
+    unreadable = load(results).unreadable
     if unreadable:
         raise LabError(
             f"{results}: {len(unreadable)} cell result(s) could not be read, shown as errors: "
@@ -159,13 +158,13 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 def configure_parser(sub: Any) -> None:
     s = sub.add_parser("summary", help="print a run's table; exit 1 when a verdict is unexpected")
-    s.add_argument("results", nargs="?", default="reports/latest/results.json")
+    s.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     s.add_argument("--github-summary", action="store_true", help="also append to $GITHUB_STEP_SUMMARY")
     s.set_defaults(func=_cmd_summary)
 
     s = sub.add_parser("merge", help="combine shard runs into one run; missing cells show as errors")
     s.add_argument("shard_dirs", nargs="+", help="reports/runs/<run-id> folders of the shards")
-    s.add_argument("--matrix")
+    add_matrix(s)
     s.add_argument("--out", required=True, help="the merged run folder")
     s.add_argument("--run-id")
     s.add_argument("--latest", help="also show the merged run here, unless it shows a newer run")
@@ -179,7 +178,7 @@ def configure_parser(sub: Any) -> None:
     s.set_defaults(func=_cmd_merge)
 
     s = sub.add_parser("prune", help="keep only the newest N runs")
-    s.add_argument("--runs", default="reports/runs")
+    s.add_argument("--runs", default=str(DEFAULT_RUNS))
     s.add_argument("--keep", type=int, required=True)
     s.set_defaults(func=_cmd_prune)
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from compatlab.cli.options import add_matrix, matrix_path
 from compatlab.config import limits
 from compatlab.errors import ConfigError, UsageError
 from compatlab.runs.model import StageState
@@ -43,7 +44,7 @@ def _cmd_static(args: argparse.Namespace) -> int:
 
 def _cmd_nccl(args: argparse.Namespace) -> int:
     from compatlab.config.nccl import NcclThresholds, NcclTimeouts
-    from compatlab.runs.model import write_json_atomic
+    from compatlab.runs.atomic import write_json_atomic
     from compatlab.stages.nccl.report import default_sizes
     from compatlab.stages.nccl.stage import probe, report_lines, run_nccl
 
@@ -91,7 +92,7 @@ def _cmd_perf(args: argparse.Namespace) -> int:
     from compatlab.stages.perf.stage import EXIT_CODES, run_perf
 
     logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
-    matrix = load_matrix(args.matrix)
+    matrix = load_matrix(matrix_path(args))
     config = matrix.perf
     if config is None:
         raise ConfigError(matrix.path, ["perf: missing; add [perf.servers.baseline] and [perf.servers.eagle3]"])
@@ -184,7 +185,7 @@ def configure_parser(sub: Any) -> None:
         description="exit 0 pass, 1 fail, 2 bad input (matrix, missing ${VAR}), 3 error (a server "
         "hung or a program is missing), 4 inconclusive (rerun on a quieter box)",
     )
-    s.add_argument("--matrix", default=os.environ.get("COMPATLAB_MATRIX", "matrix.toml"))
+    add_matrix(s)
     s.add_argument(
         "--out", required=True, type=Path, help="directory for perf.json, benchmark.json and the server logs"
     )

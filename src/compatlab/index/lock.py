@@ -10,8 +10,6 @@ releases new since the previous lock are the news (``news_markdown`` for the nig
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -31,6 +29,7 @@ from compatlab.config.lock import (
 from compatlab.config.matrix import Matrix
 from compatlab.errors import LabError
 from compatlab.index import client
+from compatlab.runs.atomic import write_atomic
 from compatlab.urls import redact
 
 __all__ = ["PYPI", "news_markdown", "resolve", "write_lock"]
@@ -133,16 +132,7 @@ def resolve(matrix: Matrix, *, timeout: float = client.TIMEOUT, now: str | None 
 
 def write_lock(lock: Lock, *, matrix_name: str) -> None:
     """Write *lock* to its path atomically (a temporary file renamed over the old one)."""
-    path = Path(lock.path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dump_lock(lock, matrix_name=matrix_name))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(Path(lock.path), dump_lock(lock, matrix_name=matrix_name))
 
 
 def news_markdown(lines: list[str], previous: Lock | None) -> str:

@@ -31,12 +31,12 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from compatlab.errors import LabError
 from compatlab.existing import Environment
 from compatlab.rehearse.copy import UntouchedError, copy_environment, remove_copy
 from compatlab.rehearse.request import Request, parse_request, pip_conf_indexes
+from compatlab.runner import ExistingRequest
 from compatlab.runs.model import CellResult, CellState
 from compatlab.runs.rehearsal import Attempt, Install, Judged, ModuleState, Outcome, Rehearsal
 from compatlab.urls import redact_text
@@ -52,7 +52,7 @@ INSTALL_TIMEOUT = 3600.0
 class _Judge:
     """How each environment is judged: check's options, and where progress goes."""
 
-    options: Mapping[str, Any]
+    request: ExistingRequest
     say: Callable[[str], None]
 
 
@@ -60,7 +60,7 @@ def _judge(env: Environment, out: Path, judge: _Judge) -> tuple[CellResult, Judg
     from compatlab.cli.check import run_check
 
     t0 = time.monotonic()
-    done = run_check(env, out=out, **judge.options)
+    done = run_check(env, judge.request, out=out)
     seconds = round(time.monotonic() - t0, 3)
     result = done.result
     judge.say(f"{out.name}: {result.state} in {seconds:.1f} s" + (f" — {result.reason}" if result.reason else ""))
@@ -193,18 +193,20 @@ def rehearse(
     copies: Path,
     keep: bool = False,
     say: Callable[[str], None] | None = None,
-    **options: Any,
+    judged: ExistingRequest | None = None,
 ) -> Rehearsal:
-    """Rehearse *request* on copies of *env* (made under *copies*), judged with check's stages (*options* are
-    ``run_check``'s: packages, archs, gpus, only …), and write the rehearsal into *out*."""
+    """Rehearse *request* on copies of *env* (made under *copies*), judged with check's stages (*judged*: what
+    ``run_check`` asks of each environment; the default, every stage of every package), and write the
+    rehearsal into *out*."""
     from compatlab import runner
     from compatlab.render.rehearsal import rehearsal_html, rehearsal_md
+    from compatlab.runs import store
 
     def quiet(_line: str) -> None:
         pass
 
-    judge = _Judge(options=options, say=say or quiet)
-    started = runner.now_iso()
+    judge = _Judge(request=judged or ExistingRequest(), say=say or quiet)
+    started = store.now_iso()
     t0 = time.monotonic()
     if not request.has_index and (own := pip_conf_indexes(env.prefix)):
         request = dataclasses.replace(request, args=(*own, *request.args), has_index=True)
@@ -246,7 +248,7 @@ def rehearse(
         original=original,
         request=first,
         safer=tuple(safer),
-        gpus=int(options.get("gpus", 0)),
+        gpus=judge.request.gpus,
     )
     out.mkdir(parents=True, exist_ok=True)
     result.write(out / "rehearsal.json")

@@ -5,7 +5,7 @@ Renderers only read results: nothing here installs, imports or runs a cell.
 
 from __future__ import annotations
 
-from compatlab.render._grid import Run, load
+from compatlab.render._grid import load
 from compatlab.render.history import Change, diff_runs, load_runs
 from compatlab.render.markdown import render_markdown
 from compatlab.render.publish import compat_md_diff, publish
@@ -13,7 +13,6 @@ from compatlab.render.run import render_run
 
 __all__ = [
     "Change",
-    "Run",
     "compat_md_diff",
     "diff_runs",
     "load",

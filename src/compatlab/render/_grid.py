@@ -3,178 +3,48 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from compatlab.errors import ConfigError
 from compatlab.runs import store
-from compatlab.runs.model import CELL_STATES, CellResult, CellState, Results, ShapeError, StageResult, StageState
+from compatlab.runs.model import CellResult, CellState, Results, ShapeError
 from compatlab.runs.records.figures import figures_of
+from compatlab.runs.verdict import culprit
 
 log = logging.getLogger(__name__)
 
 # How an axis is named in headings; anything else is shown as written. render/ reads runs/ only, so the
 # non-package axis kinds of config/axes.py's table are named here, and a test holds the two together.
 AXIS_TITLES: Mapping[str, str] = {"cuda": "CUDA", "python": "Python"}
-# The layout of a run that records none: config/matrix.py's Report defaults (no columns: every axis the
-# rows and tables leave goes in the columns, in the matrix's order).
-DEFAULT_REPORT: Mapping[str, tuple[str, ...]] = {"rows": ("torch",), "columns": (), "tables": ("cuda",)}
-
 Key = tuple[str, ...]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Run:
-    """One run's results.json, checked and typed."""
-
-    source: str
-    results: Results
-    id: str
-    started: str
-    finished: str | None
-    matrix_name: str
-    host: Mapping[str, Any]
-    rows: tuple[str, ...]
-    columns: tuple[str, ...]
-    tables: tuple[str, ...]
-    axes: Mapping[str, tuple[str, ...]]
-    cells: tuple[CellResult, ...]
-
-    @property
-    def by_id(self) -> dict[str, CellResult]:
-        return {c.id: c for c in self.cells}
-
-    @property
-    def sort_key(self) -> tuple[int, str]:
-        """Older runs first: by start, to the nanosecond where the run records it (runs/model.py: RunInfo.order)."""
-        return self.results.run.order
-
-    def counts(self) -> dict[str, int]:
-        """Cells per state, in the order of CELL_STATES, plus ``known`` among the fails."""
-        out = dict.fromkeys(CELL_STATES, 0)
-        out["known"] = 0
-        for cell in self.cells:
-            out[cell.state] = out.get(cell.state, 0) + 1
-            if is_known(cell):
-                out["known"] += 1
-        return out
-
-
-def parse_time(text: str) -> datetime:
-    """An ISO timestamp as an aware datetime; unparsable ones sort first."""
+def run_from_json(data: Mapping[str, Any], source: str) -> Results:
+    """Check a loaded results.json; every problem at once, as ConfigError naming *source*."""
     try:
-        when = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return datetime.min.replace(tzinfo=UTC)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def run_from_results(results: Results, source: str) -> Run:
-    """Type a checked run for the renderers; the layout keys the run leaves out take DEFAULT_REPORT."""
-    meta = results.run
-    layout = {part: meta.report.get(part, default) for part, default in DEFAULT_REPORT.items()}
-    return Run(
-        source=source,
-        results=results,
-        id=meta.id or Path(source).parent.name,
-        started=meta.started,
-        finished=meta.finished or None,
-        matrix_name=meta.matrix_name or meta.matrix,
-        host=meta.host,
-        rows=layout["rows"],
-        columns=layout["columns"],
-        tables=layout["tables"],
-        axes=meta.axes,
-        cells=results.cells,
-    )
-
-
-def run_from_json(data: Mapping[str, Any], source: str) -> Run:
-    """Check a loaded results.json and type it; every problem at once, as ConfigError naming *source*."""
-    try:
-        return run_from_results(Results.from_json(data), source)
+        return _named(Results.from_json(data), source)
     except ShapeError as exc:
         raise ConfigError(source, exc.problems) from None
 
 
-def load(path: Path) -> Run:
+def _named(results: Results, source: str) -> Results:
+    """A run that records no id is named by its folder (``runs/<run-id>/results.json``)."""
+    if results.run.id:
+        return results
+    return dataclasses.replace(results, run=dataclasses.replace(results.run, id=Path(source).parent.name))
+
+
+def load(path: Path) -> Results:
     """Read and check one results.json (through runs/store.py); a bad file raises ConfigError naming it."""
-    return run_from_results(store.load_results(path), str(path))
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Table:
-    """One grid: a value of the ``tables`` axes, row keys, column keys and the cells at each slot."""
-
-    key: Key
-    title: str
-    row_axes: tuple[str, ...]
-    col_axes: tuple[str, ...]
-    row_keys: tuple[Key, ...]
-    col_keys: tuple[Key, ...]
-    slots: Mapping[tuple[Key, Key], CellResult]
+    return _named(store.load_results(path), str(path))
 
 
 def axis_title(axis: str) -> str:
     return AXIS_TITLES.get(axis, axis)
-
-
-def _values(run: Run, axis: str) -> list[str]:
-    """The axis' values in matrix order, then any a cell has that the run header does not list."""
-    seen = dict.fromkeys(run.axes.get(axis, ()))
-    for cell in run.cells:
-        seen.setdefault(cell.axes.get(axis, ""), None)
-    return list(seen)
-
-
-def layout(run: Run) -> list[Table]:
-    """Split the run into tables; rows and columns without any cell are left out.
-
-    Axes that the report does not place are added to the columns, so that no cell is hidden.
-    """
-    placed = set(run.rows) | set(run.columns) | set(run.tables)
-    extra: dict[str, None] = {}
-    for cell in run.cells:
-        for axis in cell.axes:
-            if axis not in placed:
-                extra.setdefault(axis, None)
-    for axis in run.axes:
-        if axis not in placed and any(axis in c.axes for c in run.cells):
-            extra.setdefault(axis, None)
-    col_axes = run.columns + tuple(extra)
-    by_table: dict[Key, dict[tuple[Key, Key], CellResult]] = {}
-    for cell in run.cells:
-        tkey = tuple(cell.axes.get(a, "") for a in run.tables)
-        slot = (tuple(cell.axes.get(a, "") for a in run.rows), tuple(cell.axes.get(a, "") for a in col_axes))
-        table = by_table.setdefault(tkey, {})
-        if slot in table:
-            log.warning("%s: cells %s and %s fall on the same grid slot", run.source, table[slot].id, cell.id)
-        table[slot] = cell
-    out = []
-    for tkey in itertools.product(*(_values(run, a) for a in run.tables)):
-        slots = by_table.get(tkey)
-        if not slots:
-            continue
-        rows = [k for k in itertools.product(*(_values(run, a) for a in run.rows)) if any(r == k for r, _ in slots)]
-        cols = [k for k in itertools.product(*(_values(run, a) for a in col_axes)) if any(c == k for _, c in slots)]
-        title = " · ".join(f"{axis_title(a)} {v}" for a, v in zip(run.tables, tkey, strict=True))
-        out.append(
-            Table(
-                key=tkey,
-                title=title or "All cells",
-                row_axes=run.rows,
-                col_axes=col_axes,
-                row_keys=tuple(rows),
-                col_keys=tuple(cols),
-                slots=slots,
-            )
-        )
-    return out
 
 
 def is_known(cell: CellResult) -> bool:
@@ -185,15 +55,6 @@ def is_known(cell: CellResult) -> bool:
 def label(axes: Mapping[str, str]) -> str:
     """``torch 2.9.1 · sgl-kernel 0.3.21 · flashinfer 0.6.4 · cuda 12.8``."""
     return " · ".join(f"{a} {v}" for a, v in axes.items())
-
-
-def culprit(cell: CellResult) -> StageResult | None:
-    """The stage that explains the cell's colour: first fail, else first error, else first required skip."""
-    for wanted, required_only in ((StageState.FAIL, False), (StageState.ERROR, False), (StageState.SKIP, True)):
-        for stage in cell.stages:
-            if stage.state == wanted and (stage.required or not required_only):
-                return stage
-    return None
 
 
 def reason(cell: CellResult) -> str:

@@ -28,10 +28,11 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from compatlab.render._grid import Run, culprit, install_command, label, reason
+from compatlab.render._grid import install_command, label, reason
 from compatlab.render.text import one_line
-from compatlab.runs.model import CellResult, CellState
+from compatlab.runs.model import CellResult, CellState, Results
 from compatlab.runs.records.pins import PinsDetails
+from compatlab.runs.verdict import culprit
 
 __all__ = ["Answers", "Neighbour", "answers", "answers_json", "broken_pins", "forced_marks", "is_forced", "shipped"]
 
@@ -108,10 +109,10 @@ def _version(text: str) -> tuple[int, Version | str]:
         return (0, text)
 
 
-def _axes(run: Run) -> list[str]:
+def _axes(run: Results) -> list[str]:
     """The axes compared, in the matrix's order: every axis of the run but its ``tables`` axes."""
-    names = list(run.axes) or [a for c in run.cells for a in c.axes]
-    return [a for a in dict.fromkeys(names) if a not in run.tables]
+    names = list(run.run.axes) or [a for c in run.cells for a in c.axes]
+    return [a for a in dict.fromkeys(names) if a not in run.run.tables]
 
 
 def _newness(cell: CellResult, axes: list[str]) -> tuple[Any, ...]:
@@ -122,14 +123,14 @@ def _state_word(cell: CellResult) -> str:
     return "passes" if cell.state == CellState.PASS else "passes what ran here (partial: no GPU stage ran)"
 
 
-def _neighbour(red: CellResult, green: list[CellResult], axes: list[str], run: Run) -> Neighbour:
+def _neighbour(red: CellResult, green: list[CellResult], axes: list[str], run: Results) -> Neighbour:
     found: list[tuple[int, str, CellResult]] = []
     for cell in green:
         differ = [a for a in axes if cell.axes.get(a) != red.axes.get(a)]
         if len(differ) != 1:
             continue
         axis = differ[0]
-        order = list(run.axes.get(axis, ())) or sorted({c.axes.get(axis, "") for c in run.cells}, key=_version)
+        order = list(run.run.axes.get(axis, ())) or sorted({c.axes.get(axis, "") for c in run.cells}, key=_version)
         here, there = red.axes.get(axis, ""), cell.axes.get(axis, "")
         gap = abs(order.index(here) - order.index(there)) if here in order and there in order else len(order)
         found.append((gap, axis, cell))
@@ -140,7 +141,7 @@ def _neighbour(red: CellResult, green: list[CellResult], axes: list[str], run: R
     stage = culprit(red)
     why = one_line(reason(red))
     at = f" at {stage.name}" if stage is not None else ""
-    rest = label({a: v for a, v in red.axes.items() if a != axis and a not in run.tables})
+    rest = label({a: v for a, v in red.axes.items() if a != axis and a not in run.run.tables})
     sentence = (
         f"{axis} {red.axes.get(axis, '')} fails{at}"
         + (f" ({why})" if why else "")
@@ -149,7 +150,7 @@ def _neighbour(red: CellResult, green: list[CellResult], axes: list[str], run: R
     return Neighbour(red=red, green=cell, axis=axis, sentence=sentence)
 
 
-def answers(run: Run) -> Answers:
+def answers(run: Results) -> Answers:
     """The answers of *run* (see the module docstring)."""
     axes = _axes(run)
     green = [c for c in run.cells if c.state in GREEN]
@@ -174,7 +175,7 @@ def _cell_json(cell: CellResult) -> dict[str, Any]:
     }
 
 
-def answers_json(run: Run) -> dict[str, Any]:
+def answers_json(run: Results) -> dict[str, Any]:
     """answers.json: what the page and compat.md say above the grid, for tools."""
     found = answers(run)
     newest: Mapping[str, Any] | None = None
@@ -182,7 +183,7 @@ def answers_json(run: Run) -> dict[str, Any]:
         newest = {**_cell_json(found.newest), "command": found.command, "breaks": list(found.breaks)}
     return {
         "schema": "compatlab.answers/1",
-        "run": run.id,
+        "run": run.run.id,
         "newest": newest,
         "neighbours": [
             {

@@ -8,9 +8,9 @@ from enum import StrEnum
 from pathlib import Path
 
 from compatlab.errors import ConfigError
-from compatlab.render._grid import Run, figures, label, load, reason
+from compatlab.render._grid import figures, label, load, reason
 from compatlab.runs import store
-from compatlab.runs.model import CellResult, CellState
+from compatlab.runs.model import CellResult, CellState, Results
 
 __all__ = ["CHANGE_KINDS", "Change", "ChangeKind", "diff_runs", "figure_series", "load_runs", "previous_run"]
 
@@ -55,26 +55,26 @@ class Change:
     new_reason: str = ""
 
 
-def load_runs(runs_dir: Path) -> list[Run]:
-    """Every readable run under *runs_dir*, oldest first (by start time). Unreadable ones are logged."""
-    runs: list[Run] = []
+def load_runs(runs_dir: Path) -> list[Results]:
+    """Every readable run under *runs_dir*, oldest first (``RunInfo.order``). Unreadable ones are logged."""
+    runs: list[Results] = []
     for path in store.results_in(runs_dir):
         try:
             runs.append(load(path))
         except ConfigError as exc:
             log.warning("skipping run in history: %s", exc)
-    runs.sort(key=lambda r: r.sort_key)
+    runs.sort(key=lambda r: r.run.order)
     return runs
 
 
-def previous_run(history: list[Run], run: Run) -> Run | None:
+def previous_run(history: list[Results], run: Results) -> Results | None:
     """The newest finished run of *run*'s matrix that started before it (never *run* itself): an interrupted run
     (killed, or still running) and a run of another matrix in the same folder are no baseline for news."""
-    meta = run.results.run
+    meta = run.run
     earlier = [
         r
         for r in history
-        if r.id != run.id and r.sort_key < run.sort_key and r.results.run.done and r.results.run.same_matrix(meta)
+        if r.run.id != meta.id and r.run.order < meta.order and r.run.done and r.run.same_matrix(meta)
     ]
     return earlier[-1] if earlier else None
 
@@ -113,7 +113,7 @@ def _change(old: CellResult | None, new: CellResult | None) -> Change | None:
     )
 
 
-def diff_runs(old: Run, new: Run) -> list[Change]:
+def diff_runs(old: Results, new: Results) -> list[Change]:
     """Per-cell changes from *old* to *new*, grouped in CHANGE_KINDS order, cells in *new*'s order."""
     old_cells, new_cells = old.by_id, new.by_id
     changes = [_change(old_cells.get(cid), cell) for cid, cell in new_cells.items()]
@@ -122,12 +122,12 @@ def diff_runs(old: Run, new: Run) -> list[Change]:
     return sorted(found, key=lambda c: CHANGE_KINDS.index(c.kind))
 
 
-def figure_series(history: list[Run], run: Run, *, last: int = SPARK_RUNS) -> dict[str, dict[str, list[float]]]:
+def figure_series(history: list[Results], run: Results, *, last: int = SPARK_RUNS) -> dict[str, dict[str, list[float]]]:
     """cell id -> figure name -> values over the last *last* runs up to and including *run*.
 
     A run where a cell has no such figure contributes nothing, so a series may be shorter than *last*.
     """
-    earlier = [r for r in history if r.id != run.id and r.sort_key < run.sort_key]
+    earlier = [r for r in history if r.run.id != run.run.id and r.run.order < run.run.order]
     window = (earlier[-(last - 1) :] if last > 1 else []) + [run]
     out: dict[str, dict[str, list[float]]] = {}
     for r in window:

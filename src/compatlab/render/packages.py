@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
+
+from packaging.utils import canonicalize_name
 
 from compatlab.runs.model import CellResult, StageState
 from compatlab.runs.records.pins import PinsDetails
 from compatlab.runs.records.suite import SuiteDetails
 
 __all__ = ["PackageRow", "package_rows", "packages_json", "packages_md"]
-
-
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,22 +40,22 @@ class PackageRow:
 def package_rows(result: CellResult, packages: Sequence[tuple[str, str]]) -> list[PackageRow]:
     """The per-package table: each checked distribution (*packages*: name and version) with its modules and
     the findings that name it."""
-    names = {_canon(name): (name, version) for name, version in packages}
+    names = {canonicalize_name(name): (name, version) for name, version in packages}
     fails: dict[str, list[str]] = {n: [] for n in names}
     warns: dict[str, list[str]] = {n: [] for n in names}
     modules: dict[str, set[str]] = {n: set() for n in names}
     for stage in result.stages:
         if stage.name == "static":
             for f in stage.details.get("findings", []):
-                dist = _canon(str(f.get("details", {}).get("dist") or ""))
+                dist = canonicalize_name(str(f.get("details", {}).get("dist") or ""))
                 if dist in names and f.get("severity") in ("fail", "warn"):
                     (fails if f["severity"] == "fail" else warns)[dist].append(f"static: {f['message']}")
             for dist, mods in (stage.details.get("modules_by_dist") or {}).items():
-                if _canon(dist) in modules:
-                    modules[_canon(dist)].update(mods)
+                if canonicalize_name(dist) in modules:
+                    modules[canonicalize_name(dist)].update(mods)
         elif stage.name == "import":
             for entry in SuiteDetails.of(stage).entries():
-                dist = _canon(entry.dist)
+                dist = canonicalize_name(entry.dist)
                 if dist not in names:
                     continue
                 if not entry.is_package:

@@ -4,46 +4,33 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from compatlab.errors import ConfigError
-from compatlab.render._grid import Run, load, run_from_json, run_from_results
+from compatlab.render._grid import load, run_from_json
 from compatlab.render.answers import answers_json
+from compatlab.render.formats import FORMATS, Page
 from compatlab.render.history import diff_runs, load_runs, previous_run
-from compatlab.render.html import render_html, render_index
-from compatlab.render.markdown import changes_md, render_markdown
+from compatlab.render.html import render_index
+from compatlab.render.markdown import changes_md
 from compatlab.render.text import printable
 from compatlab.render.view import IndexEntry, build, summarize
 from compatlab.runs import store
+from compatlab.runs.atomic import write_atomic
+from compatlab.runs.model import Results
 from compatlab.urls import redact_text
 
-__all__ = ["compat_md_diff", "publish", "write_run", "write_text_atomic"]
+__all__ = ["compat_md_diff", "publish", "write_run"]
 
 log = logging.getLogger(__name__)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file so that a web server or reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a static host must be able to read it
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_run(
-    run: Run,
+    run: Results,
     out_dir: Path,
-    history: list[Run],
+    history: list[Results],
     *,
     nav: list[tuple[str, str]] | None = None,
     runs: list[IndexEntry] | None = None,
@@ -54,50 +41,47 @@ def write_run(
     Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun), and
     one that shows an older run of the matrix keeps the cells this run did not run (store.whole_matrix).
     """
-    whole = store.whole_matrix(out_dir, run.results)
-    if whole is not run.results:
-        run = run_from_results(whole, run.source)
+    run = store.whole_matrix(out_dir, run)
     previous = previous_run(history, run)
     view = build(run, previous=previous, history=history)
-    files = {
-        "index.html": render_html(view, nav=nav or [], runs=runs or []),
-        "compat.md": render_markdown(view),
-        # Redacted as every other file: the commands and reasons in it came from results.
-        "answers.json": redact_text(json.dumps(answers_json(run), indent=2)) + "\n",
-    }
+    page = Page(nav=nav or [], runs=runs or [])
+    files = {f.file: f.render(view, page) for f in FORMATS}
+    # Redacted as every other file: the commands and reasons in it came from results.
+    files["answers.json"] = redact_text(json.dumps(answers_json(run), indent=2)) + "\n"
+    written = [out_dir / name for name in files] + [out_dir / "results.json"]
     changed = [printable(news).rstrip("\n") + "\n"] if news.strip() else []
     if previous is not None:
         changed.append(changes_md(view))
     if changed:
         files["changes.md"] = "\n".join(changed)
-    store.write_latest(out_dir, run.results, files=files)
-    written = [out_dir / "index.html", out_dir / "compat.md", out_dir / "answers.json", out_dir / "results.json"]
-    if changed:
         written.append(out_dir / "changes.md")
+    store.write_latest(out_dir, run, files=files)
     log.info("wrote %s", ", ".join(str(p) for p in written))
     return written
 
 
-def _as_run(value: Run | Mapping[str, Any] | Path, what: str) -> Run:
-    if isinstance(value, Run):
+def _as_run(value: Results | Mapping[str, Any] | Path, what: str) -> Results:
+    if isinstance(value, Results):
         return value
     if isinstance(value, Path):
         return load(value)
     return run_from_json(value, what)
 
 
-def compat_md_diff(old_results: Run | Mapping[str, Any] | Path, new_results: Run | Mapping[str, Any] | Path) -> str:
+def compat_md_diff(
+    old_results: Results | Mapping[str, Any] | Path, new_results: Results | Mapping[str, Any] | Path
+) -> str:
     """A Markdown summary of what changed between two runs: newly red first, then newly green, etc.
 
     Each argument is a results.json path, its loaded JSON (checked by ``runs.model.Results.from_json``), or a
-    loaded Run.
+    loaded Results.
     Perf figures that moved by 5% or more get their own section.
     """
     old = _as_run(old_results, "old results")
     return changes_md(build(_as_run(new_results, "new results"), previous=old))
 
 
-def _site_runs(site_dir: Path) -> list[Run]:
+def _site_runs(site_dir: Path) -> list[Results]:
     """Runs already published (possibly ones no longer under runs_dir): kept and listed."""
     found = []
     for path in store.results_in(site_dir / "runs"):
@@ -121,13 +105,13 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
     for run in history:
         write_run(
             run,
-            site_dir / "runs" / _safe(run.id),
+            site_dir / "runs" / _safe(run.run.id),
             history,
             nav=[("Latest", "../../index.html"), ("All runs", "../index.html")],
         )
     # Everything published, newest first: the union of what was there and what we just wrote.
-    known = {r.id: r for r in _site_runs(site_dir)}
-    everything = sorted(known.values(), key=lambda r: r.sort_key, reverse=True)
+    known = {r.run.id: r for r in _site_runs(site_dir)}
+    everything = sorted(known.values(), key=lambda r: r.run.order, reverse=True)
     chronological = list(reversed(everything))
 
     def entries(prefix: str) -> list[IndexEntry]:
@@ -137,26 +121,26 @@ def publish(site_dir: Path, runs_dir: Path) -> None:
             out.append(
                 IndexEntry(
                     summary=summarize(run),
-                    href=f"{prefix}{_safe(run.id)}/index.html",
+                    href=f"{prefix}{_safe(run.run.id)}/index.html",
                     changes=diff_runs(prev, run) if prev is not None else None,
                 )
             )
         return out
 
-    write_text_atomic(site_dir / "runs" / "index.html", render_index(entries(""), nav=[("Latest", "../index.html")]))
+    write_atomic(site_dir / "runs" / "index.html", render_index(entries(""), nav=[("Latest", "../index.html")]))
     latest = history[-1]
     write_run(
         latest,
         site_dir,
         history,
-        nav=[(f"Run {latest.id}", f"runs/{_safe(latest.id)}/index.html"), ("All runs", "runs/index.html")],
+        nav=[(f"Run {latest.run.id}", f"runs/{_safe(latest.run.id)}/index.html"), ("All runs", "runs/index.html")],
         runs=entries("runs/"),
     )
     # gh-pages would otherwise run Jekyll, which hides files starting with "_".
     nojekyll = site_dir / ".nojekyll"
     if not nojekyll.exists():
         nojekyll.touch()
-    log.info("published %d runs to %s (latest %s)", len(everything), site_dir, latest.id)
+    log.info("published %d runs to %s (latest %s)", len(everything), site_dir, latest.run.id)
 
 
 def _safe(run_id: str) -> str:

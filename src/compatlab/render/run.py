@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from compatlab.errors import ConfigError
-from compatlab.render._grid import Run, load
+from compatlab.render._grid import load
 from compatlab.render.history import load_runs
 from compatlab.render.publish import write_run
+from compatlab.runs.model import Results
 
 __all__ = ["render_run"]
-
-DEFAULT_RESULTS = Path("reports/latest/results.json")
-DEFAULT_RUNS = Path("reports/runs")
 
 
 def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None, news: str = "") -> list[Path]:
@@ -25,7 +23,7 @@ def render_run(results_path: Path, out_dir: Path, *, history_dir: Path | None, n
     Raises ConfigError naming the file when the results cannot be read.
     """
     run = load(results_path)
-    history: list[Run] = []
+    history: list[Results] = []
     if history_dir is not None:
         if not history_dir.is_dir():
             raise ConfigError(str(history_dir), ["history: not a directory of runs (<run-id>/results.json)"])

@@ -2,34 +2,35 @@
 
 html.py and markdown.py each take a RunView (or, for the run index, IndexEntry lines) and format it;
 neither decides what a cell says, and neither imports the other. What a cell says comes from _grid.py
-(layout, culprit, reason, figures), answers.py (the answers above the grid) and history.py (what changed
-since the previous run); the text helpers both formats need are in text.py.
+(layout, reason, figures), runs/verdict.py (the culprit each cell records), answers.py (the answers above
+the grid) and history.py (what changed since the previous run); the text helpers both formats need are in
+text.py.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Mapping, Sequence
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from compatlab.incell.causes import CAUSES
 from compatlab.render._grid import (
     Key,
-    Run,
     axis_title,
-    culprit,
     figures,
     headline,
     install_command,
     is_known,
     label,
-    layout,
     reason,
 )
 from compatlab.render.answers import answers, forced_marks, is_forced, shipped
 from compatlab.render.history import CHANGE_TITLES, Change, ChangeKind, diff_runs, figure_series
-from compatlab.runs.model import Blame, CellResult, CellState, StageResult, StageState
+from compatlab.runs.model import CELL_STATES, Blame, CellResult, CellState, Results, StageResult, StageState
+from compatlab.runs.verdict import culprit
 
 __all__ = [
     "CHANGE_TITLES",
@@ -48,6 +49,8 @@ __all__ = [
     "build",
     "summarize",
 ]
+
+log = logging.getLogger(__name__)
 
 # Relative change of a perf figure worth a line in the change summary.
 PERF_CHANGE = 0.05
@@ -175,21 +178,33 @@ def _gpus(host: Mapping[str, Any]) -> str:
     return ", ".join(f"{n}× {name}" for name, n in collections.Counter(names).items())
 
 
-def summarize(run: Run) -> Summary:
-    """The header facts and counts of *run*."""
-    host = run.host
+def _counts(cells: Sequence[CellResult]) -> dict[str, int]:
+    """Cells per state, in the order of CELL_STATES, plus ``known`` among the fails."""
+    out = dict.fromkeys(CELL_STATES, 0)
+    out["known"] = 0
+    for cell in cells:
+        out[cell.state] = out.get(cell.state, 0) + 1
+        if is_known(cell):
+            out["known"] += 1
+    return out
+
+
+def summarize(results: Results) -> Summary:
+    """The header facts and counts of a run."""
+    meta = results.run
+    host = meta.host
     return Summary(
-        id=run.id,
-        matrix=run.matrix_name,
-        started=run.started or "unknown",
-        finished=run.finished or "in progress",
+        id=meta.id,
+        matrix=meta.matrix_name or meta.matrix,
+        started=meta.started or "unknown",
+        finished=meta.finished or "in progress",
         host=str(host.get("hostname") or "unknown host"),
         gpus=_gpus(host),
         driver=str(host.get("driver") or "no driver"),
         platform=str(host.get("platform") or ""),
         python=str(host.get("python") or ""),
-        counts=run.counts(),
-        older=sum(1 for c in run.cells if c.run),
+        counts=_counts(results.cells),
+        older=sum(1 for c in results.cells if c.run),
     )
 
 
@@ -222,7 +237,7 @@ def _cell(cell: CellResult, change: Change | None, series: Mapping[str, Sequence
     )
 
 
-def _moves(old: Run, new: Run) -> tuple[FigureMove, ...]:
+def _moves(old: Results, new: Results) -> tuple[FigureMove, ...]:
     out = []
     before = old.by_id
     for cell in new.cells:
@@ -238,7 +253,63 @@ def _moves(old: Run, new: Run) -> tuple[FigureMove, ...]:
     return tuple(out)
 
 
-def build(run: Run, *, previous: Run | None = None, history: Sequence[Run] = ()) -> RunView:
+def _values(run: Results, axis: str) -> list[str]:
+    """The axis' values in matrix order, then any a cell has that the run header does not list."""
+    seen = dict.fromkeys(run.run.axes.get(axis, ()))
+    for cell in run.cells:
+        seen.setdefault(cell.axes.get(axis, ""), None)
+    return list(seen)
+
+
+def _tables(results: Results, view: Callable[[CellResult], CellView]) -> tuple[TableView, ...]:
+    """Split the run into grids; rows and columns without any cell are left out.
+
+    Axes that the report does not place are added to the columns, so that no cell is hidden.
+    """
+    meta, cells = results.run, results.cells
+    placed = set(meta.rows) | set(meta.columns) | set(meta.tables)
+    extra: dict[str, None] = {}
+    for cell in cells:
+        for axis in cell.axes:
+            if axis not in placed:
+                extra.setdefault(axis, None)
+    for axis in meta.axes:
+        if axis not in placed and any(axis in c.axes for c in cells):
+            extra.setdefault(axis, None)
+    col_axes = meta.columns + tuple(extra)
+    by_table: dict[Key, dict[tuple[Key, Key], CellResult]] = {}
+    for cell in cells:
+        tkey = tuple(cell.axes.get(a, "") for a in meta.tables)
+        slot = (tuple(cell.axes.get(a, "") for a in meta.rows), tuple(cell.axes.get(a, "") for a in col_axes))
+        table = by_table.setdefault(tkey, {})
+        if slot in table:
+            log.warning("run %s: cells %s and %s fall on the same grid slot", meta.id, table[slot].id, cell.id)
+        table[slot] = cell
+    out = []
+    for tkey in itertools.product(*(_values(results, a) for a in meta.tables)):
+        slots = by_table.get(tkey)
+        if not slots:
+            continue
+        rows = [
+            k for k in itertools.product(*(_values(results, a) for a in meta.rows)) if any(r == k for r, _ in slots)
+        ]
+        cols = [k for k in itertools.product(*(_values(results, a) for a in col_axes)) if any(c == k for _, c in slots)]
+        title = " · ".join(f"{axis_title(a)} {v}" for a, v in zip(meta.tables, tkey, strict=True))
+        out.append(
+            TableView(
+                key=tkey,
+                title=title or "All cells",
+                row_axes=meta.rows,
+                col_axes=col_axes,
+                row_keys=tuple(rows),
+                col_keys=tuple(cols),
+                slots={slot: view(cell) for slot, cell in slots.items()},
+            )
+        )
+    return tuple(out)
+
+
+def build(run: Results, *, previous: Results | None = None, history: Sequence[Results] = ()) -> RunView:
     """The view of *run*: what changed since *previous*, sparklines over *history* (runs, oldest first)."""
     changes = tuple(diff_runs(previous, run)) if previous is not None else ()
     by_cell = {c.cell_id: c for c in changes}
@@ -247,18 +318,7 @@ def build(run: Run, *, previous: Run | None = None, history: Sequence[Run] = ())
     def view(cell: CellResult) -> CellView:
         return _cell(cell, by_cell.get(cell.id), series.get(cell.id, {}))
 
-    tables = tuple(
-        TableView(
-            key=t.key,
-            title=t.title,
-            row_axes=t.row_axes,
-            col_axes=t.col_axes,
-            row_keys=t.row_keys,
-            col_keys=t.col_keys,
-            slots={slot: view(cell) for slot, cell in t.slots.items()},
-        )
-        for t in layout(run)
-    )
+    tables = _tables(run, view)
     found_answers = None
     if run.cells:
         found = answers(run)
@@ -281,10 +341,10 @@ def build(run: Run, *, previous: Run | None = None, history: Sequence[Run] = ())
     return RunView(
         by_cause=by_cause,
         summary=summarize(run),
-        axis_titles=tuple(axis_title(a) for a in run.axes),
+        axis_titles=tuple(axis_title(a) for a in run.run.axes),
         tables=tables,
         answers=found_answers,
-        previous=RunRef(id=previous.id, started=previous.started) if previous is not None else None,
+        previous=RunRef(id=previous.run.id, started=previous.run.started) if previous is not None else None,
         changes=changes,
         moves=_moves(previous, run) if previous is not None else (),
     )

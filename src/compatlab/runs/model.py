@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, TypeVar
 
 from compatlab.incell.causes import CAUSES
@@ -31,6 +27,7 @@ from compatlab.incell.causes import CAUSES
 __all__ = [
     "CELL_SCHEMA",
     "CELL_STATES",
+    "REPORT_DEFAULTS",
     "RUN_SCHEMA",
     "SCHEMA",
     "STAGE_STATES",
@@ -46,7 +43,7 @@ __all__ = [
     "StageResult",
     "StageState",
     "cell_state",
-    "write_json_atomic",
+    "parse_time",
 ]
 
 SCHEMA = "compatlab.results/1"
@@ -413,6 +410,9 @@ class CellResult:
     attempts: int = 1
     reason: str = ""  # the first failing stage's reason, for the grid
     causes: tuple[Blame, ...] = ()  # every independent cause of a red cell, the one that blocks most first
+    # The stage that explains the cell's colour (runs/verdict.py decides it once, when the cell ends); '' for a
+    # green or n/a cell, and in a record written before the lab recorded it.
+    culprit: str = ""
     # In reports/latest, a cell the newest run did not run is kept from an older one: that run's id.
     run: str = ""
 
@@ -452,6 +452,8 @@ class CellResult:
         }
         if self.causes:
             data["causes"] = [b.to_json() for b in self.causes]
+        if self.culprit:
+            data["culprit"] = self.culprit
         if self.run:  # otherwise the run of the file it is in
             data["run"] = self.run
         return data
@@ -479,6 +481,7 @@ class CellResult:
                 "attempts",
                 "reason",
                 "causes",
+                "culprit",
                 "run",
             ),
         )
@@ -501,6 +504,9 @@ class CellResult:
                     stages.append(stage)
         else:
             sh.say("stages", f"expected a list of stages, got {_show(raw_stages)}")
+        culprit = sh.text("culprit")
+        if culprit and not any(s.name == culprit for s in stages):
+            sh.say("culprit", f"expected the name of one of the cell's stages, got {culprit!r}")
         install = (
             InstallRecord._read(sh.data["install"], sh.path("install"), problems) if sh.data.get("install") else None
         )
@@ -519,6 +525,7 @@ class CellResult:
             attempts=sh.integer("attempts", 1, minimum=1),
             reason=sh.text("reason"),
             causes=_blames(sh.data.get("causes"), sh, problems),
+            culprit=culprit,
             run=sh.text("run"),
         )
 
@@ -541,7 +548,8 @@ def _blames(raw: object, sh: _Shape, problems: list[str]) -> tuple[Blame, ...]:
     return tuple(out)
 
 
-def _parse_time(text: str) -> datetime | None:
+def parse_time(text: str) -> datetime | None:
+    """An ISO timestamp as an aware datetime (UTC when it names no zone); None when it is not one."""
     try:
         when = datetime.fromisoformat(text)
     except (TypeError, ValueError):
@@ -550,6 +558,9 @@ def _parse_time(text: str) -> datetime | None:
 
 
 REPORT_KEYS = ("rows", "columns", "tables")
+# The layout of a run that records none: config/matrix.py's Report defaults (no columns: every axis the rows
+# and tables leave goes in the columns, in the matrix's order). A test holds the two together.
+REPORT_DEFAULTS: dict[str, tuple[str, ...]] = {"rows": ("torch",), "columns": (), "tables": ("cuda",)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -577,11 +588,26 @@ class RunInfo:
     planned: tuple[str, ...] = ()
 
     @property
+    def rows(self) -> tuple[str, ...]:
+        """The axes of the grid's rows, as the run records them, else the default (REPORT_DEFAULTS)."""
+        return self.report.get("rows", REPORT_DEFAULTS["rows"])
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.report.get("columns", REPORT_DEFAULTS["columns"])
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The axes that split the run into one grid per value."""
+        return self.report.get("tables", REPORT_DEFAULTS["tables"])
+
+    @property
     def order(self) -> tuple[int, str]:
-        """Which of two runs is newer: the later start, then the larger id."""
+        """Which of two runs is newer: the later start, then the larger id. The one definition: the store's
+        ``latest/``, the history's "since the previous run" and the published index all order by it."""
         if self.started_ns:
             return (self.started_ns, self.id)
-        when = _parse_time(self.started)
+        when = parse_time(self.started)
         return (int(when.timestamp() * 1e9) if when else 0, self.id)
 
     @property
@@ -674,6 +700,10 @@ class Results:
     def unreadable(self) -> tuple[CellResult, ...]:
         return tuple(c for c in self.cells if c.unreadable)
 
+    @property
+    def by_id(self) -> dict[str, CellResult]:
+        return {c.id: c for c in self.cells}
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "run": self.run.to_json(), "cells": [c.to_json() for c in self.cells]}
 
@@ -701,22 +731,3 @@ class Results:
         if problems or run is None:
             raise ShapeError(problems)
         return cls(run=run, cells=tuple(cells))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one.
-
-    For a stage's own outputs (perf.json, benchmark.json); a run folder's files go through runs/store.py.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compatlab.runs.model import write_json_atomic
+from compatlab.runs.atomic import write_json_atomic
 
 __all__ = [
     "REHEARSAL_SCHEMA",

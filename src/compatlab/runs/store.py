@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.errors import ConfigError, LabError, Unwritable, UsageError
+from compatlab.runs.atomic import write_atomic
 from compatlab.runs.model import (
     CELL_SCHEMA,
     RUN_SCHEMA,
@@ -77,6 +78,8 @@ from compatlab.runs.planned import Planned, PlannedCell
 from compatlab.urls import redact_text
 
 __all__ = [
+    "DEFAULT_RESULTS",
+    "DEFAULT_RUNS",
     "NotOwner",
     "RunFolder",
     "StaleRun",
@@ -86,6 +89,7 @@ __all__ = [
     "join_run",
     "load_results",
     "merge_runs",
+    "now_iso",
     "prune_runs",
     "read_cell",
     "read_cells",
@@ -99,6 +103,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RESULTS = "results.json"
+# Where `nox -s matrix` leaves the newest grid and every run (``$COMPATLAB_REPORTS`` is reports/).
+DEFAULT_RESULTS = Path("reports/latest") / RESULTS
+DEFAULT_RUNS = Path("reports/runs")
 RUN_JSON = "run.json"
 CELLS = "cells"
 CLAIM_TRIES = 20  # a joined cell's probe holds the lock for microseconds; a claim waits that out
@@ -122,26 +129,6 @@ class UnsavedResult(LabError):
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def _write_bytes(path: Path, payload: bytes) -> None:
-    """Temp file in the same folder, fsync, os.replace; a failure raises LabError naming *path*."""
-    tmp: str | None = None
-    if path.parent.exists() and not path.parent.is_dir():
-        raise Unwritable(path, f"{path.parent} is not a folder")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # results are not secret; a static host must read them (mkstemp makes 0600)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise Unwritable(path, exc.strerror or str(exc)) from None
 
 
 def _json_bytes(data: Mapping[str, Any]) -> bytes:
@@ -213,7 +200,7 @@ def _read_run_json(run_dir: Path) -> RunInfo:
 
 
 def _write_run_json(run_dir: Path, info: RunInfo) -> None:
-    _write_bytes(run_dir / RUN_JSON, _json_bytes({"schema": RUN_SCHEMA, **info.to_json()}))
+    write_atomic(run_dir / RUN_JSON, _json_bytes({"schema": RUN_SCHEMA, **info.to_json()}))
 
 
 def cell_file(run_dir: Path, cell_id: str) -> Path:
@@ -332,7 +319,7 @@ def _keep(run_id: str, result: CellResult, data: Mapping[str, Any]) -> tuple[Pat
     for folder in candidates:
         target = folder / CELLS / f"{result.id}.json"
         try:
-            _write_bytes(target, _json_bytes(data))
+            write_atomic(target, _json_bytes(data))
         except LabError as exc:
             tried.append(str(exc))
             continue
@@ -431,7 +418,7 @@ class RunFolder:
         data = {"schema": CELL_SCHEMA, **result.to_json()}
         try:
             self.check()
-            _write_bytes(path, _json_bytes(data))
+            write_atomic(path, _json_bytes(data))
         except LabError as exc:
             kept, words = _keep(self.id, result, data)
             raise UnsavedResult(f"{exc}; {words}", kept) from None
@@ -475,7 +462,7 @@ class RunFolder:
         results = Results(run=run, cells=tuple(found))
         self.check()
         try:
-            _write_bytes(self.results_path, _json_bytes(results.to_json()))
+            write_atomic(self.results_path, _json_bytes(results.to_json()))
         except Unwritable as exc:
             raise exc.fixed(run_fix(self.path)) from None
         if latest is not None:
@@ -705,7 +692,7 @@ def _write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | 
         if shown is not None and shown.id != results.run.id:
             raise StaleRun(f"{folder} is the folder of run {shown.id}, not of run {results.run.id}: left as it is")
         for name, text in (files or {}).items():
-            _write_bytes(folder / name, text.encode("utf-8"))
+            write_atomic(folder / name, text.encode("utf-8"))
         return [folder / name for name in files or {}]
     fd = _open_dir(folder)
     locked = False
@@ -727,10 +714,10 @@ def _write_latest(folder: Path, results: Results, *, files: Mapping[str, str] | 
         results = whole_matrix(folder, results)
         written = []
         for name, text in (files or {}).items():
-            _write_bytes(folder / name, text.encode("utf-8"))
+            write_atomic(folder / name, text.encode("utf-8"))
             written.append(folder / name)
         # Redacted again: a run written before the lab kept credentials out must not publish them.
-        _write_bytes(folder / RESULTS, redact_text(_json_bytes(results.to_json()).decode("utf-8")).encode("utf-8"))
+        write_atomic(folder / RESULTS, redact_text(_json_bytes(results.to_json()).decode("utf-8")).encode("utf-8"))
         written.append(folder / RESULTS)
         return written
     finally:

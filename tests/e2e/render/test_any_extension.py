@@ -19,11 +19,11 @@ from compatlab.config.axes import AXIS_KINDS, NON_PACKAGE_AXES
 from compatlab.config.matrix import Matrix, Report, load_matrix
 from compatlab.host import host_facts
 from compatlab.render import render_run
-from compatlab.render._grid import AXIS_TITLES, DEFAULT_REPORT, load
+from compatlab.render._grid import AXIS_TITLES, load
 from compatlab.render.answers import answers
 from compatlab.runner import run_cell
 from compatlab.runs import store
-from compatlab.runs.model import StageResult, StageState
+from compatlab.runs.model import REPORT_DEFAULTS, StageResult, StageState
 from compatlab.stages import CellContext, Stage
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -161,5 +161,5 @@ def test_render_names_the_kinds_as_the_table_does() -> None:
     # render/ reads runs/ only: its titles and default layout repeat the table's, and must agree with it.
     assert set(AXIS_TITLES) == NON_PACKAGE_AXES
     default = Report()
-    assert dict(DEFAULT_REPORT) == {"rows": default.rows, "columns": default.columns, "tables": default.tables}
+    assert {"rows": default.rows, "columns": default.columns, "tables": default.tables} == REPORT_DEFAULTS
     assert all(AXIS_KINDS[a].required for a in (*default.rows, *default.tables))

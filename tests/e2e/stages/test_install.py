@@ -20,10 +20,11 @@ import pytest
 from compatlab.cells import Cell, expand, planned
 from compatlab.config.matrix import Matrix, load_matrix
 from compatlab.host import host_facts
-from compatlab.runner import cell_venv, run_cell
+from compatlab.runner import run_cell
 from compatlab.runs import store
 from compatlab.runs.model import CellResult, CellState
 from compatlab.stages import PIPELINE
+from compatlab.venvs import cell_venv
 from fixtures.labutil import uv_dir
 from fixtures.wheels import build_wheel, serve, write_simple_index
 

@@ -19,6 +19,7 @@ import pytest
 from compatlab.cli.check import run_check
 from compatlab.existing import inspect_environment
 from compatlab.incell import fakecuda
+from compatlab.runner import ExistingRequest
 from compatlab.runs.model import StageState
 from fixtures.sofix import compile_so
 from fixtures.wheels import build_wheel, venv_with
@@ -88,7 +89,7 @@ def test_a_library_an_import_loads_by_a_computed_path_is_judged_like_an_extensio
     if fakecuda.real_driver() is not None:
         pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
     env = inspect_environment(venv / "bin" / "python")
-    done = run_check(env, out=tmp_path / "out", packages=["bnb"], min_driver="520.61", gpus=0)
+    done = run_check(env, ExistingRequest(packages=("bnb",), min_driver="520.61"), out=tmp_path / "out")
     stages = {s.name: s for s in done.result.stages}
     static = stages["static"]
     # Static sees no extension module load either (no PyInit_: they are libraries), and never calls them not

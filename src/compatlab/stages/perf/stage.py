@@ -41,7 +41,8 @@ from compatlab.config.perf import PROTOCOLS as PROTOCOLS  # noqa: PLC0414
 from compatlab.config.perf import SERVERS, PerfConfig, ServerSpec, Thresholds, load_prompts, parse_perf, resolve_argv
 from compatlab.errors import ConfigError
 from compatlab.proc import ProgramNotFound
-from compatlab.runs.model import StageResult, StageState, write_json_atomic
+from compatlab.runs.atomic import write_json_atomic
+from compatlab.runs.model import StageResult, StageState
 from compatlab.runs.records.perf import LevelVerdict, PerfDetails
 from compatlab.stages.base import CellContext, cell_env
 from compatlab.stages.sglang.client import STATS, LevelResult, Target, run_level

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
-import re
 import tomllib
 from collections.abc import Mapping
 from functools import cache
+
+from packaging.utils import canonicalize_name
 
 from compatlab.errors import ConfigError
 
@@ -43,10 +44,6 @@ class FamilyMix:
         return text + (f": {self.family.says}" if self.family.says else "")
 
 
-def _canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _public(version: str) -> str:
     return version.split("+", 1)[0]
 
@@ -71,10 +68,10 @@ def families() -> tuple[Family, ...]:
 
 def family_mixes(installed: Mapping[str, str]) -> list[FamilyMix]:
     """Every member installed at another version than the family's first installed member."""
-    by_name = {_canon(n): (n, v) for n, v in installed.items()}
+    by_name = {canonicalize_name(n): (n, v) for n, v in installed.items()}
     out: list[FamilyMix] = []
     for family in families():
-        present = [by_name[_canon(m)] for m in family.members if _canon(m) in by_name]
+        present = [by_name[canonicalize_name(m)] for m in family.members if canonicalize_name(m) in by_name]
         if len(present) < 2:
             continue
         first = present[0]

@@ -12,8 +12,8 @@ import pytest
 from compatlab.cells import expand
 from compatlab.cli.matrix import end_line
 from compatlab.config.matrix import parse_matrix
-from compatlab.runner import TRASH, cell_venv, own_venv
 from compatlab.runs.model import CellResult, CellState, StageResult, StageState
+from compatlab.venvs import TRASH, cell_venv, own_venv
 
 MATRIX = {"axes": {"torch": ["2.9.1"], "sgl-kernel": ["0.3.21"], "flashinfer": ["0.6.4"], "cuda": ["12.8"]}}
 
