@@ -11,6 +11,7 @@ from typing import Any
 
 from compatlab.incell.entries import import_entries
 from compatlab.runs.model import CellResult, StageState
+from compatlab.runs.records.static import Severity, StaticDetails
 
 __all__ = ["PackageRow", "package_rows", "packages_json", "packages_md"]
 
@@ -48,11 +49,12 @@ def package_rows(result: CellResult, packages: Sequence[tuple[str, str]]) -> lis
     modules: dict[str, set[str]] = {n: set() for n in names}
     for stage in result.stages:
         if stage.name == "static":
-            for f in stage.details.get("findings", []):
-                dist = _canon(str(f.get("details", {}).get("dist") or ""))
-                if dist in names and f.get("severity") in ("fail", "warn"):
-                    (fails if f["severity"] == "fail" else warns)[dist].append(f"static: {f['message']}")
-            for dist, mods in (stage.details.get("modules_by_dist") or {}).items():
+            static = StaticDetails.of(stage)
+            for f in static.findings:
+                dist = _canon(f.dist)
+                if dist in names and f.severity in (Severity.FAIL, Severity.WARN):
+                    (fails if f.severity == Severity.FAIL else warns)[dist].append(f"static: {f.message}")
+            for dist, mods in (static.modules_by_dist or {}).items():
                 if _canon(dist) in modules:
                     modules[_canon(dist)].update(mods)
         elif stage.name == "import":
