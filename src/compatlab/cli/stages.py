@@ -23,7 +23,8 @@ __all__ = ["configure_parser"]
 
 def _cmd_static(args: argparse.Namespace) -> int:
     from compatlab.stages.static.elf import ElfCache
-    from compatlab.stages.static.stage import check_site_packages, format_report
+    from compatlab.stages.static.report import format_report
+    from compatlab.stages.static.stage import check_site_packages
 
     report = check_site_packages(
         args.site_packages,

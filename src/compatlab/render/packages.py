@@ -12,6 +12,7 @@ from packaging.utils import canonicalize_name
 
 from compatlab.runs.model import CellResult, StageState
 from compatlab.runs.records.pins import PinsDetails
+from compatlab.runs.records.static import Severity, StaticDetails
 from compatlab.runs.records.suite import SuiteDetails
 
 __all__ = ["PackageRow", "package_rows", "packages_json", "packages_md"]
@@ -46,13 +47,14 @@ def package_rows(result: CellResult, packages: Sequence[tuple[str, str]]) -> lis
     modules: dict[str, set[str]] = {n: set() for n in names}
     for stage in result.stages:
         if stage.name == "static":
-            for f in stage.details.get("findings", []):
-                dist = canonicalize_name(str(f.get("details", {}).get("dist") or ""))
-                if dist in names and f.get("severity") in ("fail", "warn"):
-                    (fails if f["severity"] == "fail" else warns)[dist].append(f"static: {f['message']}")
-            for dist, mods in (stage.details.get("modules_by_dist") or {}).items():
-                if canonicalize_name(dist) in modules:
-                    modules[canonicalize_name(dist)].update(mods)
+            static = StaticDetails.of(stage)
+            for f in static.findings:
+                dist = canonicalize_name(f.dist)
+                if dist in names and f.severity in (Severity.FAIL, Severity.WARN):
+                    (fails if f.severity == Severity.FAIL else warns)[dist].append(f"static: {f.message}")
+            for name, mods in (static.modules_by_dist or {}).items():
+                if canonicalize_name(name) in modules:
+                    modules[canonicalize_name(name)].update(mods)
         elif stage.name == "import":
             for entry in SuiteDetails.of(stage).entries():
                 dist = canonicalize_name(entry.dist)

@@ -17,6 +17,7 @@ from packaging.utils import canonicalize_name
 from compatlab.incell.entries import ImportEntry
 from compatlab.runs.model import StageResult, StageState
 from compatlab.runs.records.pins import FileClash, PinsDetails
+from compatlab.runs.records.static import Finding, Kind, Severity, StaticDetails
 from compatlab.runs.records.suite import SuiteDetails
 from compatlab.stages.base import CellContext
 
@@ -47,11 +48,7 @@ def run_import_stage(ctx: CellContext) -> StageResult:
 
 def _loaded_by_no_extension(static: StageResult) -> set[str]:
     """The files whose static findings are notes: no extension module of the environment loads them."""
-    return {
-        str(f.get("module"))
-        for f in static.details.get("findings") or []
-        if isinstance(f, dict) and (f.get("details") or {}).get("loaded_by_import") is False
-    }
+    return {f.module for f in StaticDetails.of(static).findings if not f.loaded_by_import}
 
 
 def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str, str]:
@@ -61,7 +58,7 @@ def loaded_by_path(result: StageResult, static: StageResult | None) -> dict[str,
     glob). {label: the package whose import mapped it}."""
     if static is None:
         return {}
-    unloaded = _loaded_by_no_extension(static) | set(static.details.get("not_needed") or {})
+    unloaded = _loaded_by_no_extension(static) | set(StaticDetails.of(static).not_needed)
     out: dict[str, str] = {}
     for m in SuiteDetails.of(result).entries():
         if m.ok and m.is_package:
@@ -285,36 +282,39 @@ def observed_static(stages: tuple[StageResult, ...]) -> tuple[StageResult, ...]:
             for p in mine
         )
 
-    findings = [f for f in static.details.get("findings") or [] if isinstance(f, dict)]
+    record = StaticDetails.of(static)
     changed = False
-    out: list[dict[str, object]] = []
-    for found in findings:
-        module, severity = str(found.get("module", "")), found.get("severity")
-        details = dict(found.get("details") or {})
+    out: list[Finding] = []
+    for found in record.findings:
+        module, fails_here = found.module, found.severity == Severity.FAIL
         f = found
-        if severity == "fail" and found.get("kind") in _LINK_KINDS and module in loaded:
-            f = {**found, "severity": "note", "details": {**details, "observed": "it loaded here"}}
-        elif severity == "fail" and found.get("kind") == "library" and preloaded.get(module) == details.get("library"):
-            said = f"its package loads {details.get('library')} first; the import stage loaded it so"
-            f = {**found, "severity": "note", "details": {**details, "observed": said}}
-        elif severity == "fail" and (module in unneeded or untried(module, details.get("dist"))):
+        if fails_here and found.kind in _LINK_KINDS and module in loaded:
+            f = dataclasses.replace(
+                found, severity=Severity.NOTE, details={**found.details, "observed": "it loaded here"}
+            )
+        elif fails_here and found.kind == Kind.LIBRARY and preloaded.get(module) == found.library:
+            said = f"its package loads {found.library} first; the import stage loaded it so"
+            f = dataclasses.replace(found, severity=Severity.NOTE, details={**found.details, "observed": said})
+        elif fails_here and (module in unneeded or untried(module, found.dist)):
             said = "`import` does not need it: its package imports without trying to load it"
-            message = f"{found.get('message')} ({said})"
-            f = {**found, "severity": "warn", "message": message, "details": {**details, "observed": said}}
+            message = f"{found.message} ({said})"
+            f = dataclasses.replace(
+                found, severity=Severity.WARN, message=message, details={**found.details, "observed": said}
+            )
         changed = changed or f is not found
         out.append(f)
     if not changed:
         return stages
-    fails = [f for f in out if f.get("severity") == "fail"]
-    warns = [f for f in out if f.get("severity") == "warn"]
+    fails = [f for f in out if f.severity == Severity.FAIL]
+    warns = [f for f in out if f.severity == Severity.WARN]
     state = StageState.FAIL if fails else StageState.WARN if warns else StageState.PASS
     top = fails or warns
-    reason = (str(top[0].get("message")) + (f" (and {len(top) - 1} more)" if len(top) > 1 else "")) if top else ""
+    reason = (top[0].message + (f" (and {len(top) - 1} more)" if len(top) > 1 else "")) if top else ""
     fixed = dataclasses.replace(
         static,
         state=state,
         reason=reason,
         cause="",
-        details={**static.details, "findings": out, "observed_by_import": True},
+        details=dataclasses.replace(record, findings=tuple(out), observed_by_import=True).to_details(),
     )
     return tuple(fixed if s is static else s for s in stages)

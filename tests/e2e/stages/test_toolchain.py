@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.stages.static.stage import Kind, Severity, check_site_packages
+from compatlab.runs.records.static import Kind, Severity
+from compatlab.stages.static.stage import check_site_packages
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 # release -> (the wheel, its toolkit folder); the cu12 wheels carry ptxas alone, CUDA 13's nvcc as well.

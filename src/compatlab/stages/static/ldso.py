@@ -180,7 +180,7 @@ class Resolver:
         seen: dict[str, Library] = {}
         queue: list[tuple[Library, tuple[Library, ...]]] = []
         for root in roots:
-            lib = root if isinstance(root, Library) else self._lib(root)
+            lib = root if isinstance(root, Library) else self.library(root)
             if lib is not None and lib.path not in seen:
                 seen[lib.path] = lib
                 order.append(lib)
@@ -196,7 +196,7 @@ class Resolver:
                 if local is not None:
                     continue
                 path = self._search(name, chain, ident)
-                dep = self._lib(path) if path else None
+                dep = self.library(path) if path else None
                 if dep is None:
                     if missing is not None and (name, lib.path) not in missing:
                         missing.append((name, lib.path))
@@ -222,7 +222,8 @@ class Resolver:
             return next((os.path.normpath(c) for c in candidates if os.path.isfile(c)), None)
         return self._search(name, chain, _elf_ident(chain[-1].path))
 
-    def _lib(self, path: str) -> Library | None:
+    def library(self, path: str) -> Library | None:
+        """The ELF file at *path* as a library of a load set; None when it cannot be read (``unreadable``)."""
         info = self.info(os.path.normpath(path))
         return Library(os.path.normpath(path), info) if info is not None else None
 

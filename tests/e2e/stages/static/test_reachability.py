@@ -10,8 +10,9 @@ import pytest
 from compatlab.incell.loadcheck import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, package_of
 from compatlab.runs.model import StageState
+from compatlab.runs.records.static import Severity
 from compatlab.stages.static.elf import ElfCache
-from compatlab.stages.static.stage import Severity, check_site_packages
+from compatlab.stages.static.stage import check_site_packages
 from fixtures.sofix import EXT_SUFFIX, compile_so, ext_module
 
 

@@ -18,9 +18,11 @@ from compatlab.cells import expand
 from compatlab.config.matrix import parse_matrix
 from compatlab.proc import run
 from compatlab.runs.model import StageState
+from compatlab.runs.records.static import Severity
 from compatlab.stages.base import CellContext
 from compatlab.stages.static.elf import CACHE_SCHEMA, ElfCache
-from compatlab.stages.static.stage import Severity, check_site_packages, ld_cache, run_static_stage
+from compatlab.stages.static.ldso import ld_cache
+from compatlab.stages.static.stage import check_site_packages, run_static_stage
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
