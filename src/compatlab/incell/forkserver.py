@@ -34,7 +34,9 @@ kept where it matters: a load whose own modules (``"own"``) an adopted package i
 client asks a server that adopts nothing; an adoption that fails is undone (its modules forgotten), and one
 that initialised CUDA closes the server to new children. A package that started a thread at import is
 named (``"threaded"``): a forked child inherits none of its threads, so the client asks every failure again
-of a server that adopts nothing, whose verdict is the one kept.
+of a server that adopts nothing, whose verdict is the one kept. An adoption holds up no child already
+running: while it imports, a tick (SIGALRM, every 50 ms, syscalls restarted) reads the children's pipes and
+answers those done; requests that come meanwhile are forked after it, and a client gone breaks it off.
 
 Closing the server's stdin ends it: running children are killed with their groups.
 """
@@ -69,6 +71,7 @@ __all__ = ["ForkServer", "Refused", "ServerGone", "enabled", "main"]
 ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
 _KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
 _GRACE = 5.0  # seconds to wait for a killed group's pipes to close
+_TICK = 0.05  # seconds between looks at the children and the client while an adoption imports
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -185,11 +188,7 @@ def _os_threads() -> int:
 
 
 class _Timeout(BaseException):
-    pass
-
-
-def _alarm(_signum: int, _frame: object) -> None:
-    raise _Timeout
+    """Raised into an adoption's import: it took too long, or the client is gone (nobody needs it)."""
 
 
 class _Server:
@@ -208,6 +207,8 @@ class _Server:
         self.threads = _os_threads()
         self.threaded: list[str] = []  # adopted packages that started threads
         self.pending = b""
+        self._ticking = False  # in _meanwhile (a signal handler may run again inside it)
+        self._importing = False  # an adoption's import is under way: _meanwhile may end it
         self.jobs: dict[int, _Job] = {}  # by pid
         self.by_fd: dict[int, _Job] = {}
         self.poll = select.poll()
@@ -244,21 +245,51 @@ class _Server:
 
     def _read_requests(self) -> int | None:
         chunk = os.read(self.requests, 65536)
-        if not chunk:  # the client closed: stop, and take the running children down
-            self.poll.unregister(self.requests)
-            self.open = False
-            for job in self.jobs.values():
-                job.kill()
-                job.killed_at = job.killed_at or time.monotonic()
+        if not chunk:
+            self._hangup()
             return None
         self.pending += chunk
-        *lines, self.pending = self.pending.split(b"\n")
-        for line in lines:
+        # One line at a time: an adoption (in _fork) reads on meanwhile, and what it read is served next.
+        while self.open and b"\n" in self.pending:
+            line, _, self.pending = self.pending.partition(b"\n")
             if line.strip():
                 code = self._fork(json.loads(line))
                 if code is not None:
                     return code
         return None
+
+    def _hangup(self) -> None:
+        """The client closed (or died): stop, and take the running children down."""
+        self.poll.unregister(self.requests)
+        self.open = False
+        for job in self.jobs.values():
+            job.kill()
+            job.killed_at = job.killed_at or time.monotonic()
+
+    def _meanwhile(self, deadline: float) -> None:
+        """While an adoption imports (SIGALRM every _TICK s): what the children wrote is read, those done
+        are answered, those past their time killed, and requests kept for after it; a client gone ends the
+        adoption (and, its children killed, the server), as one past *deadline* does."""
+        if self._ticking:
+            return
+        self._ticking = True
+        try:
+            if self._importing and time.monotonic() >= deadline:
+                raise _Timeout
+            for fd, _event in self.poll.poll(0):
+                if fd != self.requests:
+                    self._read_child(fd)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self._hangup()
+                    if self._importing:
+                        raise _Timeout
+                    continue
+                self.pending += chunk
+            self._tend()
+        finally:
+            self._ticking = False
 
     def adoption(self) -> dict[str, Any]:
         return {
@@ -278,17 +309,23 @@ class _Server:
         """Import *name* here too (a child was forked to import it a moment ago): on failure, forget every
         module it added; if it initialised CUDA, fork no more children; if it started a thread, name it."""
         before = set(sys.modules)
-        previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(timeout, 1.0))
-        ok = False
+        deadline = time.monotonic() + max(timeout, 1.0)
+        previous = signal.signal(signal.SIGALRM, lambda _signum, _frame: self._meanwhile(deadline))
+        signal.siginterrupt(signal.SIGALRM, False)  # what the import waits on in C is restarted, not failed
+        ok, self._importing = False, True
+        signal.setitimer(signal.ITIMER_REAL, _TICK, _TICK)
         try:
-            importlib.import_module(name)
-            ok = True
+            try:
+                importlib.import_module(name)
+                ok = True
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._importing = False  # a tick still due reads on, and raises nothing into what follows
         except BaseException:  # noqa: BLE001 - whatever it raised, the child reports; here it is only undone
+            ok = False
             for module in set(sys.modules) - before:
                 sys.modules.pop(module, None)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         if _cuda_initialised():
             self.closed, self.closed_by = f"importing {name} initialised CUDA", name
@@ -477,6 +514,11 @@ class ForkServer:
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The server's exit status once it ended: 0 when it ended itself, -9 when ``close`` had to kill it."""
+        return self._proc.returncode
 
     @classmethod
     def start(

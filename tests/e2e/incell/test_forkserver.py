@@ -346,3 +346,59 @@ def test_a_package_that_starts_a_thread_is_named(tmp_path: Path, server: ForkSer
     assert server.load(path=None, name="compatlab_threader", adopt=True)[0] is None
     assert server.load(path=None, name="json")[0] is None  # the reply after the adoption tells it
     assert (server.adopted, server.threaded) == (["compatlab_threader"], ["compatlab_threader"])
+
+
+def _gated(root: Path, name: str, gate: Path) -> None:
+    """A package whose import says it began (a file named for its pid) and then waits for *gate* to exist."""
+    _package(
+        root,
+        name,
+        "import os, time, pathlib\n"
+        f"pathlib.Path({str(root / 'began')!r}, {name!r} + '.' + str(os.getpid())).touch()\n"
+        f"gate = pathlib.Path({str(gate)!r})\n"
+        "for _ in range(600):\n"
+        "    if gate.exists():\n"
+        "        break\n"
+        "    time.sleep(0.1)\n",
+    )
+
+
+def test_an_adoption_under_way_answers_the_children_already_running(tmp_path: Path, server: ForkServer) -> None:
+    (tmp_path / "began").mkdir()
+    _gated(tmp_path, "compatlab_first", tmp_path / "first-may-end")
+    _gated(tmp_path, "compatlab_adopted", tmp_path / "adoption-may-end")
+
+    def began(name: str) -> int:
+        return len(list((tmp_path / "began").glob(name + ".*")))
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(server.load, path=None, name="compatlab_first")
+        assert _wait_for(lambda: began("compatlab_first") == 1)
+        adopted = pool.submit(server.load, path=None, name="compatlab_adopted", adopt=True)
+        # Its child and the server itself are importing it: the server is inside the adoption.
+        assert _wait_for(lambda: began("compatlab_adopted") == 2)
+        (tmp_path / "first-may-end").touch()
+        # The child forked before the adoption is answered while the adoption still waits.
+        assert first.result(timeout=20)[0] is None
+        assert not adopted.done()
+        (tmp_path / "adoption-may-end").touch()
+        assert adopted.result(timeout=60)[0] is None
+    assert server.adopted == ["compatlab_adopted"]
+
+
+def test_a_client_gone_mid_adoption_ends_the_server_and_its_children(tmp_path: Path, python: str) -> None:
+    (tmp_path / "began").mkdir()
+    _gated(tmp_path, "compatlab_forever", tmp_path / "never")
+    srv = ForkServer.start(python, preload=["json"], timeout=120)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool.submit(srv.load, path=None, name="compatlab_forever", adopt=True)
+    try:
+        assert _wait_for(lambda: len(list((tmp_path / "began").glob("*"))) == 2)
+        pids = [int(p.suffix[1:]) for p in (tmp_path / "began").glob("*")]
+        assert srv.pid in pids
+        srv.close()  # its stdin closed: the adoption's import is broken off, the child killed
+        assert srv.returncode == 0  # it ended itself, not killed by close after its wait
+        assert all(_wait_for(lambda pid=pid: not _alive(pid)) for pid in pids)
+    finally:
+        (tmp_path / "never").touch()
+        pool.shutdown(wait=True)

@@ -167,7 +167,10 @@ class _Loader:
                         sys.executable, preload=self.pre, env=env, timeout=self.timeout
                     )
                 except forkserver.ServerGone as exc:
+                    # Both kinds start by importing the prerequisites alone: where one could not, the other
+                    # cannot either, and is not tried (nor said twice).
                     servers[key] = None
+                    (self.servers if adopting else self.adopting).setdefault(key, None)
                     self.problems.append(f"fork server could not start ({exc}): one process per module")
             return servers[key]
 
