@@ -398,7 +398,7 @@ def test_a_client_gone_mid_adoption_ends_the_server_and_its_children(tmp_path: P
         assert srv.pid in pids
         srv.close()  # its stdin closed: the adoption's import is broken off, the child killed
         assert srv.returncode == 0  # it ended itself, not killed by close after its wait
-        assert all(_wait_for(lambda pid=pid: not _alive(pid)) for pid in pids)
+        assert _wait_for(lambda: not any(_alive(pid) for pid in pids))
     finally:
         (tmp_path / "never").touch()
         pool.shutdown(wait=True)
