@@ -9,11 +9,11 @@ from compatlab.runs.shape import Shape, ShapeError, show, whole
 
 def test_a_table_names_missing_and_unknown_keys_with_the_nearest_known_one() -> None:
     problems: list[str] = []
-    sh = Shape({"nmae": "x", "zzz": 1}, "cells[0]", problems, required=("name",), optional=("state",))
+    sh = Shape({"named": "x", "zzz": 1}, "cells[0]", problems, required=("name",), optional=("state",))
     assert sh.ok
     assert problems == [
         "cells[0]: missing key 'name'",
-        "cells[0]: unknown key 'nmae'; perhaps you meant 'name'?",
+        "cells[0]: unknown key 'named'; perhaps you meant 'name'?",
         "cells[0]: unknown key 'zzz'",
     ]
 
