@@ -74,7 +74,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from compatlab.cells import planned
     from compatlab.config.matrix import load_matrix
-    from compatlab.runs.store import merge_runs
+    from compatlab.runs.merge import merge_runs
 
     dirs = [Path(d) for d in args.shard_dirs]
     out = Path(args.out)
@@ -98,7 +98,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
-    from compatlab.runs.store import prune_runs
+    from compatlab.runs.prune import prune_runs
 
     limits.check("--keep", args.keep)
     for path in prune_runs(Path(args.runs), args.keep):

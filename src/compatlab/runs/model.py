@@ -2,32 +2,31 @@
 
 A run folder holds three kinds of file, each with its own ``schema`` string (see runs/store.py):
 
-- ``run.json`` (RUN_SCHEMA): who started the run, when, on which host, for which matrix;
+- ``run.json`` (RUN_SCHEMA): who started the run, when, on which host, for which matrix (a RunInfo,
+  runs/info.py);
 - ``cells/<id>.json`` (CELL_SCHEMA): one CellResult, written as the cell finishes;
 - ``results.json`` (SCHEMA): the run's metadata and every cell, what renderers read; ``reports/latest/``
   holds the newest run's, with the cells it did not run kept from older runs (each names its ``run``).
 
-``from_json`` is strict: every key is known and of its type, states are one of the enums' values, numbers
-are finite; a bad shape raises ShapeError with every problem at once, each with its key path
+``from_json`` is strict (runs/shape.py): every key is known and of its type, states are one of the enums'
+values, numbers are finite; a bad shape raises ShapeError with every problem at once, each with its key path
 (``stages[1].state: expected one of pass, warn, fail, error, skip, got 'ok'``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any
 
 from compatlab.incell.causes import CAUSES
+from compatlab.runs.info import RunInfo
+from compatlab.runs.shape import Shape, ShapeError, show, whole
 
 __all__ = [
     "CELL_SCHEMA",
     "CELL_STATES",
-    "REPORT_DEFAULTS",
     "RUN_SCHEMA",
     "SCHEMA",
     "STAGE_STATES",
@@ -43,7 +42,6 @@ __all__ = [
     "StageResult",
     "StageState",
     "cell_state",
-    "parse_time",
 ]
 
 SCHEMA = "compatlab.results/1"
@@ -51,7 +49,6 @@ CELL_SCHEMA = "compatlab.runs.cell/1"
 RUN_SCHEMA = "compatlab.runs.run/1"
 # The reason of a cell whose file could not be read: an error cell, never a dropped one.
 UNREADABLE = "unreadable result: "
-_T = TypeVar("_T")
 
 
 class StageState(StrEnum):
@@ -77,131 +74,6 @@ class CellState(StrEnum):
 
 STAGE_STATES: tuple[str, ...] = tuple(s.value for s in StageState)
 CELL_STATES: tuple[str, ...] = tuple(s.value for s in CellState)
-
-
-class ShapeError(ValueError):
-    """A JSON value that is not the shape of a result; ``problems`` are key paths with what is wrong."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("; ".join(self.problems))
-
-
-class _Shape:
-    """Reads one JSON table against its known keys, collecting problems instead of stopping at the first."""
-
-    def __init__(
-        self,
-        data: object,
-        where: str,
-        problems: list[str],
-        *,
-        required: tuple[str, ...],
-        optional: tuple[str, ...],
-        what: str = "a table",
-    ) -> None:
-        self.where, self.problems = where, problems
-        self.ok = isinstance(data, dict)
-        self.data: dict[str, Any] = data if isinstance(data, dict) else {}
-        if not self.ok:
-            self.say("", f"expected {what}, got {_show(data)}")
-            return
-        for key in required:
-            if key not in self.data:
-                self.say("", f"missing key {key!r}")
-        known = required + optional
-        for key in self.data:
-            if key not in known:
-                near = difflib.get_close_matches(str(key), known, n=1)
-                self.say("", f"unknown key {key!r}" + (f"; perhaps you meant {near[0]!r}?" if near else ""))
-
-    def path(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def say(self, key: str, message: str) -> None:
-        where = self.path(key) if key else self.where
-        self.problems.append(f"{where}: {message}" if where else message)
-
-    def has(self, key: str) -> bool:
-        return key in self.data
-
-    def text(self, key: str, default: str = "") -> str:
-        value = self.data.get(key, default)
-        if isinstance(value, str):
-            return value
-        self.say(key, f"expected a string, got {_show(value)}")
-        return default
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if isinstance(value, bool):
-            return value
-        self.say(key, f"expected true or false, got {_show(value)}")
-        return default
-
-    def number(self, key: str, default: float = 0.0) -> float:
-        value = self.data.get(key, default)
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        self.say(key, f"expected a finite number, got {_show(value)}")
-        return default
-
-    def integer(self, key: str, default: int, *, minimum: int = 0) -> int:
-        value = self.data.get(key, default)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
-            return value
-        self.say(key, f"expected a whole number >= {minimum}, got {_show(value)}")
-        return default
-
-    def choice(self, key: str, choices: tuple[str, ...]) -> str:
-        value = self.data.get(key)
-        if isinstance(value, str) and value in choices:
-            return value
-        if key in self.data:
-            self.say(key, f"expected one of {', '.join(choices)}, got {_show(value)}")
-        return choices[0]
-
-    def table(self, key: str) -> dict[str, Any]:
-        value = self.data.get(key, {})
-        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-            return dict(value)
-        self.say(key, f"expected a table, got {_show(value)}")
-        return {}
-
-    def strings(self, key: str) -> list[str]:
-        value = self.data.get(key, [])
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-        self.say(key, f"expected a list of strings, got {_show(value)}")
-        return []
-
-    def string_table(self, key: str) -> dict[str, str]:
-        value = self.data.get(key, {})
-        if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
-            return dict(value)
-        self.say(key, f"expected a table of strings, got {_show(value)}")
-        return {}
-
-
-def _whole(read: Callable[[object, str, list[str]], _T | None], data: object, where: str) -> _T:
-    """What *read* makes of *data*, or ShapeError with every problem it found."""
-    problems: list[str] = []
-    value = read(data, where, problems)
-    if problems or value is None:
-        raise ShapeError(problems)
-    return value
-
-
-def _show(value: object) -> str:
-    """A found value for a message: its repr, cut short; containers by kind."""
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "null"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -242,11 +114,11 @@ class StageResult:
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> StageResult:
-        return _whole(cls._read, data, where)
+        return whole(cls._read, data, where)
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> StageResult | None:
-        sh = _Shape(
+        sh = Shape(
             data,
             where,
             problems,
@@ -338,11 +210,11 @@ class InstallRecord:
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> InstallRecord:
-        return _whole(cls._read, data, where)
+        return whole(cls._read, data, where)
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> InstallRecord | None:
-        sh = _Shape(data, where, problems, required=(), optional=INSTALL_KEYS)
+        sh = Shape(data, where, problems, required=(), optional=INSTALL_KEYS)
         if not sh.ok:
             return None
         conflicts = tuple(sh.strings("conflicts")) if sh.data.get("conflicts") is not None else None
@@ -460,11 +332,11 @@ class CellResult:
 
     @classmethod
     def from_json(cls, data: object, *, where: str = "") -> CellResult:
-        return _whole(cls._read, data, where)
+        return whole(cls._read, data, where)
 
     @classmethod
     def _read(cls, data: object, where: str, problems: list[str]) -> CellResult | None:
-        sh = _Shape(
+        sh = Shape(
             data,
             where,
             problems,
@@ -492,7 +364,7 @@ class CellResult:
             sh.say("id", "expected a cell id, got ''")
         expected: Expectation | None = None
         if sh.data.get("expected") is not None:
-            ex = _Shape(sh.data["expected"], sh.path("expected"), problems, required=("state",), optional=("reason",))
+            ex = Shape(sh.data["expected"], sh.path("expected"), problems, required=("state",), optional=("reason",))
             if ex.ok:
                 expected = Expectation(state=CellState(ex.choice("state", CELL_STATES)), reason=ex.text("reason"))
         raw_stages = sh.data.get("stages", [])
@@ -503,7 +375,7 @@ class CellResult:
                 if stage is not None:
                     stages.append(stage)
         else:
-            sh.say("stages", f"expected a list of stages, got {_show(raw_stages)}")
+            sh.say("stages", f"expected a list of stages, got {show(raw_stages)}")
         culprit = sh.text("culprit")
         if culprit and not any(s.name == culprit for s in stages):
             sh.say("culprit", f"expected the name of one of the cell's stages, got {culprit!r}")
@@ -530,15 +402,15 @@ class CellResult:
         )
 
 
-def _blames(raw: object, sh: _Shape, problems: list[str]) -> tuple[Blame, ...]:
+def _blames(raw: object, sh: Shape, problems: list[str]) -> tuple[Blame, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        sh.say("causes", f"expected a list of causes, got {_show(raw)}")
+        sh.say("causes", f"expected a list of causes, got {show(raw)}")
         return ()
     out: list[Blame] = []
     for i, item in enumerate(raw):
-        b = _Shape(item, f"{sh.path('causes')}[{i}]", problems, required=("stage", "code", "reason"), optional=())
+        b = Shape(item, f"{sh.path('causes')}[{i}]", problems, required=("stage", "code", "reason"), optional=())
         if b.ok:
             code = b.text("code")
             if code not in CAUSES:
@@ -546,147 +418,6 @@ def _blames(raw: object, sh: _Shape, problems: list[str]) -> tuple[Blame, ...]:
                 continue
             out.append(Blame(stage=b.text("stage"), code=code, reason=b.text("reason")))
     return tuple(out)
-
-
-def parse_time(text: str) -> datetime | None:
-    """An ISO timestamp as an aware datetime (UTC when it names no zone); None when it is not one."""
-    try:
-        when = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-REPORT_KEYS = ("rows", "columns", "tables")
-# The layout of a run that records none: config/matrix.py's Report defaults (no columns: every axis the rows
-# and tables leave goes in the columns, in the matrix's order). A test holds the two together.
-REPORT_DEFAULTS: dict[str, tuple[str, ...]] = {"rows": ("torch",), "columns": (), "tables": ("cuda",)}
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class RunInfo:
-    """A run's metadata: run.json, and the ``run`` table of results.json (which adds the layout keys).
-
-    In JSON, a key left out means its default here.
-    """
-
-    id: str
-    started: str = ""  # ISO time, seconds: for people
-    started_ns: int = 0  # time.time_ns() at the start: orders runs that start in the same second
-    finished: str | None = None  # the last cell's end; None while nothing has finished
-    # Whether the run ran to its end: False from its claim until its owner finishes it (store's RunFolder.finish),
-    # so it stays False in a run that was interrupted; None in a run of a lab before this key (see ``done``).
-    complete: bool | None = None
-    matrix: str = ""
-    matrix_name: str = ""
-    host: dict[str, Any] = dataclasses.field(default_factory=dict)
-    owner: str = ""  # "host:pid:token" of the process holding the run's lock (run.json only)
-    shards: tuple[str, ...] = ()  # a merged run: the shard folders and their hosts
-    hosts: tuple[dict[str, Any], ...] = ()
-    report: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # rows, columns, tables
-    axes: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    planned: tuple[str, ...] = ()
-
-    @property
-    def rows(self) -> tuple[str, ...]:
-        """The axes of the grid's rows, as the run records them, else the default (REPORT_DEFAULTS)."""
-        return self.report.get("rows", REPORT_DEFAULTS["rows"])
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.report.get("columns", REPORT_DEFAULTS["columns"])
-
-    @property
-    def tables(self) -> tuple[str, ...]:
-        """The axes that split the run into one grid per value."""
-        return self.report.get("tables", REPORT_DEFAULTS["tables"])
-
-    @property
-    def order(self) -> tuple[int, str]:
-        """Which of two runs is newer: the later start, then the larger id. The one definition: the store's
-        ``latest/``, the history's "since the previous run" and the published index all order by it."""
-        if self.started_ns:
-            return (self.started_ns, self.id)
-        when = parse_time(self.started)
-        return (int(when.timestamp() * 1e9) if when else 0, self.id)
-
-    @property
-    def done(self) -> bool:
-        """Whether the run is finished: its owner said so; a run of a lab before ``complete``, once a cell ended."""
-        return self.complete if self.complete is not None else self.finished is not None
-
-    def same_matrix(self, other: RunInfo) -> bool:
-        """Whether two runs are of one matrix: by its name where both record one, else by its file."""
-        if self.matrix_name and other.matrix_name:
-            return self.matrix_name == other.matrix_name
-        return not (self.matrix and other.matrix) or self.matrix == other.matrix
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-            if field.name == "id" or value != default:
-                out[field.name] = value
-        for key in ("shards", "hosts", "planned"):
-            if key in out:
-                out[key] = list(out[key])
-        if "report" in out:
-            out["report"] = {k: list(v) for k, v in self.report.items()}
-        if "axes" in out:
-            out["axes"] = {k: list(v) for k, v in self.axes.items()}
-        return out
-
-    @classmethod
-    def from_json(cls, data: object, *, where: str = "") -> RunInfo:
-        return _whole(cls._read, data, where)
-
-    @classmethod
-    def _read(cls, data: object, where: str, problems: list[str]) -> RunInfo | None:
-        names = tuple(f.name for f in dataclasses.fields(cls))
-        sh = _Shape(data, where, problems, required=("id",), optional=names[1:], what="a table of run metadata")
-        if not sh.ok:
-            return None
-        report: dict[str, tuple[str, ...]] = {}
-        raw_report = sh.data.get("report", {})
-        rep = _Shape(raw_report, sh.path("report"), problems, required=(), optional=REPORT_KEYS)
-        for part in REPORT_KEYS:
-            if part in rep.data:
-                value = rep.data[part]
-                if isinstance(value, str):
-                    report[part] = (value,)
-                elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-                    report[part] = tuple(value)
-                else:
-                    rep.say(part, f"expected a list of axis names, got {_show(value)}")
-        axes: dict[str, tuple[str, ...]] = {}
-        for name, values in sh.table("axes").items():
-            if isinstance(values, list) and all(isinstance(v, str) for v in values):
-                axes[name] = tuple(values)
-            else:
-                sh.say(f"axes.{name}", f"expected a list of versions, got {_show(values)}")
-        hosts = sh.data.get("hosts", [])
-        if not (isinstance(hosts, list) and all(isinstance(h, dict) for h in hosts)):
-            sh.say("hosts", f"expected a list of tables, got {_show(hosts)}")
-            hosts = []
-        finished = sh.data.get("finished")
-        complete = sh.data.get("complete")
-        return cls(
-            id=sh.text("id"),
-            started=sh.text("started"),
-            started_ns=sh.integer("started_ns", 0),
-            finished=sh.text("finished") if finished is not None else None,
-            complete=sh.flag("complete", False) if complete is not None else None,
-            matrix=sh.text("matrix"),
-            matrix_name=sh.text("matrix_name"),
-            host=sh.table("host"),
-            owner=sh.text("owner"),
-            shards=tuple(sh.strings("shards")),
-            hosts=tuple(hosts),
-            report=report,
-            axes=axes,
-            planned=tuple(sh.strings("planned")),
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -710,15 +441,15 @@ class Results:
     @classmethod
     def from_json(cls, data: object) -> Results:
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            got = _show(data.get("schema")) if isinstance(data, dict) else f"{type(data).__name__}"
+            got = show(data.get("schema")) if isinstance(data, dict) else f"{type(data).__name__}"
             raise ShapeError([f"schema: expected {SCHEMA!r}, got {got}"])
         problems: list[str] = []
-        _Shape(data, "", problems, required=("schema", "run", "cells"), optional=())
-        run = RunInfo._read(data["run"], "run", problems) if "run" in data else None
+        Shape(data, "", problems, required=("schema", "run", "cells"), optional=())
+        run = RunInfo.read(data["run"], "run", problems) if "run" in data else None
         raw_cells = data.get("cells", [])
         cells: list[CellResult] = []
         if not isinstance(raw_cells, list):
-            problems.append(f"cells: expected a list, got {_show(raw_cells)}")
+            problems.append(f"cells: expected a list, got {show(raw_cells)}")
             raw_cells = []
         for i, raw in enumerate(raw_cells):
             cid = raw.get("id") if isinstance(raw, dict) else None

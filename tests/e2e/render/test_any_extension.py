@@ -23,7 +23,8 @@ from compatlab.render._grid import AXIS_TITLES, load
 from compatlab.render.answers import answers
 from compatlab.runner import run_cell
 from compatlab.runs import store
-from compatlab.runs.model import REPORT_DEFAULTS, StageResult, StageState
+from compatlab.runs.info import REPORT_DEFAULTS
+from compatlab.runs.model import StageResult, StageState
 from compatlab.stages import CellContext, Stage
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,6 +9,7 @@ import pytest
 from compatlab.cells import planned
 from compatlab.config.matrix import Matrix, parse_matrix
 from compatlab.render import render_run
+from compatlab.runs import latest as latest_folder
 from compatlab.runs import store
 from compatlab.runs.model import CellResult, CellState, StageResult, StageState
 
@@ -133,7 +134,7 @@ def test_a_latest_folder_locked_too_long_is_left_as_it_is_naming_who_holds_it(
 
     _run(tmp_path, matrix, "r1", _cell(OLD, "pass", 10.0))
     assert not (tmp_path / "latest" / ".writer").exists()  # said only while the lock is held
-    monkeypatch.setattr(store, "LATEST_WAIT", 0.5)
+    monkeypatch.setattr(latest_folder, "LATEST_WAIT", 0.5)
     holder = os.open(tmp_path / "latest", os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, stuck
