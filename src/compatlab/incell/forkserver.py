@@ -11,7 +11,7 @@ has its own stdout and stderr pipes, and reports one JSON record over a pipe of 
 the whole group on timeout, and a crash, hang or exit of a child is that module's verdict while the server
 goes on. The child exits the way the probe does (status 0 or 3, through the interpreter's finalisation), so
 a module that crashes at exit is seen here too. The client turns each answer into a ``proc.Completed`` and
-classifies it with ``loadcheck.classify_record``: the same verdicts as the per-process path.
+classifies it with ``loading.failure.classify_record``: the same verdicts as the per-process path.
 
 The server is this module run with the cell's interpreter the way the probe is (``proc.module_command``),
 so the cell's ``sys.path`` is the probe's, and its children do what the probe does (``probe.steps``). Its
@@ -62,7 +62,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any, NoReturn
 
-from compatlab.incell.loadcheck import LoadFailure, classify_record
+from compatlab.incell.loading.failure import LoadFailure, classify_record
 from compatlab.incell.probe import RESULT_TAG, steps
 from compatlab.incell.proc import HERE, Completed, module_command
 
@@ -690,7 +690,7 @@ class ForkServer:
 
 def _stderr(reply: dict[str, Any]) -> str:
     """The child's stderr, ending with its record when that says what an import mapped or tried to load, as
-    the probe's does (loadcheck.mapped_of and attempts_of read it from either path)."""
+    the probe's does (loading.observed.mapped_of and attempts_of read it from either path)."""
     text = str(reply["stderr"])
     record = reply.get("record")
     if isinstance(record, dict) and ("mapped" in record or "attempts" in record):
