@@ -294,7 +294,6 @@ def test_the_middle_rows_are_floors() -> None:
 MAX_LINES = 650
 OVER_MAX_LINES = frozenset(
     {
-        "incell/forkserver.py",
         "incell/suites/test_import.py",
         "runs/model.py",
         "runs/store.py",
