@@ -5,14 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 from compatlab.incell import loadcheck
 from compatlab.incell.loading.demangle import demangle
 from compatlab.incell.loading.elf import dynamic_symbols, importable_here, is_extension_module
-from compatlab.incell.loading.failure import STACK_KINDS, LoadFailure, classify, describe
+from compatlab.incell.loading.failure import LoadFailure, describe
 from compatlab.incell.loading.installed import Installed, package_targets
-from compatlab.proc import Completed
 from fixtures.sofix import EXT_SUFFIX, abi_broken_module, compile_so, ext_module
 from fixtures.venvs import python_seeing
 
@@ -98,51 +95,6 @@ def test_import_by_name(tmp_path: Path) -> None:
     )
     ok, _ = loadcheck.load_module(sys.executable, path=None, name="json")
     assert ok is None
-
-
-@pytest.mark.parametrize(
-    ("message", "kind", "expected"),
-    [
-        (
-            "libcuda.so.1: cannot open shared object file: No such file or directory",
-            "no-driver",
-            "m.so: no NVIDIA driver (libcuda.so.1)",
-        ),
-        (
-            "Found no NVIDIA driver on your system.",
-            "no-driver",
-            "m.so: no NVIDIA driver (Found no NVIDIA driver on your system.)",
-        ),
-        (
-            "/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/m.so)",
-            "symbol-version",
-            "m.so: symbol version GLIBCXX_3.4.32 not found (required by m.so)",
-        ),
-    ],
-)
-def test_classify_messages(message: str, kind: str, expected: str) -> None:
-    tag = '{"ok": false, "step": "load m.so", "type": "ImportError", "message": %s}'
-    import json
-
-    done = Completed(
-        argv=["py"],
-        returncode=3,
-        stdout="",
-        seconds=0.1,
-        stderr="Traceback...\nCOMPATLAB-LOAD-RESULT " + tag % json.dumps(message) + "\n",
-    )
-    failure = classify(done)
-    assert failure is not None
-    assert failure.kind == kind
-    assert failure.stack is (kind in STACK_KINDS)
-    assert describe("m.so", failure) == expected
-
-
-def test_exit_without_result() -> None:
-    done = Completed(argv=["py"], returncode=1, stdout="", stderr="Fatal Python error: boom\n", seconds=0.1)
-    failure = classify(done)
-    assert failure is not None
-    assert describe("m.so", failure) == "m.so: exited with status 1: Fatal Python error: boom"
 
 
 def test_demangle() -> None:
