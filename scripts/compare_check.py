@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 LOAD_KINDS = ("library", "symbol", "version")  # static findings that predict a module cannot load
-# the import stage's failure kinds that make a cell red (loadcheck.STACK_KINDS)
+# the import stage's failure kinds that make a cell red (incell/loading/failure.py's STACK_KINDS)
 RED_KINDS = ("undefined-symbol", "symbol-version", "missing-library", "import-error", "signal", "timeout", "exit")
 
 _BY_PATH = (

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.existing import inspect_environment
-from compatlab.incell import loadcheck
+from compatlab.incell.loading.installed import Installed
 
 
 def _dist_info(site: Path, name: str, *, metadata: bytes | None = None, record: str | None = None) -> None:
@@ -87,13 +87,13 @@ def test_the_import_stage_reads_a_broken_distribution_as_far_as_it_can(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(_broken_site(tmp_path)))
-    blank = loadcheck.Installed("blankrecord")
+    blank = Installed("blankrecord")
     assert (blank.version, blank.files, blank.targets) == ("1.0", [], [])
     assert blank.problem.startswith("its RECORD cannot be read (TypeError: ")
-    latin = loadcheck.Installed("latin")
+    latin = Installed("latin")
     assert latin.version == "?"
     assert latin.problem.startswith("its METADATA cannot be read (UnicodeDecodeError: ")
-    assert loadcheck.Installed("fine").problem == ""
+    assert Installed("fine").problem == ""
 
 
 def _gone(pid: int) -> bool:

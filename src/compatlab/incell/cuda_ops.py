@@ -8,7 +8,7 @@ JSON line on stderr, as the import stage's probe does (``probe.RESULT_TAG``)::
     COMPATLAB-LOAD-RESULT {"ok": true, "max_abs_err": 0.0, ...}
 
 and on an exception its traceback, then ``{"ok": false, "step": ..., "type": ..., "message": ...}``, and exits
-3; a crash or a hang leaves no record, and ``loadcheck.classify`` says why from the process. The suite
+3; a crash or a hang leaves no record, and ``loading.failure.classify`` says why from the process. The suite
 (``suites/test_cuda.py``) runs each with a timeout, so a hung or crashing kernel fails the cell, not the run.
 """
 

@@ -40,7 +40,7 @@ class EntryError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class ImportEntry:
     """``module`` is a shared object's label (``pkg/_ops.so``) or a package (``pkg``); ``ok`` whether it
-    loaded. A failure carries ``failure`` (loadcheck.LoadFailure's JSON: its kind, symbol, library …) and
+    loaded. A failure carries ``failure`` (loading.failure.LoadFailure's JSON: its kind, symbol, library …) and
     ``reason`` (one line). ``loaded`` says how a module loaded when not the plain way (by name, or by its
     package's import, which ``mapped`` it: then ``alone`` is how it failed by itself). ``needed`` is False
     for a failed module its package's import does not need (``verdict`` says why); ``needed_why`` says why

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from compatlab.incell.loadcheck import dynamic_symbols
+from compatlab.incell.loading.elf import dynamic_symbols
 from compatlab.incell.proc import run
 
 __all__ = [

@@ -11,10 +11,11 @@ has its own stdout and stderr pipes, and reports one JSON record over a pipe of 
 the whole group on timeout, and a crash, hang or exit of a child is that module's verdict while the server
 goes on. The child exits the way the probe does (status 0 or 3, through the interpreter's finalisation), so
 a module that crashes at exit is seen here too. The client turns each answer into a ``proc.Completed`` and
-classifies it with ``loadcheck.classify_record``: the same verdicts as the per-process path.
+classifies it with ``loading.failure.classify_record``: the same verdicts as the per-process path.
 
 The server is this module run with the cell's interpreter the way the probe is (``proc.module_command``),
-so the cell's ``sys.path`` is the probe's, and its children do what the probe does (``probe.steps``). Its
+so the cell's ``sys.path`` is the probe's, and its children do what the probe does (``probe.steps``); its
+loop is ``fork/server.py``, what each child does ``fork/child.py``, and this module its entry and client. Its
 protocol is JSON lines on descriptors it takes over from stdin and stdout before importing the prerequisites
 (fd 1 then points at stderr, so what the modules print cannot corrupt it):
 
@@ -43,35 +44,28 @@ Closing the server's stdin ends it: running children are killed with their group
 
 from __future__ import annotations
 
-import atexit
 import collections
 import concurrent.futures
 import contextlib
-import ctypes
-import gc
-import importlib
 import itertools
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
-from compatlab.incell.loadcheck import LoadFailure, classify_record
-from compatlab.incell.probe import RESULT_TAG, steps
+from compatlab.incell.fork.server import run_server
+from compatlab.incell.loading.failure import LoadFailure, classify_record
+from compatlab.incell.probe import RESULT_TAG
 from compatlab.incell.proc import HERE, Completed, module_command
 
 __all__ = ["ForkServer", "Refused", "ServerGone", "enabled", "main"]
 
 ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
-_KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
-_GRACE = 5.0  # seconds to wait for a killed group's pipes to close
-_TICK = 0.05  # seconds between looks at the children and the client while an adoption imports
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -80,395 +74,13 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
-def _die_with_parent() -> None:
-    # Linux's PR_SET_PDEATHSIG: a server killed outright (its test run timed out) takes its children along,
-    # instead of leaving a hung load running with no one to time it out.
-    with contextlib.suppress(AttributeError, OSError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _cuda_initialised() -> bool:
-    cuda = sys.modules.get("torch.cuda")
-    check = getattr(cuda, "is_initialized", None)
-    return bool(check()) if callable(check) else False
-
-
-class _ExitGuard:
-    """How a child ends: as a process that loaded the module would, but for what it inherited.
-
-    A fresh interpreter's exit runs the Python atexit handlers, then the C library's ``exit``: the C atexit
-    handlers and C++ static destructors, newest first (a module that crashes at exit crashes there). What
-    the child inherited from the server (torch's handlers and destructors) runs the same way in every child,
-    and takes 0.2 s: most of a small load. So the inherited Python handlers are dropped at the fork, and a C
-    handler registered at the fork ends the process (``_exit``) once the handlers registered after it, the
-    module's own, have run. Python's teardown of its modules is not run: a crash there is seen only by the
-    per-process path (COMPATLAB_IMPORT_FORKSERVER=0).
-    """
-
-    _HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-    def __init__(self) -> None:
-        atexit._clear()
-        self.status, self.armed = 0, False
-        self._libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-        self._handler = self._HANDLER(self._end)  # held here: the C library keeps only the pointer
-        register = getattr(self._libc, "__cxa_atexit", None)  # getattr: a dunder name would be mangled here
-        if register is None or register(self._handler, None, None) != 0:
-            self._libc = None  # not registered: the child ends by finalising, as the probe does
-
-    def _end(self, _arg: object) -> None:
-        if self.armed:  # the module's own exit(5) goes on as any exit does, to its own status
-            os._exit(self.status)
-
-    def exit(self, status: int) -> NoReturn:
-        self.status, self.armed = status, True
-        if self._libc is None:
-            raise SystemExit(status)
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        self._libc.exit(status)
-        os._exit(status)  # not reached: the handler above ends the process
-
-
-class _Job:
-    def __init__(self, request: dict[str, Any], pid: int, fds: dict[int, str]) -> None:
-        self.request = request
-        self.pid = pid
-        self.fds = fds  # read end -> "stdout" | "stderr" | "record", while open
-        self.data: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray(), "record": bytearray()}
-        self.start = time.monotonic()
-        self.deadline = self.start + float(request.get("timeout", 180.0))
-        self.killed_at: float | None = None
-        self.status: int | None = None
-        self.seconds = 0.0
-
-    def kill(self) -> None:
-        for kill, target in ((os.killpg, self.pid), (os.kill, self.pid)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                kill(target, signal.SIGKILL)
-
-    def reap(self) -> None:
-        if self.status is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid == self.pid:
-                self.status = status
-                self.seconds = time.monotonic() - self.start
-
-    def reply(self) -> dict[str, Any]:
-        try:
-            record = json.loads(bytes(self.data["record"]).decode("utf-8", "replace"))
-        except ValueError:
-            record = None
-        status = self.status if self.status is not None else 0
-        return {
-            "id": self.request.get("id"),
-            "pid": self.pid,
-            "returncode": os.waitstatus_to_exitcode(status),
-            "stdout": self.data["stdout"][-_KEEP:].decode("utf-8", "replace"),
-            "stderr": self.data["stderr"][-_KEEP:].decode("utf-8", "replace"),
-            "seconds": self.seconds,
-            "timed_out": self.killed_at is not None,
-            "record": record if isinstance(record, dict) else None,
-        }
-
-
-def _os_threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
-class _Timeout(BaseException):
-    """Raised into an adoption's import: it took too long, or the client is gone (nobody needs it)."""
-
-
-class _Server:
-    def __init__(self, requests: int, replies: int) -> None:
-        self.requests = requests
-        self.replies = replies
-        # Adoption: packages a child has just been forked to import are imported here too, so the children
-        # forked after it start with them (what an import of a package that needs them costs drops to its
-        # own part). A load whose own modules an adopted package imported is refused (the client asks a
-        # server that adopted nothing), so no module is ever loaded where its own package already is.
-        self.base = set(sys.modules)
-        self.imported: set[str] = set()  # every dotted prefix of a module imported here since the start
-        self.adopted: list[str] = []
-        self.closed = ""  # why no more children are forked here (an adoption initialised CUDA, or a thread)
-        self.closed_by = ""  # the package whose adoption closed it
-        self.threads = _os_threads()
-        self.threaded: list[str] = []  # adopted packages that started threads
-        self.pending = b""
-        self._ticking = False  # in _meanwhile (a signal handler may run again inside it)
-        self._importing = False  # an adoption's import is under way: _meanwhile may end it
-        self.jobs: dict[int, _Job] = {}  # by pid
-        self.by_fd: dict[int, _Job] = {}
-        self.poll = select.poll()
-        self.poll.register(requests, select.POLLIN)
-        self.open = True
-
-    def send(self, message: dict[str, Any]) -> None:
-        _write_all(self.replies, (json.dumps(message) + "\n").encode())
-
-    def serve(self) -> int | None:
-        """The server's loop; returns an exit status in a forked child (None in the server, at the end)."""
-        while self.open or self.jobs:
-            for fd, _event in self.poll.poll(self._wait()):
-                if fd == self.requests:
-                    code = self._read_requests()
-                    if code is not None:
-                        return code
-                else:
-                    self._read_child(fd)
-            self._tend()
-        return None
-
-    def _wait(self) -> int | None:
-        now = time.monotonic()
-        waits: list[float] = []
-        for job in self.jobs.values():
-            if not job.fds or (job.status is None and job.killed_at is not None):
-                waits.append(0.005)  # pipes closed, exit status not yet there: look again soon
-            elif job.killed_at is None:
-                waits.append(job.deadline - now)
-            else:
-                waits.append(job.killed_at + _GRACE - now)
-        return None if not waits else max(0, int(min(waits) * 1000) + 1)
-
-    def _read_requests(self) -> int | None:
-        chunk = os.read(self.requests, 65536)
-        if not chunk:
-            self._hangup()
-            return None
-        self.pending += chunk
-        # One line at a time: an adoption (in _fork) reads on meanwhile, and what it read is served next.
-        while self.open and b"\n" in self.pending:
-            line, _, self.pending = self.pending.partition(b"\n")
-            if line.strip():
-                code = self._fork(json.loads(line))
-                if code is not None:
-                    return code
-        return None
-
-    def _hangup(self) -> None:
-        """The client closed (or died): stop, and take the running children down."""
-        self.poll.unregister(self.requests)
-        self.open = False
-        for job in self.jobs.values():
-            job.kill()
-            job.killed_at = job.killed_at or time.monotonic()
-
-    def _meanwhile(self, deadline: float) -> None:
-        """While an adoption imports (SIGALRM every _TICK s): what the children wrote is read, those done
-        are answered, those past their time killed, and requests kept for after it; a client gone ends the
-        adoption (and, its children killed, the server), as one past *deadline* does."""
-        if self._ticking:
-            return
-        self._ticking = True
-        try:
-            if self._importing and time.monotonic() >= deadline:
-                raise _Timeout
-            for fd, _event in self.poll.poll(0):
-                if fd != self.requests:
-                    self._read_child(fd)
-                    continue
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    self._hangup()
-                    if self._importing:
-                        raise _Timeout
-                    continue
-                self.pending += chunk
-            self._tend()
-        finally:
-            self._ticking = False
-
-    def adoption(self) -> dict[str, Any]:
-        return {
-            "adopted": self.adopted,
-            "closed": self.closed,
-            "closed_by": self.closed_by,
-            "threaded": self.threaded,
-        }
-
-    def _refusal(self, request: dict[str, Any]) -> str:
-        if self.closed:
-            return self.closed
-        hit = sorted(str(n) for n in request.get("own") or [] if str(n) in self.imported)
-        return f"{', '.join(hit[:3])} imported here already, by an adopted package" if hit else ""
-
-    def _adopt(self, name: str, timeout: float) -> None:
-        """Import *name* here too (a child was forked to import it a moment ago): on failure, forget every
-        module it added; if it initialised CUDA, fork no more children; if it started a thread, name it."""
-        before = set(sys.modules)
-        deadline = time.monotonic() + max(timeout, 1.0)
-        previous = signal.signal(signal.SIGALRM, lambda _signum, _frame: self._meanwhile(deadline))
-        signal.siginterrupt(signal.SIGALRM, False)  # what the import waits on in C is restarted, not failed
-        ok, self._importing = False, True
-        signal.setitimer(signal.ITIMER_REAL, _TICK, _TICK)
-        try:
-            try:
-                importlib.import_module(name)
-                ok = True
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                self._importing = False  # a tick still due reads on, and raises nothing into what follows
-        except BaseException:  # noqa: BLE001 - whatever it raised, the child reports; here it is only undone
-            ok = False
-            for module in set(sys.modules) - before:
-                sys.modules.pop(module, None)
-        finally:
-            signal.signal(signal.SIGALRM, previous)
-        if _cuda_initialised():
-            self.closed, self.closed_by = f"importing {name} initialised CUDA", name
-            return
-        if ok:
-            self.adopted.append(name)
-        threads = _os_threads()
-        if threads > self.threads:  # forked children inherit none of them: said, and failures asked again
-            self.threaded.append(name)
-            self.threads = threads
-        for module in set(sys.modules) - self.base:
-            parts = module.split(".")
-            self.imported.update(".".join(parts[: i + 1]) for i in range(len(parts)))
-        gc.freeze()  # what it made is shared with the children too
-
-    def _fork(self, request: dict[str, Any]) -> int | None:
-        refused = self._refusal(request)
-        if refused:
-            self.send({"id": request.get("id"), "refused": refused, **self.adoption()})
-            return None
-        code = self._fork_child(request)
-        if code is None and request.get("adopt") and request.get("name") and not request.get("path"):
-            self._adopt(str(request["name"]), float(request.get("timeout", 180.0)))
-        return code
-
-    def _fork_child(self, request: dict[str, Any]) -> int | None:
-        pipes = {"stdout": os.pipe(), "stderr": os.pipe(), "record": os.pipe()}
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        server = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            return self._child(request, pipes, server)
-        fds: dict[int, str] = {}
-        for what, (read, write) in pipes.items():
-            os.close(write)
-            fds[read] = what
-        job = _Job(request, pid, fds)
-        self.jobs[pid] = job
-        for fd in fds:
-            self.by_fd[fd] = job
-            self.poll.register(fd, select.POLLIN)
-        return None
-
-    def _child(self, request: dict[str, Any], pipes: dict[str, tuple[int, int]], server: int) -> int:
-        try:
-            os.setsid()  # its own session and process group: a timeout kills all it started
-            _die_with_parent()
-            exit_guard = _ExitGuard()
-            if os.getppid() != server:  # the server died before the line above
-                os._exit(70)
-            os.dup2(pipes["stdout"][1], 1)
-            os.dup2(pipes["stderr"][1], 2)
-            record_fd = pipes["record"][1]
-            for fd in [
-                self.requests,
-                self.replies,
-                *self.by_fd,
-                pipes["stdout"][1],
-                pipes["stderr"][1],
-                *(read for read, _ in pipes.values()),
-            ]:
-                os.close(fd)
-            # A fresh interpreter would see what was installed since the server started: forget what the
-            # finders cached (directory listings, and path entries that did not exist then).
-            importlib.invalidate_caches()
-            os.environ.update({str(k): str(v) for k, v in (request.get("environ") or {}).items()})
-            pre = [str(m) for m in request.get("pre") or []]
-            record = steps(pre, request.get("path") or None, str(request.get("name") or ""))
-            _write_all(record_fd, json.dumps(record).encode())
-            os.close(record_fd)
-        except BaseException:  # noqa: BLE001 - never let a child return into the server's loop
-            os._exit(70)  # the server's own code failed in the child: an exit without a record
-        exit_guard.exit(0 if record["ok"] else 3)
-
-    def _read_child(self, fd: int) -> None:
-        job = self.by_fd[fd]
-        chunk = os.read(fd, 65536)
-        if chunk:
-            buf = job.data[job.fds[fd]]
-            buf += chunk
-            if len(buf) > 4 * _KEEP:
-                del buf[: len(buf) - _KEEP]
-        else:
-            self._close(job, fd)
-
-    def _close(self, job: _Job, fd: int) -> None:
-        self.poll.unregister(fd)
-        os.close(fd)
-        del self.by_fd[fd]
-        del job.fds[fd]
-
-    def _tend(self) -> None:
-        now = time.monotonic()
-        for pid, job in list(self.jobs.items()):
-            job.reap()
-            if job.killed_at is None and now >= job.deadline:
-                job.kill()
-                job.killed_at = now
-            if job.killed_at is not None and now >= job.killed_at + _GRACE:
-                for fd in list(job.fds):  # something outside the group holds the pipes: let go of them
-                    self._close(job, fd)
-            if job.status is not None and not job.fds:
-                job.kill()  # what the child left behind in its group goes with it
-                del self.jobs[pid]
-                if self.open:
-                    self.send({**job.reply(), **self.adoption()})
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``[PRELOAD [ADOPT]]``: run the server: import the prerequisites (comma-separated), then adopt the
     packages ADOPT (comma-separated; those a server before it adopted), say whether that worked, then serve."""
     args = sys.argv[1:] if argv is None else argv
     preload = args[0] if args else ""
     adopt = [m for m in (args[1] if len(args) > 1 else "").split(",") if m]
-    requests, replies = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    record = steps([m for m in preload.split(",") if m], None, "")
-    if record["ok"] and _cuda_initialised():
-        record = {
-            "ok": False,
-            "step": "import " + preload,
-            "type": "RuntimeError",
-            "message": "CUDA was initialised while importing: forked children would share its context",
-        }
-    # Every object alive now is shared with the children until one of them writes to its page. A collection
-    # at the child's exit would touch them all (copy-on-write, most of a second with torch): keep it off them.
-    gc.freeze()
-    server = _Server(requests, replies)
-    if not record["ok"]:
-        server.send({"ready": False, **record})
-        return 0
-    for name in adopt:
-        server._adopt(name, 180.0)
-    if server.closed:
-        server.send({"ready": False, "step": "adopt", "type": "RuntimeError", "message": server.closed})
-        return 0
-    server.send({"ready": True, **server.adoption()})
-    code = server.serve()
-    return 0 if code is None else code
+    return run_server(preload, adopt)
 
 
 class ServerGone(Exception):
@@ -690,7 +302,7 @@ class ForkServer:
 
 def _stderr(reply: dict[str, Any]) -> str:
     """The child's stderr, ending with its record when that says what an import mapped or tried to load, as
-    the probe's does (loadcheck.mapped_of and attempts_of read it from either path)."""
+    the probe's does (loading.observed.mapped_of and attempts_of read it from either path)."""
     text = str(reply["stderr"])
     record = reply.get("record")
     if isinstance(record, dict) and ("mapped" in record or "attempts" in record):

@@ -19,7 +19,7 @@ C loader opens itself (dlopen from C++) are not seen here; the mapped list still
 
 It exits 0 when the module loaded and 3 when it did not, through the interpreter's finalisation (a module
 that crashes at exit is seen too). The fork server (``forkserver``) runs the same ``steps`` in its children;
-``loadcheck.classify`` and ``loadcheck.classify_record`` read the record of either.
+``loading.failure.classify`` and ``loading.failure.classify_record`` read the record of either.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from compatlab.incell import fakecuda, loadcheck
+from compatlab.incell.loading.elf import dynamic_symbols
+from compatlab.incell.loading.failure import describe
 from fixtures.sofix import cc, ext_module
 
 _CUINIT_MODULE = """
@@ -33,7 +35,7 @@ def test_build_is_cached_by_content(tmp_path: Path, stand_in: Path) -> None:
     assert again == stand_in
     other = fakecuda.build_stand_in({"cuMemAlloc_v2"}, tmp_path / "cache")
     assert other != stand_in
-    syms = loadcheck.dynamic_symbols(stand_in / "libcuda.so.1")
+    syms = dynamic_symbols(stand_in / "libcuda.so.1")
     assert syms is not None
     assert {"cuInit", "cuGetProcAddress_v2", "cuTensorMapEncodeTiled"} <= syms.defined
 
@@ -59,7 +61,7 @@ def test_a_module_that_needs_cuinit_loads_and_gets_no_device(tmp_path: Path, sta
     assert failure is not None
     assert failure.kind == "no-driver"
     assert failure.message == "cuInit returned 100 (CUDA_ERROR_NO_DEVICE)"
-    assert loadcheck.describe("pkg/needscuda.so", failure) == (
+    assert describe("pkg/needscuda.so", failure) == (
         "pkg/needscuda.so: no NVIDIA driver (cuInit returned 100 (CUDA_ERROR_NO_DEVICE))"
     )
 

@@ -18,6 +18,7 @@ import pytest
 
 from compatlab.incell import loadcheck
 from compatlab.incell.forkserver import ForkServer, Refused, ServerGone, enabled
+from compatlab.incell.loading.failure import LoadFailure, describe
 from fixtures.sofix import abi_broken_module, compile_so, ext_module
 from fixtures.venvs import python_seeing
 
@@ -118,11 +119,11 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
 }
 
 
-def _verdict(label: str, failure: loadcheck.LoadFailure | None) -> tuple[str, str] | None:
-    return None if failure is None else (failure.kind, loadcheck.describe(label, failure))
+def _verdict(label: str, failure: LoadFailure | None) -> tuple[str, str] | None:
+    return None if failure is None else (failure.kind, describe(label, failure))
 
 
-def _fields(failure: loadcheck.LoadFailure | None) -> dict[str, Any] | None:
+def _fields(failure: LoadFailure | None) -> dict[str, Any] | None:
     # Everything but the stderr tail: a traceback's frames name the probe's code, which differs.
     return None if failure is None else {k: v for k, v in failure.to_json().items() if k != "raw"}
 
@@ -151,11 +152,11 @@ def test_each_module_is_classified_as_in_its_own_process(
     """All at once through one server: a crash, a hang and an exit among them take only themselves down."""
     cases = _cases(tmp_path)
 
-    def forked(case: Case) -> loadcheck.LoadFailure | None:
+    def forked(case: Case) -> LoadFailure | None:
         failure, _ = server.load(path=case.path, name=case.name, pre_import=case.pre, timeout=case.timeout)
         return failure
 
-    def per_process(case: Case) -> loadcheck.LoadFailure | None:
+    def per_process(case: Case) -> LoadFailure | None:
         failure, _ = loadcheck.load_module(
             python, path=case.path, name=case.name, pre_import=case.pre, timeout=case.timeout, env=env
         )

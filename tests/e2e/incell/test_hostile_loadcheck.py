@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from compatlab.incell import loadcheck
+from compatlab.incell.loading.elf import dynamic_symbols, is_extension_module
+from compatlab.incell.loading.installed import Installed
 from fixtures.hostile import hard_deadline, record_hash, section, set_header, set_section, versioned_so
 from fixtures.sofix import EXT_SUFFIX, ext_module
 
@@ -21,16 +23,16 @@ def test_a_fifo_named_like_a_module_is_never_opened(tmp_path: Path) -> None:
     fifo = tmp_path / f"evil{EXT_SUFFIX}"
     os.mkfifo(fifo)
     with hard_deadline(5, "reading a FIFO named *.so"):
-        assert loadcheck.dynamic_symbols(fifo) is None
-        assert loadcheck.is_extension_module(fifo) is None
+        assert dynamic_symbols(fifo) is None
+        assert is_extension_module(fifo) is None
 
 
 def test_a_section_claiming_900_gib_reads_as_broken_not_as_a_traceback(tmp_path: Path) -> None:
     so = versioned_so(tmp_path / "libhost.so")
-    assert loadcheck.dynamic_symbols(so) is not None
+    assert dynamic_symbols(so) is not None
     set_section(so, ".dynsym", sh_size=900 << 30)
     assert section(so, ".dynsym", "sh_size") == 900 << 30
-    assert loadcheck.dynamic_symbols(so) is None
+    assert dynamic_symbols(so) is None
 
 
 def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,7 +51,7 @@ def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path, mo
     ]
     (info / "RECORD").write_text("\n".join(rows) + "\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(sp))
-    installed = loadcheck.Installed("hostpkg")
+    installed = Installed("hostpkg")
     assert [t.label for t in installed.targets if t.path] == [f"hostpkg/{good.name}"]
     assert installed.elf_files == [str(good)]
     assert installed.outside == [absolute.as_posix(), f"hostpkg/../../above/{climbing.name}"]
@@ -74,7 +76,7 @@ def test_the_import_graph_never_opens_a_fifo_named_py(tmp_path: Path) -> None:
 def test_a_module_this_reader_cannot_parse_is_still_loaded(tmp_path: Path) -> None:
     mod = ext_module(tmp_path, "stripped")
     set_header(mod, e_shoff=0, e_shnum=0, e_shstrndx=0)  # ld.so loads by program headers all the same
-    assert loadcheck.dynamic_symbols(mod) is None
-    assert loadcheck.is_extension_module(mod) == "stripped"
+    assert dynamic_symbols(mod) is None
+    assert is_extension_module(mod) == "stripped"
     failure, done = loadcheck.load_module(sys.executable, path=str(mod), name="stripped")
     assert failure is None, done.stderr

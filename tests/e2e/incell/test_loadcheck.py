@@ -5,15 +5,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 from compatlab.incell import loadcheck
-from compatlab.proc import Completed
+from compatlab.incell.loading.demangle import demangle
+from compatlab.incell.loading.elf import dynamic_symbols, importable_here, is_extension_module
+from compatlab.incell.loading.failure import LoadFailure, describe
+from compatlab.incell.loading.installed import Installed, package_targets
 from fixtures.sofix import EXT_SUFFIX, abi_broken_module, compile_so, ext_module
 from fixtures.venvs import python_seeing
 
 
-def _load(path: Path, name: str, **kw: object) -> loadcheck.LoadFailure | None:
+def _load(path: Path, name: str, **kw: object) -> LoadFailure | None:
     failure, _ = loadcheck.load_module(sys.executable, path=str(path), name=name, **kw)  # type: ignore[arg-type]
     return failure
 
@@ -22,7 +23,7 @@ def test_a_good_module_loads(tmp_path: Path) -> None:
     mod = ext_module(tmp_path, "good")
     failure, done = loadcheck.load_module(sys.executable, path=str(mod), name="good", pre_import=["json"])
     assert failure is None, done.stderr
-    assert loadcheck.is_extension_module(mod) == "good"
+    assert is_extension_module(mod) == "good"
 
 
 def test_undefined_cxx_symbol_is_named_and_demangled(tmp_path: Path) -> None:
@@ -34,9 +35,7 @@ def test_undefined_cxx_symbol_is_named_and_demangled(tmp_path: Path) -> None:
     assert failure.demangled == "ns::check(int)"
     assert failure.message == f"{mod}: undefined symbol: _ZN2ns5checkEi"
     assert failure.stack
-    assert loadcheck.describe(f"pkg/abi{EXT_SUFFIX}", failure) == (
-        f"pkg/abi{EXT_SUFFIX}: undefined symbol ns::check(int)"
-    )
+    assert describe(f"pkg/abi{EXT_SUFFIX}", failure) == f"pkg/abi{EXT_SUFFIX}: undefined symbol ns::check(int)"
     assert "COMPATLAB-LOAD-RESULT" in failure.raw
 
 
@@ -48,7 +47,7 @@ def test_missing_shared_library(tmp_path: Path) -> None:
     assert failure is not None
     assert (failure.kind, failure.library) == ("missing-library", "libgone.so.7")
     assert failure.message == "libgone.so.7: cannot open shared object file: No such file or directory"
-    assert loadcheck.describe("pkg/needy.so", failure) == "pkg/needy.so: missing shared library libgone.so.7"
+    assert describe("pkg/needy.so", failure) == "pkg/needy.so: missing shared library libgone.so.7"
 
 
 def test_crash_at_load_names_the_signal(tmp_path: Path) -> None:
@@ -56,7 +55,7 @@ def test_crash_at_load_names_the_signal(tmp_path: Path) -> None:
     failure = _load(mod, "crash")
     assert failure is not None
     assert (failure.kind, failure.signal, failure.message) == ("signal", "SIGSEGV", "killed by SIGSEGV")
-    assert loadcheck.describe("pkg/crash.so", failure) == "pkg/crash.so: crashed with SIGSEGV while loading"
+    assert describe("pkg/crash.so", failure) == "pkg/crash.so: crashed with SIGSEGV while loading"
 
 
 def test_hang_at_load_is_killed(tmp_path: Path) -> None:
@@ -66,7 +65,7 @@ def test_hang_at_load_is_killed(tmp_path: Path) -> None:
     assert done.timed_out
     assert 2 <= done.seconds < 10
     assert (failure.kind, failure.message) == ("timeout", "killed after 2 s")
-    assert loadcheck.describe("pkg/hang.so", failure) == "pkg/hang.so: hung while loading, killed after 2 s"
+    assert describe("pkg/hang.so", failure) == "pkg/hang.so: hung while loading, killed after 2 s"
 
 
 def test_python_import_error_in_a_prerequisite(tmp_path: Path) -> None:
@@ -75,7 +74,7 @@ def test_python_import_error_in_a_prerequisite(tmp_path: Path) -> None:
     assert failure is not None
     assert failure.kind == "import-error"
     assert failure.step == "import compatlab_no_such_module"
-    assert loadcheck.describe("pkg/good.so", failure) == (
+    assert describe("pkg/good.so", failure) == (
         "pkg/good.so (import compatlab_no_such_module failed): "
         "ModuleNotFoundError: No module named 'compatlab_no_such_module'"
     )
@@ -91,63 +90,18 @@ def test_python_exception_raised_by_the_module(tmp_path: Path) -> None:
 def test_import_by_name(tmp_path: Path) -> None:
     failure, _ = loadcheck.load_module(sys.executable, path=None, name="compatlab_absent_pkg")
     assert failure is not None
-    assert loadcheck.describe("compatlab_absent_pkg", failure) == (
+    assert describe("compatlab_absent_pkg", failure) == (
         "compatlab_absent_pkg: ModuleNotFoundError: No module named 'compatlab_absent_pkg'"
     )
     ok, _ = loadcheck.load_module(sys.executable, path=None, name="json")
     assert ok is None
 
 
-@pytest.mark.parametrize(
-    ("message", "kind", "expected"),
-    [
-        (
-            "libcuda.so.1: cannot open shared object file: No such file or directory",
-            "no-driver",
-            "m.so: no NVIDIA driver (libcuda.so.1)",
-        ),
-        (
-            "Found no NVIDIA driver on your system.",
-            "no-driver",
-            "m.so: no NVIDIA driver (Found no NVIDIA driver on your system.)",
-        ),
-        (
-            "/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/m.so)",
-            "symbol-version",
-            "m.so: symbol version GLIBCXX_3.4.32 not found (required by m.so)",
-        ),
-    ],
-)
-def test_classify_messages(message: str, kind: str, expected: str) -> None:
-    tag = '{"ok": false, "step": "load m.so", "type": "ImportError", "message": %s}'
-    import json
-
-    done = Completed(
-        argv=["py"],
-        returncode=3,
-        stdout="",
-        seconds=0.1,
-        stderr="Traceback...\nCOMPATLAB-LOAD-RESULT " + tag % json.dumps(message) + "\n",
-    )
-    failure = loadcheck.classify(done)
-    assert failure is not None
-    assert failure.kind == kind
-    assert failure.stack is (kind in loadcheck.STACK_KINDS)
-    assert loadcheck.describe("m.so", failure) == expected
-
-
-def test_exit_without_result() -> None:
-    done = Completed(argv=["py"], returncode=1, stdout="", stderr="Fatal Python error: boom\n", seconds=0.1)
-    failure = loadcheck.classify(done)
-    assert failure is not None
-    assert loadcheck.describe("m.so", failure) == "m.so: exited with status 1: Fatal Python error: boom"
-
-
 def test_demangle() -> None:
-    assert loadcheck.demangle("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib") == (
+    assert demangle("_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib") == (
         "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)"
     )
-    assert loadcheck.demangle("cuInit") is None
+    assert demangle("cuInit") is None
 
 
 def test_dynamic_symbols(tmp_path: Path) -> None:
@@ -158,12 +112,12 @@ def test_dynamic_symbols(tmp_path: Path) -> None:
         "-Wl,--unresolved-symbols=ignore-all",
         prelude="int cuTensorMapEncodeTiled(void);",
     )
-    syms = loadcheck.dynamic_symbols(mod)
+    syms = dynamic_symbols(mod)
     assert syms is not None
     assert "PyInit_syms" in syms.defined
     assert "cuTensorMapEncodeTiled" in syms.undefined
-    assert loadcheck.dynamic_symbols(tmp_path / "syms_so.c") is None  # not ELF
-    assert loadcheck.is_extension_module(tmp_path / "syms_so.c") is None
+    assert dynamic_symbols(tmp_path / "syms_so.c") is None  # not ELF
+    assert is_extension_module(tmp_path / "syms_so.c") is None
 
 
 def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None:
@@ -175,7 +129,7 @@ def test_an_undeclared_python_dependency_is_its_own_kind(tmp_path: Path) -> None
     failure, _ = loadcheck.load_module(python, path=None, name="deep_gemm", timeout=60)
     assert failure is not None
     assert failure.kind == "missing-dependency"
-    assert loadcheck.describe("deep_gemm", failure) == (
+    assert describe("deep_gemm", failure) == (
         "deep_gemm imports setuptools_that_is_not_there, which is not installed: an undeclared dependency"
     )
     # A module missing from the package itself stays a broken import.
@@ -191,7 +145,7 @@ def test_builds_of_one_module_and_namespace_packages_are_found(tmp_path: Path) -
     sp = tmp_path / "site"
     mpich = ext_module(sp / "mpi4py", "MPI")
     mpich = mpich.rename(mpich.with_name(f"MPI.mpich{EXT_SUFFIX}"))
-    assert loadcheck.is_extension_module(mpich) == "MPI"
+    assert is_extension_module(mpich) == "MPI"
     ext_module(sp / "cuda" / "core" / "cu12", "_device")
     for init in ("mpi4py/__init__.py", "cuda/core/__init__.py", "cuda/core/cu12/__init__.py"):
         (sp / init).write_text("", encoding="utf-8")
@@ -210,8 +164,8 @@ def test_builds_of_one_module_and_namespace_packages_are_found(tmp_path: Path) -
         (info / "RECORD").write_text("".join(f"{f},,\n" for f in files), encoding="utf-8")
     sys.path.insert(0, str(sp))
     try:
-        _v, mpi = loadcheck.package_targets("mpi4py")
-        _v, core = loadcheck.package_targets("cuda_core")
+        _v, mpi = package_targets("mpi4py")
+        _v, core = package_targets("cuda_core")
     finally:
         sys.path.remove(str(sp))
     assert [(t.label, t.name) for t in mpi] == [(f"mpi4py/MPI.mpich{EXT_SUFFIX}", "mpi4py.MPI"), ("mpi4py", "mpi4py")]
@@ -236,14 +190,14 @@ def test_a_module_built_for_another_python_is_not_loaded(tmp_path: Path) -> None
     (info / "RECORD").write_text(f"_stray.{other},,\npkg/__init__.py,,\npkg/_core{EXT_SUFFIX},,\n", encoding="utf-8")
     sys.path.insert(0, str(sp))
     try:
-        _v, targets = loadcheck.package_targets("pkg")
-        stray = loadcheck.Installed("pkg").other_python
+        _v, targets = package_targets("pkg")
+        stray = Installed("pkg").other_python
     finally:
         sys.path.remove(str(sp))
     assert [t.label for t in targets] == [f"pkg/_core{EXT_SUFFIX}", "pkg"]
     assert stray == [f"_stray.{other}"]
-    assert not loadcheck.importable_here(f"_stray.{other}")
-    assert loadcheck.importable_here(f"_core{EXT_SUFFIX}")
+    assert not importable_here(f"_stray.{other}")
+    assert importable_here(f"_core{EXT_SUFFIX}")
 
 
 def test_device_code_is_a_fat_binary_section(tmp_path: Path) -> None:
@@ -255,4 +209,4 @@ def test_device_code_is_a_fat_binary_section(tmp_path: Path) -> None:
             '__attribute__((section(".nv_fatbin"), used)) static const unsigned char fb[16] = {0x50, 0xed, 0x55, 0xba};'
         ),
     )
-    assert [loadcheck.dynamic_symbols(p).device_code for p in (host, device)] == [False, True]  # type: ignore[union-attr]
+    assert [dynamic_symbols(p).device_code for p in (host, device)] == [False, True]  # type: ignore[union-attr]

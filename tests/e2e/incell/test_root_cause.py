@@ -14,6 +14,7 @@ import pytest
 
 from compatlab.incell import loadcheck
 from compatlab.incell.forkserver import ForkServer
+from compatlab.incell.loading.failure import LoadFailure, describe
 from fixtures.sofix import compile_so
 from fixtures.wheels import build_wheel, venv_with
 
@@ -45,10 +46,10 @@ def python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv_with(tmp / "venv", [wheel])
 
 
-def _expect(failure: loadcheck.LoadFailure | None, python: Path) -> None:
+def _expect(failure: LoadFailure | None, python: Path) -> None:
     assert failure is not None
     assert (failure.kind, failure.symbol) == ("undefined-symbol", SYMBOL)
-    assert loadcheck.describe("wrapped", failure) == (
+    assert describe("wrapped", failure) == (
         "wrapped: undefined symbol c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)"
     )
     assert failure.outer[0] == "ImportError: wrapped: its operators did not load"

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.incell import causes, loadcheck
+from compatlab.incell import causes
+from compatlab.incell.loading import cudamajor
+from compatlab.incell.loading.failure import STACK_KINDS, LoadFailure, classify_record, describe
 from compatlab.incell.proc import Completed
 from compatlab.runs.model import Blame, CellResult, CellState, StageResult, StageState
 from compatlab.stages import blame
@@ -20,8 +22,8 @@ def test_the_readme_shows_the_table_as_the_code_has_it() -> None:
 
 
 def test_every_load_failure_kind_has_a_code_of_the_table() -> None:
-    for kind in [*loadcheck.STACK_KINDS, "no-driver", "missing-dependency"]:
-        failure = loadcheck.LoadFailure(kind=kind, message="m")
+    for kind in [*STACK_KINDS, "no-driver", "missing-dependency"]:
+        failure = LoadFailure(kind=kind, message="m")
         assert causes.is_known(failure.cause), kind
 
 
@@ -38,7 +40,7 @@ def test_every_load_failure_kind_has_a_code_of_the_table() -> None:
     ],
 )
 def test_an_undefined_symbol_is_named_by_whose_it_is(symbol: str, demangled: str | None, code: str) -> None:
-    failure = loadcheck.LoadFailure(kind="undefined-symbol", message="m", symbol=symbol, demangled=demangled)
+    failure = LoadFailure(kind="undefined-symbol", message="m", symbol=symbol, demangled=demangled)
     assert failure.cause == code
 
 
@@ -83,9 +85,9 @@ def test_each_stage_gets_a_code_and_a_cell_its_independent_causes() -> None:
     assert CellResult.from_json(cell.to_json()).causes == cell.causes
 
 
-def _record(record: dict[str, object]) -> loadcheck.LoadFailure | None:
+def _record(record: dict[str, object]) -> LoadFailure | None:
     done = Completed(argv=["python"], returncode=1, stdout="", stderr="", seconds=0.1)
-    return loadcheck.classify_record(done, record)
+    return classify_record(done, record)
 
 
 def test_a_library_the_package_looked_up_and_did_not_find_is_missing() -> None:
@@ -134,12 +136,12 @@ def test_a_missing_module_with_no_failing_fallback_stays_an_undeclared_dependenc
 
 
 def test_a_missing_cuda_library_of_another_major_is_a_cuda_major_mix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loadcheck, "env_cuda_major", lambda: 13)
+    monkeypatch.setattr(cudamajor, "env_cuda_major", lambda: 13)
     said = "libcudart.so.12: cannot open shared object file: No such file or directory"
     mix = _record({"ok": False, "step": "import tv", "type": "OSError", "message": said})
     assert mix is not None
     assert (mix.kind, mix.cause, mix.cuda_mix) == ("missing-library", "cuda-major-mix", {"library": 12, "env": 13})
-    assert loadcheck.describe("tv", mix) == (
+    assert describe("tv", mix) == (
         "tv: missing shared library libcudart.so.12, a CUDA 12 library in a CUDA 13 environment (built for another "
         "CUDA major than torch's)"
     )

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compatlab.incell import cudacompat, fakecuda, loadcheck
+from compatlab.incell import cudacompat, fakecuda
 from compatlab.incell.context import SuiteContext
+from compatlab.incell.loading.failure import LoadFailure, classify, describe
 from compatlab.incell.probe import RESULT_TAG
 from compatlab.incell.proc import HERE, module_command, run
 
@@ -38,8 +39,8 @@ def _run_op(stage: Any, what: str, op: str, timeout: float, env: dict[str, str] 
     done = run(command.argv, timeout=timeout, env=env or dict(os.environ), cwd=command.cwd)
     record = _record(done.stderr)
     if not (done.ok and record):  # it crashed, hung, or raised: say why as the import stage would
-        failure = loadcheck.classify(done) or loadcheck.LoadFailure(kind="exit", message="wrote no result")
-        stage.fail(loadcheck.describe(what, failure), failure=failure.to_json(), seconds=done.seconds)
+        failure = classify(done) or LoadFailure(kind="exit", message="wrote no result")
+        stage.fail(describe(what, failure), failure=failure.to_json(), seconds=done.seconds)
     record["process_seconds"] = round(done.seconds, 2)
     return record
 

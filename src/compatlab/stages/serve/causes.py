@@ -246,7 +246,7 @@ def _facts(log_lines: list[str], tb: Traceback) -> str:
     for line in block:
         if m := _LINK_FACT.search(line):
             if m.group(1):
-                from compatlab.incell.loadcheck import demangle
+                from compatlab.incell.loading.demangle import demangle
 
                 return f"undefined symbol {demangle(m.group(1)) or m.group(1)}"
             return " ".join(short_path(w) for w in line.lstrip("- ").split())

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from compatlab.incell.files import read_regular
-from compatlab.incell.loadcheck import CUDA_MAJOR_LIB
+from compatlab.incell.loading.cudamajor import CUDA_MAJOR_LIB
 from compatlab.runs.records.static import Finding, Kind, Severity
 from compatlab.stages.static.folds import one_per_catalog
 from compatlab.stages.static.ldso import Library

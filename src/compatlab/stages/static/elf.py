@@ -173,10 +173,10 @@ def _sha256_fh(fh: IO[bytes], size: int) -> str:
 def demangle(name: str) -> str:
     """Demangle a C++ symbol with libstdc++'s __cxa_demangle; other names unchanged.
 
-    The same demangler as the import stage's (loadcheck runs inside cells, with the stdlib only), so the
-    static and import reasons name a symbol identically.
+    The same demangler as the import stage's (incell/loading/demangle.py, which runs inside cells, with the
+    stdlib only), so the static and import reasons name a symbol identically.
     """
-    from compatlab.incell.loadcheck import demangle as cxa_demangle
+    from compatlab.incell.loading.demangle import demangle as cxa_demangle
 
     return cxa_demangle(name) or name
 

@@ -26,7 +26,7 @@ import struct
 from collections.abc import Iterable, Sequence
 
 from compatlab.incell import cudacompat
-from compatlab.incell.loadcheck import FATBIN_SECTIONS
+from compatlab.incell.loading.elf import FATBIN_SECTIONS
 
 __all__ = [
     "FATBIN_MAGIC",

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from compatlab.incell.loadcheck import dynamic_symbols
+from compatlab.incell.loading.elf import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, dotted_name, package_of
 from compatlab.site import is_extension
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compatlab.incell.loadcheck import CUDA_MAJOR_LIB  # the one table, shared with import
+from compatlab.incell.loading.cudamajor import CUDA_MAJOR_LIB  # the one table, shared with import
 from compatlab.site import SiteDist, is_shared_object, read_site_dists
 from compatlab.site import torch_cuda as site_torch_cuda
 from compatlab.stages.static.elf import ElfCache, demangle

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compatlab.incell.loadcheck import dynamic_symbols
+from compatlab.incell.loading.elf import dynamic_symbols
 from compatlab.incell.reach import ImportGraph, package_of
 from compatlab.runs.model import StageState
 from compatlab.runs.records.static import Severity

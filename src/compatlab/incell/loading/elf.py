@@ -1,0 +1,188 @@
+"""The little of an ELF file the import stage reads: its dynamic symbols (defined and undefined), the
+libraries it names as DT_NEEDED, whether it holds CUDA device code (a fat binary section), and whether it is a
+Python extension module (it exports ``PyInit_<name>``) that this interpreter imports.
+
+Only 64-bit little-endian files are read, only regular files are opened, and only sections that lie inside
+the file and are at most MAX_SECTION_BYTES; anything else is "not ELF" (None), never an exception. The static
+stage has the full analysis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.machinery
+import os
+import re
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FATBIN_SECTIONS",
+    "MAX_SECTION_BYTES",
+    "DynamicSymbols",
+    "dynamic_symbols",
+    "importable_here",
+    "is_extension_module",
+    "module_basename",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DynamicSymbols:
+    """Names in an ELF file's dynamic symbol table, and the libraries it names as DT_NEEDED."""
+
+    defined: frozenset[str]
+    undefined: frozenset[str]
+    needed: tuple[str, ...]
+    device_code: bool = False  # it has a CUDA fat binary section (.nv_fatbin, __nv_relfatbin)
+
+
+_SHT_DYNAMIC, _SHT_DYNSYM, _SHT_NOBITS = 6, 11, 8
+FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")  # the sections that hold CUDA fat binaries
+_DT_NEEDED = 1
+# The most of one section read into memory: a header claiming more (900 GiB) makes the file unreadable.
+MAX_SECTION_BYTES = 256 << 20
+
+
+def dynamic_symbols(path: str | os.PathLike[str]) -> DynamicSymbols | None:
+    """Read .dynsym and .dynamic of a 64-bit little-endian ELF file; None if it is not one (or is broken).
+
+    Only a regular file is opened (O_NONBLOCK, then fstat: a FIFO named ``x.so`` would block ``open``), and
+    only sections that lie inside the file and are at most MAX_SECTION_BYTES are read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            return _read_dynamic(fh, st.st_size)
+    except (OSError, struct.error, ValueError, IndexError, MemoryError):
+        return None
+
+
+def _read_dynamic(fh: Any, size: int) -> DynamicSymbols | None:
+    ident = fh.read(64)
+    if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+        return None
+    shoff = struct.unpack_from("<Q", ident, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", ident, 0x3A)
+    if shoff == 0 or shentsize < 64 or shoff + shentsize * shnum > size:
+        return None
+    shstrndx = struct.unpack_from("<H", ident, 0x3E)[0]
+    fh.seek(shoff)
+    table = fh.read(shentsize * shnum)
+    sections = []
+    names = []
+    for i in range(shnum):
+        sh_name, sh_type, _flags, _addr, offset, length, link, _info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", table, i * shentsize
+        )
+        if sh_type != _SHT_NOBITS and offset + length > size:
+            raise ValueError(f"section {i} runs past the end of the file")
+        sections.append((sh_type, offset, length, link, entsize))
+        names.append(sh_name)
+
+    def read(index: int) -> bytes:
+        sh_type, offset, length, _, _ = sections[index]
+        if sh_type == _SHT_NOBITS:
+            return b""
+        if length > MAX_SECTION_BYTES:
+            raise ValueError(f"section {index} is {length} bytes")
+        fh.seek(offset)
+        data: bytes = fh.read(length)
+        return data
+
+    def cstr(strtab: bytes, at: int) -> str:
+        end = strtab.find(b"\0", at)
+        return strtab[at : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    needed: list[str] = []
+    for index, (sh_type, _offset, _size, link, entsize) in enumerate(sections):
+        if sh_type == _SHT_DYNSYM:
+            strtab = read(link)
+            data = read(index)
+            step = max(entsize, 24)  # an Elf64_Sym is 24 bytes; a smaller claim is damage
+            for at in range(step, len(data) - step + 1, step):
+                st_name, _st_info, _st_other, st_shndx = struct.unpack_from("<IBBH", data, at)
+                name = cstr(strtab, st_name)
+                if name:
+                    (undefined if st_shndx == 0 else defined).add(name)
+        elif sh_type == _SHT_DYNAMIC:
+            strtab = read(link)
+            data = read(index)
+            for at in range(0, len(data) - 15, 16):
+                tag, value = struct.unpack_from("<qQ", data, at)
+                if tag == 0:
+                    break
+                if tag == _DT_NEEDED:
+                    needed.append(cstr(strtab, value))
+    shstrtab = read(shstrndx) if 0 < shstrndx < len(sections) else b""
+    device_code = any(cstr(shstrtab, at) in FATBIN_SECTIONS for at in names if at < len(shstrtab))
+    return DynamicSymbols(
+        defined=frozenset(defined), undefined=frozenset(undefined), needed=tuple(needed), device_code=device_code
+    )
+
+
+def module_basename(filename: str) -> str | None:
+    for suffix in sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True):
+        if filename.endswith(suffix):
+            return filename[: -len(suffix)]
+    # Another Python's suffix (a cell built for 3.12 read from the lab's 3.11): name.<tag>.so
+    if m := re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\.(?:cpython-[^.]+|abi3)\.so", filename):
+        return m.group(1)
+    return None
+
+
+def is_extension_module(path: str | os.PathLike[str]) -> str | None:
+    """The module name if *path* is a Python extension module (it exports ``PyInit_<name>``), else None."""
+    name = Path(path).name
+    base = module_basename(name)
+    if base is None:
+        return None
+    # One module built several ways, picked by its package at import (mpi4py's MPI.mpich and MPI.openmpi
+    # both define PyInit_MPI): the module is named by what comes before the first dot.
+    base = base.split(".", 1)[0]
+    syms = dynamic_symbols(path)
+    if syms is None:
+        # Named as only an extension module is (a CPython or abi3 tag) but unreadable here (section headers
+        # stripped or damaged; ld.so needs none of them): load it, so that the loader, not silence, says.
+        tagged = re.search(r"\.(?:cpython-[^.]+|abi3)\.so$", name) is not None
+        return base if tagged and os.path.isfile(path) and _has_elf_magic(path) else None
+    return base if f"PyInit_{base}" in syms.defined else None
+
+
+def _has_elf_magic(path: str | os.PathLike[str]) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == b"\x7fELF"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def importable_here(filename: str) -> bool:
+    """False for a file tagged for another CPython (``.cpython-310-x86_64-linux-gnu.so`` here in 3.11): no
+    import of this interpreter takes it, by name or by a package's loader. Untagged and abi3 files are taken."""
+    if not re.search(r"\.cpython-[^.]+\.so$", filename):
+        return True
+    return any(
+        filename.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES if suffix.startswith(".cpython-")
+    )
