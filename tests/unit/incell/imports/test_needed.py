@@ -1,14 +1,13 @@
-"""The import suite's bookkeeping: what static left it to decide is decided, or stays red."""
+"""Whether a failed module is needed: what static left the import stage to decide is decided, or stays red; a
+module its package's import maps loads; a module no import of its distribution tried is not needed."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
-from compatlab.incell.entries import EntryError, ImportEntry
-from compatlab.incell.suites import test_import as suite
+from compatlab.incell.entries import ImportEntry
+from compatlab.incell.imports import needed
 
 
 def test_a_module_static_left_undecided_and_nobody_loaded_stays_red(tmp_path: Path) -> None:
@@ -34,16 +33,16 @@ def test_a_module_static_left_undecided_and_nobody_loaded_stays_red(tmp_path: Pa
         encoding="utf-8",
     )
     entries = [ImportEntry(module="pkg/_seen.so", dist="pkg", ok=True)]
-    assert suite._undecided(suite._predicted(str(tmp_path)), entries) == [
+    assert needed.undecided(needed.predicted(str(tmp_path)), entries) == [
         "pkg/_named.so: static could not tell whether `import pkg` needs it, and the import stage did not load it"
     ]
-    assert suite._predicted(str(tmp_path / "nowhere")) is None  # no static stage ran
-    assert suite._undecided(suite._predicted(str(tmp_path / "nowhere")), entries) == []
+    assert needed.predicted(str(tmp_path / "nowhere")) is None  # no static stage ran
+    assert needed.undecided(needed.predicted(str(tmp_path / "nowhere")), entries) == []
 
 
 def test_a_module_that_fails_alone_but_its_package_maps_counts_as_loaded() -> None:
     failure = {"kind": "import-error", "message": "ImportError: wrong name"}
-    entries = suite._loaded_by_package(
+    entries = needed.loaded_by_package(
         [
             ImportEntry(
                 module="cv2/cv2.abi3.so",
@@ -71,20 +70,3 @@ def test_a_module_that_fails_alone_but_its_package_maps_counts_as_loaded() -> No
         "loaded": ("by `import cv2`, which maps it; loaded alone, cv2/cv2.abi3.so: ImportError: wrong name"),
     }
     assert entries[1].ok is False  # not mapped: the failure stands
-
-
-def test_an_entry_survives_json_and_a_key_it_does_not_know_is_refused() -> None:
-    entry = ImportEntry(
-        module="pkg/_ops.so",
-        dist="pkg",
-        ok=False,
-        seconds=0.25,
-        failure={"kind": "undefined-symbol", "symbol": "_ZN2ns5checkEi"},
-        reason="pkg/_ops.so: undefined symbol ns::check(int)",
-        needed=False,
-        verdict="pkg/_ops.so: undefined symbol ns::check(int); `import pkg` does not need it",
-    )
-    assert ImportEntry.from_json(json.loads(json.dumps(entry.to_json()))) == entry
-    assert "mapped" not in entry.to_json()  # a key left out is None, as the suite always wrote it
-    with pytest.raises(EntryError, match=r"^a modules entry of 'pkg': unknown keys \['mapped_paths'\], missing \[\]$"):
-        ImportEntry.from_json({"module": "pkg", "dist": "pkg", "ok": True, "mapped_paths": []})
