@@ -8,7 +8,7 @@
 - net (the one HTTP helper of every client: stages/, index/) imports nothing of compatlab but errors and urls;
 - each module of the middle (the modules at compatlab's top: cells, envs, existing, proc, site, runner …) has a
   row of what it may import (``MIDDLE``), each below its users: a new one gets a row, and none imports upward;
-- no source file is over ``MAX_LINES`` lines, but those named in ``OVER_MAX_LINES`` (still to be cut);
+- no source file is over ``MAX_LINES`` lines;
 - runs/ imports nothing above it: only runs/, errors, urls (a standard-library leaf: the store redacts what
   it publishes itself) and the standard library;
 - in render/, the formatters (html.py, markdown.py) read the view (view.py), the text helpers (text.py) and
@@ -288,15 +288,8 @@ def test_the_middle_rows_are_floors() -> None:
     assert circles == []
 
 
-# No room holds several things: a source file over MAX_LINES lines is two files. Those still over it are named
-# here, each until it is cut at its seams (issue 34); the test fails when another grows past, and when one of
-# these is cut below (then take its line out).
+# No room holds several things: a source file over MAX_LINES lines is two files, to be cut at its seams.
 MAX_LINES = 650
-OVER_MAX_LINES = frozenset(
-    {
-        "incell/suites/test_import.py",
-    }
-)
 
 
 def test_no_source_file_is_over_max_lines() -> None:
@@ -305,8 +298,7 @@ def test_no_source_file_is_over_max_lines() -> None:
         for p in sorted(PACKAGE.rglob("*.py"))
     }
     over = {f: n for f, n in lines.items() if n > MAX_LINES}
-    assert {f: n for f, n in over.items() if f not in OVER_MAX_LINES} == {}, f"over {MAX_LINES} lines: cut it"
-    assert sorted(OVER_MAX_LINES - set(over)) == [], f"no longer over {MAX_LINES} lines: take it out of OVER_MAX_LINES"
+    assert over == {}, f"over {MAX_LINES} lines: cut it at its seams"
 
 
 # What runs/ may import of compatlab besides itself: errors, urls, the cause table (incell/causes.py) and the

@@ -1,0 +1,165 @@
+"""One target of the import stage loaded, retried as its package would load it, and told as an entry.
+
+A target is an extension module (loaded by file path, under its dotted name) or a package (``import pkg``).
+Each load runs in a process of its own (loader.py), and is tried again where the first answer is not the
+stack's:
+
+- an undefined ``cu…`` symbol the stand-in driver lacked: the stand-in grows by it and the load runs again
+  (four tries at most);
+- an extension module that failed to import (or crashed) by path, but linked: imported by its name in a
+  process of its own, as its package does (numpy's ``_multiarray_umath`` imports numpy, which loads it again;
+  h5py's defs need their package set up first). A link failure is never retried;
+- an extension module that needs a library of its own package that no RUNPATH finds: that library loaded
+  first, as its package does (torchaudio's ``libtorchaudio.so``, by ``torch.ops.load_library``);
+- a load that failed and named no library: once more with the loader's log (``LD_DEBUG``), for what C code
+  ``dlopen()``\\ ed itself and no Python door sees.
+
+A package's import also says what it tried to load and could not (attempts.py judges each), and what it
+mapped (reduced afterwards to its own distribution's shared objects, needed.py).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from pathlib import Path
+from typing import Any
+
+from compatlab.incell import loadcheck
+from compatlab.incell.entries import ImportEntry
+from compatlab.incell.imports.attempts import judge_attempts
+from compatlab.incell.imports.driver import Driver
+from compatlab.incell.imports.labels import site_label
+from compatlab.incell.imports.loader import Loader, jobs
+from compatlab.incell.imports.plan import Plan
+from compatlab.incell.imports.progress import Progress
+
+__all__ = ["load_entry", "load_plan", "own_library"]
+
+
+def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEntry, list[str] | None]]:
+    """Every target of *plan* loaded, ``jobs`` at a time in the plan's order, each told by ``load_entry``;
+    the answers in the order of the plan's targets."""
+    with (
+        concurrent.futures.ThreadPoolExecutor(max_workers=jobs(fork=loader.fork)) as pool,
+        Progress(len(plan.targets)) as progress,
+    ):
+        for target in plan.targets:
+            loader.own.setdefault(target.dist, []).append(target.name)
+        done = dict(
+            zip(
+                plan.order,
+                pool.map(lambda i: progress.tick(load_entry(plan.targets[i], driver, loader)), plan.order),
+                strict=True,
+            )
+        )
+        return [done[i] for i in range(len(plan.targets))]
+
+
+def load_entry(target: loadcheck.LoadTarget, driver: Driver, loader: Loader) -> tuple[ImportEntry, list[str] | None]:
+    """The module's entry, and for a package's import the paths of what it mapped (None otherwise)."""
+    for _attempt in range(4):
+        # A package's import is adopted by the server (its dependents' children start with it); the retries
+        # below are not (the server has it by then, and refuses them to the server that adopts nothing).
+        failure, done = loader.load(target, adopt=target.path is None and _attempt == 0)
+        if failure is not None and failure.kind == "undefined-symbol" and failure.symbol and driver.add(failure.symbol):
+            continue  # the stand-in lacked a driver entry point, not the stack a symbol
+        break
+    by_name, first = False, failure
+    if failure is not None and failure.kind in ("import-error", "signal") and target.path is not None:
+        # Python refused the module loaded by path beside its package (numpy's _multiarray_umath imports
+        # numpy, which loads it again: "cannot load module more than once"), or its init crashed because
+        # its package had not set it up first (h5py's defs, jaxlib's MLIR dialects); it linked, so import
+        # it by its name, in a process of its own, as its package does. A link failure is never retried.
+        again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
+        if again is None:
+            failure, by_name = None, True
+    before = None
+    sibling = own_library(target, failure)
+    if sibling is not None:
+        # It needs a library of its own package that no RUNPATH finds: its package loads that one first
+        # (torchaudio's libtorchaudio.so, by torch.ops.load_library), so load it first too. Then the
+        # failure, if any, is the library's own (libtorchaudio.so cannot find libcudart.so.12).
+        before = first
+        failure, _done = loader.load(target, preload=[sibling])
+    failed_loads: list[dict[str, Any]] = []
+    if target.path is None:
+        failure, failed_loads = judge_attempts(target, failure, loadcheck.attempts_of(done) or [])
+    if failure is not None and failure.kind in ("import-error", "exit"):
+        # The load failed and said no library: C code may have dlopen()ed one itself, which no Python door
+        # sees. The fallback: the load once more with the loader's own log (LD_DEBUG).
+        unseen = loader.c_level(target)
+        if unseen:
+            symptom = failure.message if failure.kind == "import-error" else loadcheck.describe(target.label, failure)
+            name, caller = unseen[0]
+            step = f"load {target.path}" if target.path is not None else f"import {target.name}"
+            failure = loadcheck.c_level_failure(name, caller, step=step, outer=(symptom, *failure.outer))
+            failed_loads += [
+                {
+                    "name": n,
+                    "how": "dlopen (C)",
+                    "error": f"not loaded; asked by {site_label(os.path.realpath(c))}",
+                    "kind": "missing-library",
+                    "cause": loadcheck.c_level_failure(n, c, step="", outer=()).cause,
+                    "judged": "cause" if i == 0 else "absent",
+                }
+                for i, (n, c) in enumerate(unseen)
+            ]
+    entry = ImportEntry(
+        module=target.label,
+        dist=target.dist,
+        ok=failure is None,
+        failed_loads=tuple(failed_loads) or None,
+        cause=failure.cause if failure is not None else None,
+        preloaded=site_label(sibling) if sibling is not None else None,
+        seconds=round(done.seconds, 2),
+        loaded=(
+            f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
+            if by_name and first is not None
+            else f"after {site_label(sibling)}, a library of its own package it needs: loaded alone, "
+            f"{loadcheck.describe(target.label, before)}"
+            if sibling is not None and before is not None and failure is None
+            else None
+        ),
+        failure=failure.to_json() if failure is not None else None,
+        reason=_reason(target, failure, failed_loads) if failure is not None else None,
+    )
+    # What a package's import mapped: reduced to its own distribution's shared objects afterwards.
+    return entry, loadcheck.mapped_of(done) if failure is None and target.path is None else None
+
+
+def own_library(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | None) -> str | None:
+    """The file of the module's own top-level package named as the library *failure* could not find
+    (``torchaudio/lib/_torchaudio.so`` needs ``libtorchaudio.so``, in the same folder but on no RUNPATH);
+    None when the failure is another or the package has no such file."""
+    if (
+        failure is None
+        or failure.kind != "missing-library"
+        or target.path is None
+        or not failure.library
+        or "/" in failure.library
+        or "/" not in target.label
+    ):
+        return None
+    real = os.path.realpath(target.path)
+    top = Path(real).parent
+    for _ in target.label.split("/")[1:-1]:  # up to the top-level folder the label starts with
+        top = top.parent
+    seen = 0
+    for folder, _dirs, files in os.walk(top):
+        if failure.library in files:
+            found = os.path.join(folder, failure.library)
+            return found if "," not in found and os.path.realpath(found) != real else None
+        seen += len(files)
+        if seen > 20000:  # a package this large is not searched further
+            break
+    return None
+
+
+def _reason(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure, failed_loads: list[dict[str, Any]]) -> str:
+    """The entry's one line: for an import whose failed load was the cause, which file and then the symptom."""
+    cause = next((f for f in failed_loads if f["judged"] == "cause"), None)
+    if cause is None or not failure.outer:
+        return loadcheck.describe(target.label, failure)
+    said = loadcheck.describe(target.label, failure).removeprefix(target.label)
+    return f"{target.label} (it loads {cause['name']}){said}; then {failure.outer[0]}"

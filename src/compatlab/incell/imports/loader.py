@@ -1,0 +1,298 @@
+"""Where each load of the import stage runs: a child of a fork server, else a fresh interpreter.
+
+Two kinds of fork server (compatlab.incell.forkserver), one of each per build of the stand-in driver (the
+dynamic loader reads ``LD_LIBRARY_PATH`` once, at start): an adopting server, asked first, that imports each
+package after its child did, so the loads after it start with what they need; and a server that adopts
+nothing, which answers what the adopting one refuses (a load under a package it adopted) and asks again
+every failure the adopting one saw (a failure is the verdict of a process that imported only the
+prerequisites). An adopting server that closed (an adoption started a thread or initialised CUDA) is
+replaced, in the background, by one that adopts what it had, the package that closed it never again (at
+most ``_REPLACEMENTS`` times). A server that cannot start leaves the loads to a fresh interpreter each
+(loadcheck.load_module), the other kind not tried; an adopting server that dies leaves them to the one that
+adopts nothing, and that one dying to a fresh interpreter. The loader's log (``LD_DEBUG``), read when a load
+fails without naming a library, comes from a third server started with it on, else from a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from compatlab.incell import forkserver, loadcheck
+from compatlab.incell.imports.driver import Driver
+from compatlab.incell.imports.labels import site_label
+from compatlab.incell.proc import Completed
+
+__all__ = ["Loader", "jobs"]
+
+_REPLACEMENTS = 4  # adopting servers started again after one closed; then the one that adopts nothing
+
+
+def jobs(*, fork: bool) -> int:
+    """Loads at a time: $COMPATLAB_IMPORT_JOBS, else one a core (at most 16) for forked children (they share
+    the server's memory), half the cores (at most 4) for fresh interpreters (each imports torch again)."""
+    try:
+        return max(1, int(os.environ.get("COMPATLAB_IMPORT_JOBS", "")))
+    except ValueError:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+        return max(1, min(16, cpus) if fork else min(4, cpus // 2))
+
+
+class Loader:
+    """Loads one target in a child of a fork server (one per build of the stand-in), else in a fresh process."""
+
+    def __init__(self, driver: Driver, pre: list[str], timeout: float, *, fork: bool) -> None:
+        self.driver = driver
+        self.pre = pre
+        self.timeout = timeout
+        self.fork = fork
+        self.servers: dict[str, forkserver.ForkServer | None] = {}
+        # The servers that adopt packages (forkserver's docstring), tried first; then those above, which
+        # adopt nothing and answer what these refuse.
+        self.adopting: dict[str, forkserver.ForkServer | None] = {}
+        self.own: dict[str, list[str]] = {}  # distribution -> the names of its modules to load
+        self.refused = 0
+        self.confirmed = 0  # failures in an adopting server's child, asked again of the other
+        # A package whose adoption closed a server (it started a thread, or initialised CUDA) is not adopted
+        # again: a server adopting what the closed one had, but that, takes over (at most _REPLACEMENTS).
+        self.unadoptable: set[str] = set()
+        self.retired: list[forkserver.ForkServer] = []
+        self._replacing: list[threading.Thread] = []
+        # Servers started with the loader's log on (LD_DEBUG), for c_level: (server or None, its log folder).
+        self.watched: dict[str, tuple[forkserver.ForkServer | None, Path]] = {}
+        self.problems: list[str] = []
+        self._lock = threading.Lock()
+        self._starting: threading.Thread | None = None
+
+    def prestart(self) -> None:
+        """Start the fork server now, in the background, for the stand-in as it is: the first load finds it
+        ready, or waits for it (a grown stand-in starts another)."""
+        if self.fork:
+            self._starting = threading.Thread(target=self._server, args=(self.driver.env(), True), daemon=True)
+            self._starting.start()
+
+    def _replace(self, env: dict[str, str], closed: forkserver.ForkServer) -> None:
+        """Once per closed adopting server: start, in the background, one that adopts what it had; loads go
+        to the server that adopts nothing meanwhile."""
+        key = env.get("LD_LIBRARY_PATH", "")
+        with self._lock:
+            if self.adopting.get(key) is not closed:
+                return  # replaced already
+            self.adopting[key] = None
+            self.retired.append(closed)
+            self.unadoptable.add(closed.closed_by)
+            if len(self.retired) > _REPLACEMENTS:
+                return
+
+        def start() -> None:
+            try:
+                server: forkserver.ForkServer | None = forkserver.ForkServer.start(
+                    sys.executable, preload=self.pre, adopt=closed.adopted, env=env, timeout=self.timeout
+                )
+            except forkserver.ServerGone as exc:
+                server = None
+                with self._lock:
+                    self.problems.append(f"adopting fork server could not start again ({exc})")
+            with self._lock:
+                self.adopting[key] = server
+
+        thread = threading.Thread(target=start, daemon=True)
+        with self._lock:
+            self._replacing.append(thread)
+        thread.start()
+
+    def _server(self, env: dict[str, str], adopting: bool = False) -> forkserver.ForkServer | None:
+        # The dynamic loader reads LD_LIBRARY_PATH once, at start: a grown stand-in needs a new server.
+        key = env.get("LD_LIBRARY_PATH", "")
+        servers = self.adopting if adopting else self.servers
+        with self._lock:
+            if key not in servers:
+                try:
+                    servers[key] = forkserver.ForkServer.start(
+                        sys.executable, preload=self.pre, env=env, timeout=self.timeout
+                    )
+                except forkserver.ServerGone as exc:
+                    # Both kinds start by importing the prerequisites alone: where one could not, the other
+                    # cannot either, and is not tried (nor said twice).
+                    servers[key] = None
+                    (self.servers if adopting else self.adopting).setdefault(key, None)
+                    self.problems.append(f"fork server could not start ({exc}): one process per module")
+            return servers[key]
+
+    def load(
+        self, target: loadcheck.LoadTarget, preload: Sequence[str] = (), *, adopt: bool = False
+    ) -> tuple[loadcheck.LoadFailure | None, Completed]:
+        """Load *target* after the prerequisites and then the libraries *preload* (absolute paths); *adopt*:
+        the adopting server imports the package too, for the loads after it."""
+        env = self.driver.env()
+        pre = [m for m in self.pre if m != target.name] + list(preload)
+        adopting = self._server(env, adopting=True) if self.fork else None
+        if adopting is not None:
+            try:
+                failure, done = adopting.load(
+                    path=target.path,
+                    name=target.name,
+                    pre_import=pre,
+                    timeout=self.timeout,
+                    own=self.own.get(target.dist, [target.name]),
+                    adopt=adopt and target.name not in self.unadoptable,
+                )
+                if failure is None:
+                    return failure, done
+                # A failure is the verdict of a process that had imported only the prerequisites: asked
+                # again below, whatever the adopted packages changed (what they tried to load, a thread).
+                with self._lock:
+                    self.confirmed += 1
+            except forkserver.Refused:
+                with self._lock:
+                    self.refused += 1
+            except forkserver.ServerGone as exc:  # it died adopting a package: the other answers from now on
+                with self._lock:
+                    if self.adopting.get(env.get("LD_LIBRARY_PATH", "")) is adopting:
+                        self.adopting[env.get("LD_LIBRARY_PATH", "")] = None
+                        self.retired.append(adopting)
+                        self.problems.append(f"adopting fork server lost ({exc}): the others load the rest")
+            finally:
+                if adopting.closed:
+                    self._replace(env, adopting)
+        server = self._server(env) if self.fork else None
+        if server is not None:
+            try:
+                return server.load(path=target.path, name=target.name, pre_import=pre, timeout=self.timeout)
+            except forkserver.ServerGone as exc:  # the server itself died, not a child: ask a fresh process
+                with self._lock:
+                    self.problems.append(f"fork server lost ({exc}): {target.label} loaded in its own process")
+        return loadcheck.load_module(
+            sys.executable, path=target.path, name=target.name, pre_import=pre, timeout=self.timeout, env=env
+        )
+
+    def _watched(self, env: dict[str, str]) -> tuple[forkserver.ForkServer | None, Path]:
+        # The loader reads LD_DEBUG once, at start: a server of its own, started with it on. Its children's
+        # lines go to the server's log file (the descriptor is inherited), each tagged with the child's pid.
+        key = env.get("LD_LIBRARY_PATH", "")
+        with self._lock:
+            if key not in self.watched:
+                log = Path(tempfile.mkdtemp(prefix="compatlab-ld-"))
+                try:
+                    server: forkserver.ForkServer | None = forkserver.ForkServer.start(
+                        sys.executable,
+                        preload=self.pre,
+                        env={**env, "LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(log / "ld")},
+                        timeout=self.timeout,
+                    )
+                except forkserver.ServerGone as exc:
+                    server = None
+                    self.problems.append(f"fork server with the loader's log could not start ({exc})")
+                self.watched[key] = (server, log)
+            return self.watched[key]
+
+    def _c_level_forked(self, target: loadcheck.LoadTarget, pre: list[str], tmp: Path) -> bool:
+        """The load once more in a child of the watched server, its lines of the log copied into *tmp* as
+        the fresh interpreter's own file would be (and what it started writes there itself); False when no
+        watched server answers."""
+        server, log = self._watched(self.driver.env())
+        if server is None:
+            return False
+        own = log / f"ld.{server.pid}"
+        start = own.stat().st_size if own.exists() else 0
+        try:
+            _failure, done = server.load(
+                path=target.path,
+                name=target.name,
+                pre_import=pre,
+                timeout=self.timeout,
+                environ={"LD_DEBUG_OUTPUT": str(tmp / "ld")},
+            )
+        except forkserver.ServerGone as exc:
+            with self._lock:
+                self.problems.append(f"fork server with the loader's log lost ({exc})")
+            return False
+        tag = re.compile(rf"^\s*{done.pid}:")
+        with own.open("rb") as file:
+            file.seek(start)
+            mine = [line for line in file.read().decode("utf-8", "replace").splitlines() if tag.match(line)]
+        (tmp / f"ld.{done.pid}").write_text("\n".join(mine) + "\n", encoding="utf-8")
+        return True
+
+    def c_level(self, target: loadcheck.LoadTarget) -> list[tuple[str, str]]:
+        """What C code tried to load and could not while *target* loaded, with the loader's log on: in a
+        child of a server started with it (its lines of the server's log), else in a fresh interpreter
+        (loadcheck.c_level_probe)."""
+        pre = [m for m in self.pre if m != target.name]
+        with tempfile.TemporaryDirectory(prefix="compatlab-ld-") as tmp:
+            if self.fork and self._c_level_forked(target, pre, Path(tmp)):
+                found = loadcheck.c_level_failures(Path(tmp), sys.executable)
+            else:
+                found = loadcheck.c_level_probe(
+                    sys.executable,
+                    path=target.path,
+                    name=target.name,
+                    pre_import=pre,
+                    timeout=self.timeout,
+                    env=self.driver.env(),
+                    debug_dir=Path(tmp),
+                )
+        # Only what the module's own package asked for: another package's optional load (a plugin it
+        # looks for and does without) is not why this one failed.
+        top = target.label.split("/", 1)[0].split(".", 1)[0]
+        return [
+            (n, c)
+            for n, c in found
+            if not n.startswith(loadcheck.DRIVER_LIBS) and site_label(os.path.realpath(c)).split("/", 1)[0] == top
+        ]
+
+    def describe(self) -> str:
+        adopting = [s for s in self.adopting.values() if s is not None]
+        live = [s for s in self.servers.values() if s is not None]
+        if not live and not adopting:
+            return "one process per module"
+        watched = sum(s is not None for s, _log in self.watched.values())
+        said = []
+        adopting = [*self.retired, *adopting]
+        if adopting:
+            closed = [s.closed for s in adopting if s.closed]
+            said.append(
+                f"fork server: children of {len(adopting)} interpreter(s) that imported "
+                f"{', '.join(self.pre) or 'nothing'} once ({adopting[0].seconds:.1f} s), then "
+                f"{len(adopting[-1].adopted)} package(s) as their children imported them"
+                + (f" (each closed to new children when {'; '.join(closed)}, and one took over)" if closed else "")
+            )
+            threaded = sorted({n for s in adopting for n in s.threaded})
+            if threaded:
+                said.append(
+                    f"{len(threaded)} of them started threads at import ({', '.join(threaded[:4])}"
+                    + (", …)" if len(threaded) > 4 else ")")
+                )
+        if live:
+            said.append(
+                f"{'and ' if adopting else 'fork server: '}children of {len(live)} interpreter(s) that imported "
+                f"{', '.join(self.pre) or 'nothing'} once ({live[0].seconds:.1f} s)"
+                + (
+                    f" for {self.refused} load(s) whose own package the first had imported and "
+                    f"{self.confirmed} that failed there (a failure is always this one's)"
+                    if adopting
+                    else ""
+                )
+            )
+        if watched:
+            said.append(f"loads again with the loader's log: children of {watched} started with it")
+        return "; ".join(said)
+
+    def close(self) -> None:
+        if self._starting is not None:
+            self._starting.join()  # a server still starting would be left running
+        for thread in list(self._replacing):
+            thread.join()  # a server still starting would be left running
+        for server in [*self.retired, *self.adopting.values(), *self.servers.values()]:
+            if server is not None:
+                server.close()
+        for watched, log in self.watched.values():
+            if watched is not None:
+                watched.close()
+            shutil.rmtree(log, ignore_errors=True)
