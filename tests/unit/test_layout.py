@@ -21,7 +21,9 @@
 - what an axis kind means is said once, in config/axes.py's table: no other module spells the name,
   distribution or import name of a kind that is not required (sgl-kernel, flashinfer, sglang …), except
   incell/, which runs in the cell on the standard library alone and cannot read the table, and the stages
-  that start SGLang's own server (serve, perf), which are about SGLang itself.
+  that start SGLang's own server (serve, perf), which are about SGLang itself;
+- outside incell/, distribution names are compared by packaging's ``canonicalize_name``: PEP 503 is not written
+  again by hand.
 """
 
 from __future__ import annotations
@@ -479,6 +481,19 @@ def test_states_are_enums_outside_the_cell() -> None:
         for m, p in MODULES.items()
         if not m.startswith("compatlab.incell")
         for line in state_literals(p.read_text(encoding="utf-8"))
+    ]
+    assert bad == []
+
+
+def test_names_are_compared_by_packagings_canonicalize_name_outside_the_cell() -> None:
+    """PEP 503's ``re.sub(r"[-_.]+", "-", name).lower()`` is written once for the lab, in packaging; incell/, on the
+    standard library alone, keeps its own."""
+    bad = [
+        f"{p.relative_to(SRC)}:{n}"
+        for m, p in MODULES.items()
+        if not m.startswith("compatlab.incell")
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "[-_.]+" in line
     ]
     assert bad == []
 
