@@ -8,10 +8,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from compatlab.cells import Cell, cell_id
 from compatlab.config.axes import AXIS_KINDS, CUDA_AXIS, PYTHON_AXIS, Axis, AxisValue
@@ -21,7 +22,7 @@ from compatlab.proc import incell_command, run
 from compatlab.runs.records.environment import Inspection
 from compatlab.site import cuda_of_torch
 
-__all__ = ["Environment", "canon", "count_gpus", "existing_cell", "inspect_environment"]
+__all__ = ["Environment", "count_gpus", "existing_cell", "inspect_environment"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,8 +44,8 @@ class Environment:
     problems: tuple[tuple[str, str], ...] = ()
 
     def version_of(self, name: str) -> str | None:
-        want = canon(name)
-        return next((v for d, v in self.dists.items() if canon(d) == want), None)
+        want = canonicalize_name(name)
+        return next((v for d, v in self.dists.items() if canonicalize_name(d) == want), None)
 
     def site_for(self, names: Sequence[str]) -> Path:
         """The site directory holding most of *names* (the static stage reads one site directory)."""
@@ -56,13 +57,8 @@ class Environment:
         return Path(max(counts, key=lambda s: counts[s])) if counts else self.site
 
     def spelled(self, name: str) -> str | None:
-        want = canon(name)
-        return next((d for d in self.dists if canon(d) == want), None)
-
-
-def canon(name: str) -> str:
-    """A distribution name as PEP 503 compares it."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+        want = canonicalize_name(name)
+        return next((d for d in self.dists if canonicalize_name(d) == want), None)
 
 
 def inspect_environment(python: Path) -> Environment:
@@ -123,7 +119,7 @@ def _stack_values(env: Environment, pins: dict[str, str]) -> list[AxisValue]:
         if kind.package is None:
             continue
         spelled = env.spelled(kind.package)
-        pinned = next((v for n, v in pins.items() if canon(n) == canon(kind.package)), None)
+        pinned = next((v for n, v in pins.items() if canonicalize_name(n) == canonicalize_name(kind.package)), None)
         if spelled is None and pinned is None:
             continue
         version = pinned or env.dists[spelled or kind.package]
@@ -166,12 +162,13 @@ def existing_cell(
         axis_values.append(AxisValue(axis=CUDA_AXIS, version=cuda))
     if not axis_values:
         axis_values.append(AxisValue(axis=PYTHON_AXIS, version=env.version))
-    in_stack = {canon(v.package) for v in stack if v.package}
+    in_stack = {canonicalize_name(v.package) for v in stack if v.package}
     extra: list[AxisValue] = []
     for name in [*chosen, *pins]:
-        if canon(name) in in_stack or any(canon(name) == canon(v.axis) for v in extra):
+        want = canonicalize_name(name)
+        if want in in_stack or any(want == canonicalize_name(v.axis) for v in extra):
             continue
-        pinned = next((v for n, v in pins.items() if canon(n) == canon(name)), None)
+        pinned = next((v for n, v in pins.items() if canonicalize_name(n) == want), None)
         version = pinned or env.version_of(name)
         if version is None:  # a pin of something not installed: the pins stage says so
             version = "?"

@@ -29,7 +29,7 @@ from compatlab.runs.model import PREFLIGHT, CellResult, CellState, Expectation, 
 from compatlab.runs.records.install import InstallDetails
 from compatlab.runs.store import RunFolder, now_iso
 from compatlab.runs.verdict import is_unexpected, verdict
-from compatlab.stages import GPU8, PIPELINE, CellContext, Stage, blame, install
+from compatlab.stages import GPU8, PIPELINE, CellContext, Installed, Stage, blame, install
 from compatlab.stages.base import blocked
 from compatlab.stages.runtime import observed
 from compatlab.venvs import cell_venv, own_venv
@@ -205,7 +205,7 @@ def run_existing(
     with store.claim_run(run_dir, run_id=run_dir.name, plan=planned(matrix), host=host_facts) as run:
         ctx = existing_context(env, matrix, cell, work_dir=run.work_dir(cell.id), reporter=reporter)
         t0 = time.monotonic()
-        run_pipeline(ctx, stages, reporter=reporter)
+        ctx = run_pipeline(ctx, stages, reporter=reporter)
         # The grid shows the environment's axes, not every package it pins.
         axes = {a.name: a.values[0].version for a in matrix.axes}
         result = conclude(ctx, expected=None, started=started, seconds=round(time.monotonic() - t0, 3), axes=axes)
@@ -263,7 +263,7 @@ def run_cell(
             say=_say(reporter),
             caches=venv_root,
         )
-        run_pipeline(ctx, stages, left_out=left_out, reporter=reporter)
+        ctx = run_pipeline(ctx, stages, left_out=left_out, reporter=reporter)
     result = conclude(ctx, expected=expected, started=started, seconds=round(time.monotonic() - t0, 3))
     run.write_cell(result)
     return result
@@ -313,7 +313,7 @@ def run_more_stages(
             say=_say(reporter),
             caches=venv_root,
         )
-        run_pipeline(ctx, stages, reporter=reporter)
+        ctx = run_pipeline(ctx, stages, reporter=reporter)
     result = conclude(
         ctx,
         expected=earlier.expected,
@@ -331,22 +331,24 @@ def run_pipeline(
     *,
     left_out: tuple[Stage, ...] = (),
     reporter: Reporter | None = None,
-) -> None:
-    """The one loop of `nox -s matrix`, `nox -s gpu8_perf` and `compatlab check`: every stage in order,
-    each result added to ``ctx.previous``, where the next stage reads it.
+) -> CellContext:
+    """The one loop of `nox -s matrix`, `nox -s gpu8_perf` and `compatlab check`: every stage in order, each
+    result added to the ``previous`` of the next stage's context (with what the install stage made); the
+    context after the last is returned, for ``conclude``.
 
     A stage whose needs did not pass is skipped as blocked; a lab failure inside the loop becomes an
     ``error`` stage, and the cell's result is still written.
     """
     try:
         for stage in stages:
-            ctx.previous = (*ctx.previous, _run_stage(stage, ctx))
+            sr, ctx = _run_stage(stage, ctx)
+            ctx = dataclasses.replace(ctx, previous=(*ctx.previous, sr))
             if reporter is not None:
-                reporter.stage_done(ctx.previous[-1])
+                reporter.stage_done(sr)
         if left_out:
             # A preflight: the cell is partial, and says which stages it did not run.
             last = stages[-1].name if stages else "nothing"
-            ctx.previous += tuple(
+            skipped = tuple(
                 StageResult(
                     name=s.name,
                     state=StageState.SKIP,
@@ -355,10 +357,13 @@ def run_pipeline(
                 )
                 for s in left_out
             )
+            ctx = dataclasses.replace(ctx, previous=(*ctx.previous, *skipped))
     except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
         log.exception("cell %s: lab error", ctx.cell.id)
         why = str(exc) if isinstance(exc, LabError) else repr(exc)
-        ctx.previous += (StageResult(name="lab", state=StageState.ERROR, reason=f"lab error: {why}"),)
+        lab = StageResult(name="lab", state=StageState.ERROR, reason=f"lab error: {why}")
+        ctx = dataclasses.replace(ctx, previous=(*ctx.previous, lab))
+    return ctx
 
 
 def conclude(
@@ -406,15 +411,21 @@ def conclude(
 WORK_FIX = "the cell's work folder must be writable: fix it, or write the run elsewhere (COMPATLAB_REPORTS, --run-dir)"
 
 
-def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
+def _run_stage(stage: Stage, ctx: CellContext) -> tuple[StageResult, CellContext]:
+    """*stage*'s result, and the context of the stages after it: *ctx* with what an install made."""
     skipped = blocked(stage, ctx)
     if skipped is not None:
-        return dataclasses.replace(skipped, required=stage.required)
+        return dataclasses.replace(skipped, required=stage.required), ctx
     s0 = time.monotonic()
     held: gpulease.Lease | None = None
+    after = ctx
     try:
         with _gpus(stage, ctx) as held, _deadline(STAGE_SECONDS.get(stage.name, DEFAULT_STAGE_SECONDS), stage.name):
-            sr = stage.run(ctx)
+            out = stage.run(ctx)
+        if isinstance(out, Installed):
+            sr, after = out.result, out.after(ctx)
+        else:
+            sr = out
     except StageTimeout as exc:  # the question is unanswered: an error, never a verdict on the stack
         log.error("cell %s: %s", ctx.cell.id, exc)
         sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(exc))
@@ -440,7 +451,7 @@ def _run_stage(stage: Stage, ctx: CellContext) -> StageResult:
         sr = dataclasses.replace(
             sr, details={**sr.details, "gpu_lease": {"gpus": list(held.gpus), "waited_s": held.waited_s}}
         )
-    return sr
+    return sr, after
 
 
 @contextlib.contextmanager

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from email.parser import HeaderParser
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from compatlab.incell.files import is_elf, read_regular, read_text
 
 
@@ -32,7 +34,7 @@ class SiteDist:
     @property
     def canonical(self) -> str:
         """The name as PEP 503 compares names (``Flashinfer_Python`` is ``flashinfer-python``)."""
-        return re.sub(r"[-_.]+", "-", self.name).lower()
+        return canonicalize_name(self.name)
 
 
 def record_sha256(value: str) -> str | None:
@@ -140,8 +142,6 @@ def python_version_of(sp: Path) -> tuple[int, int] | None:
 
 def declared_tops(site_packages: Path, dists: Sequence[str]) -> list[str]:
     """Top-level names that the cell's declared distributions install (their own files and bundled libs)."""
-    from packaging.utils import canonicalize_name
-
     wanted = {canonicalize_name(d) for d in dists}
     tops: dict[str, None] = {}
     for info in sorted(site_packages.glob("*.dist-info")):

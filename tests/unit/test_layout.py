@@ -21,7 +21,9 @@
 - what an axis kind means is said once, in config/axes.py's table: no other module spells the name,
   distribution or import name of a kind that is not required (sgl-kernel, flashinfer, sglang …), except
   incell/, which runs in the cell on the standard library alone and cannot read the table, and the stages
-  that start SGLang's own server (serve, perf), which are about SGLang itself.
+  that start SGLang's own server (serve, perf), which are about SGLang itself;
+- outside incell/, distribution names are compared by packaging's ``canonicalize_name``: PEP 503 is not written
+  again by hand.
 """
 
 from __future__ import annotations
@@ -471,6 +473,19 @@ def test_states_are_enums_outside_the_cell() -> None:
     assert bad == []
 
 
+def test_names_are_compared_by_packagings_canonicalize_name_outside_the_cell() -> None:
+    """PEP 503's ``re.sub(r"[-_.]+", "-", name).lower()`` is written once for the lab, in packaging; incell/, on the
+    standard library alone, keeps its own."""
+    bad = [
+        f"{p.relative_to(SRC)}:{n}"
+        for m, p in MODULES.items()
+        if not m.startswith("compatlab.incell")
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "[-_.]+" in line
+    ]
+    assert bad == []
+
+
 def test_test_files_have_unique_names() -> None:
     """The test folders are not packages, so pytest imports each test file by its base name: two files of one
     name fail collection in a clean clone ("import file mismatch"), as tests/unit/.../test_causes.py did."""
@@ -484,12 +499,10 @@ def test_test_files_have_unique_names() -> None:
 
 # A stage's details are read and written by key only in runs/records/ (``XDetails.of(result)``,
 # ``record.to_details()``). What stages/static/ still reads so is a finding's own details (``Finding.details``, a
-# table per kind of finding), not the stage's; blame and rehearse read static's findings leniently: a path (or folder) and how many reads it may keep.
+# table per kind of finding), not the stage's: a path (or folder) and how many reads it may keep.
 DETAILS_BY_KEY = re.compile(r'details\.get\(|details\["|\.details\[')
 DETAILS_READ_ALLOWED = {
-    "compatlab/stages/static/": 15,
-    "compatlab/stages/blame.py": 2,  # _static: static's findings, read leniently (a partial finding is read)
-    "compatlab/rehearse/diff.py": 3,  # static's findings and modules_by_dist, the same
+    "compatlab/stages/static/": 14,
 }
 
 
@@ -530,4 +543,7 @@ def test_the_details_checker_finds_a_read_by_key(tmp_path: Path) -> None:
 
 
 def test_stage_details_are_read_by_key_only_in_the_records() -> None:
-    assert excess_details_reads(details_reads(PACKAGE)) == []
+    found = details_reads(PACKAGE)
+    assert excess_details_reads(found) == []
+    kept = {folder: sum(c for rel, c in found.items() if rel.startswith(folder)) for folder in DETAILS_READ_ALLOWED}
+    assert kept == DETAILS_READ_ALLOWED, "fewer reads by key than allowed: lower DETAILS_READ_ALLOWED to what is left"

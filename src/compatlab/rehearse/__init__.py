@@ -160,17 +160,18 @@ def _safer_holds(
     env: Environment, before: CellResult, request: Request, first: Attempt
 ) -> list[tuple[str, dict[str, str]]]:
     """The safer requests to try, in order, each as (label, {name: version held})."""
-    from compatlab.existing import canon
+    from packaging.utils import canonicalize_name
+
     from compatlab.rehearse.diff import module_verdicts
 
-    asked = {canon(p) for p in request.packages}
-    failing = {canon(d) for state, d, _, _ in module_verdicts(before).values() if state == ModuleState.FAIL}
+    asked = {canonicalize_name(p) for p in request.packages}
+    failing = {canonicalize_name(d) for state, d, _, _ in module_verdicts(before).values() if state == ModuleState.FAIL}
     torch = env.version_of("torch")
     critical: dict[str, str] = {}
     if torch is not None and "torch" not in asked:
         critical["torch"] = torch
     for change in first.changes:
-        name = canon(change.name)
+        name = canonicalize_name(change.name)
         if change.old and name not in asked and name not in failing:
             critical[change.name] = change.old
     out: list[tuple[str, dict[str, str]]] = []

@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from compatlab.existing import Environment
 from compatlab.runs.model import CellResult
 from compatlab.runs.records.pins import PinsDetails
+from compatlab.runs.records.static import Severity, StaticDetails
 from compatlab.runs.records.suite import SuiteDetails
 from compatlab.runs.rehearsal import Change, ModuleChange, ModuleState
 from compatlab.site import dists_by_name
@@ -34,14 +35,13 @@ def module_verdicts(result: CellResult) -> dict[str, ModuleVerdict]:
     out: dict[str, ModuleVerdict] = {}
     static = result.stage("static")
     if static is not None:
-        for dist, modules in (static.details.get("modules_by_dist") or {}).items():
+        record = StaticDetails.of(static)
+        for dist, modules in (record.modules_by_dist or {}).items():
             for module in modules:
-                out[str(module)] = (ModuleState.PASS, str(dist), "", "")
-        for f in static.details.get("findings") or []:
-            if f.get("severity") != "fail" or not f.get("module"):
-                continue
-            dist = str((f.get("details") or {}).get("dist") or "")
-            out[str(f["module"])] = (ModuleState.FAIL, dist, f"static: {f['message']}", "")
+                out[module] = (ModuleState.PASS, dist, "", "")
+        for f in record.findings:
+            if f.severity == Severity.FAIL and f.module:
+                out[f.module] = (ModuleState.FAIL, f.dist, f"static: {f.message}", "")
     imported = result.stage("import")
     if imported is not None:
         for entry in SuiteDetails.of(imported).entries():
@@ -57,11 +57,10 @@ def module_verdicts(result: CellResult) -> dict[str, ModuleVerdict]:
 
 
 def _static_words(result: CellResult, module: str) -> str:
+    """Static's message of its first failure on *module*; "" for none."""
     static = result.stage("static")
-    for f in (static.details.get("findings") or []) if static is not None else []:
-        if f.get("severity") == "fail" and f.get("module") == module:
-            return str(f["message"])
-    return ""
+    findings = StaticDetails.of(static).findings if static is not None else ()
+    return next((f.message for f in findings if f.severity == Severity.FAIL and f.module == module), "")
 
 
 def _cause(module: str, proof: str, static: str) -> str:

@@ -7,13 +7,13 @@ diagnosis is the product. A new stage is one module and one line here.
 from __future__ import annotations
 
 from compatlab.stages import install, pins, runtime
-from compatlab.stages.base import CellContext, Stage
+from compatlab.stages.base import CellContext, Installed, Stage
 from compatlab.stages.nccl import stage as nccl
 from compatlab.stages.perf import stage as perf
 from compatlab.stages.serve import stage as serve
 from compatlab.stages.static import stage as static
 
-__all__ = ["GPU8", "PIPELINE", "CellContext", "Stage"]
+__all__ = ["GPU8", "PIPELINE", "CellContext", "Installed", "Stage"]
 
 PIPELINE: tuple[Stage, ...] = (
     Stage(name="install", run=install.run_install_stage),

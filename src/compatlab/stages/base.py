@@ -1,5 +1,10 @@
 """The stage interface: each stage reads a CellContext and returns a StageResult.
 
+A context is frozen: the runner makes each stage's successor context with ``dataclasses.replace`` (the results
+so far in ``previous``). The one stage that makes the cell's environment (install) returns an ``Installed``, its
+result with what it made (the install record, site-packages, ``uv pip freeze``), which the runner puts into the
+context of the stages after it (``Installed.after``).
+
 Also what every stage that runs code in the cell shares: the cell's environment (``cell_env``). The command
 that runs a module of ``compatlab.incell`` with the cell's interpreter is ``proc.incell_command``.
 """
@@ -15,15 +20,15 @@ from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
 from compatlab.runs.model import InstallRecord, StageResult, StageState
 
-__all__ = ["CellContext", "Stage", "blocked", "cell_env"]
+__all__ = ["CellContext", "Installed", "Stage", "blocked", "cell_env"]
 
 
-@dataclasses.dataclass(kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class CellContext:
     """Everything a stage may read about its cell. Stages must not write outside ``work_dir``.
 
-    ``site_packages``, ``freeze`` and ``install`` are filled in by the install stage (or, for an existing
-    environment, by whoever made the context); ``previous`` holds the results of the stages before.
+    ``site_packages``, ``freeze`` and ``install`` come from the install stage's ``Installed`` (or, for an
+    existing environment, from whoever made the context); ``previous`` holds the results of the stages before.
     """
 
     matrix: Matrix
@@ -58,11 +63,28 @@ class CellContext:
         return self.site_packages
 
 
-# A stage: name, function, and the stages that must have passed (or warned) for it to run.
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Installed:
+    """What the stage that makes the cell's environment returns: its ``result``, the ``install`` record of
+    what it ran (kept in the cell's result), and, where it passed, the venv's ``site_packages`` and its
+    ``freeze`` lines; None and () where it did not."""
+
+    result: StageResult
+    install: InstallRecord
+    site_packages: Path | None = None
+    freeze: tuple[str, ...] = ()
+
+    def after(self, ctx: CellContext) -> CellContext:
+        """*ctx* with what this install made, for the stages after it (its result is not yet in ``previous``)."""
+        return dataclasses.replace(ctx, install=self.install, site_packages=self.site_packages, freeze=self.freeze)
+
+
+# A stage: name, function, and the stages that must have passed (or warned) for it to run. The function returns
+# its result, or (the install stage) an Installed: its result with what it made for the stages after it.
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Stage:
     name: str
-    run: Callable[[CellContext], StageResult]
+    run: Callable[[CellContext], StageResult | Installed]
     needs: tuple[str, ...] = ()
     # A stage that does not run on this machine (a GPU stage on a CPU box) makes the cell partial.
     required: bool = True

@@ -9,27 +9,28 @@ since an earlier stage's failure blocks more of the cell than a later one's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from compatlab.incell.causes import CAUSES
 from compatlab.runs.model import Blame, StageResult, StageState
 from compatlab.runs.records.pins import PinsDetails
+from compatlab.runs.records.static import Kind, StaticDetails
 from compatlab.runs.records.suite import SuiteDetails
 
 __all__ = ["blames", "cause_of", "with_cause"]
 
-_STATIC_KINDS = {
-    "family": "cuda-major-mix",
-    "library": "missing-library",
-    "version": "symbol-version",
-    "symbol": "abi-symbol",
-    "driver-api": "driver-too-old",
-    "driver": "driver-too-old",
-    "arch": "no-kernel-image",
-    "metadata": "metadata",
-    "unreadable": "metadata",
-    "by-name": "missing-library",
-    "toolchain": "toolchain",
+_STATIC_KINDS: Mapping[Kind, str] = {
+    Kind.FAMILY: "cuda-major-mix",
+    Kind.LIBRARY: "missing-library",
+    Kind.VERSION: "symbol-version",
+    Kind.SYMBOL: "abi-symbol",
+    Kind.DRIVER_API: "driver-too-old",
+    Kind.DRIVER: "driver-too-old",
+    Kind.ARCH: "no-kernel-image",
+    Kind.METADATA: "metadata",
+    Kind.UNREADABLE: "metadata",
+    Kind.BY_NAME: "missing-library",
+    Kind.TOOLCHAIN: "toolchain",
 }
 
 
@@ -37,16 +38,14 @@ _ABI = {"abi-symbol", "torch-abi", "python-abi"}  # one break of one symbol, how
 
 
 def _static(result: StageResult) -> str:
-    for f in result.details.get("findings") or []:
-        if isinstance(f, dict) and f.get("severity") == result.state.value:
-            code = _STATIC_KINDS.get(str(f.get("kind")), "unclassified")
-            details = f.get("details")
-            if code == "missing-library" and isinstance(details, dict) and details.get("torch_cuda"):
+    """The code of static's first finding of the result's own severity (the stage's worst)."""
+    for f in StaticDetails.of(result).findings:
+        if f.severity.value == result.state.value:
+            code = _STATIC_KINDS.get(f.kind, "unclassified")
+            if code == "missing-library" and f.torch_cuda:
                 return "cuda-major-mix"  # a CUDA library of another major than torch's (static's library_hint)
-            if code == "abi-symbol":
-                said = str(f.get("message", ""))
-                if any(ns in said for ns in ("c10::", "at::", "torch::")):
-                    return "torch-abi"
+            if code == "abi-symbol" and any(ns in f.message for ns in ("c10::", "at::", "torch::")):
+                return "torch-abi"
             return code
     return "unclassified"
 

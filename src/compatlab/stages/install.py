@@ -1,7 +1,8 @@
 """The install stage: a fresh uv venv and one install of the cell's pins, retried when it errors.
 
-Install is a stage like the others: it reads the cell's context and returns a StageResult. It also fills
-in what the later stages read about the environment it made (``site_packages`` and ``freeze``). Only an
+Install is a stage like the others: it reads the cell's context and returns its result, as an ``Installed``
+(stages/base.py) that also carries what the later stages read about the environment it made (the install
+record, ``site_packages`` and ``freeze``): the runner puts those into their context. Only an
 ``error`` (the index or the network failed) is retried; ``fail`` (the pins cannot be satisfied) is an
 answer. A venv is marked complete only after its install passed, so a half-written venv (a killed run) is
 never mistaken for the cell's stack.
@@ -17,7 +18,7 @@ from pathlib import Path
 from compatlab import envs, uv_failures
 from compatlab.runs.model import InstallRecord, StageResult, StageState
 from compatlab.runs.records.install import InstallDetails
-from compatlab.stages.base import CellContext
+from compatlab.stages.base import CellContext, Installed
 
 __all__ = ["COMPLETE", "is_complete", "run_install_stage"]
 
@@ -63,8 +64,9 @@ def _attempt(ctx: CellContext) -> tuple[StageResult, InstallRecord]:
     return StageResult(name="install", state=StageState.PASS, details=details, seconds=time.monotonic() - start), record
 
 
-def run_install_stage(ctx: CellContext) -> StageResult:
-    """Make the cell's venv and install its pins; ``ctx.install``, ``site_packages`` and ``freeze`` follow."""
+def run_install_stage(ctx: CellContext) -> Installed:
+    """Make the cell's venv and install its pins: the result, with the install record and, where it passed, the
+    venv's ``site_packages`` and ``freeze`` for the stages after it."""
     (ctx.venv / COMPLETE).unlink(missing_ok=True)
     attempts = 0
     start = time.monotonic()
@@ -80,10 +82,10 @@ def run_install_stage(ctx: CellContext) -> StageResult:
             log.warning("%s: %s", ctx.cell.id, said)
     counted = dataclasses.replace(InstallDetails.of(result), attempts=attempts)
     result = dataclasses.replace(result, details=counted.to_details(), seconds=round(time.monotonic() - start, 3))
-    ctx.install = record
-    if result.state == StageState.PASS:
-        ctx.site_packages = envs.site_packages(ctx.venv)
-        frozen = envs.freeze(ctx.python)
-        ctx.freeze = tuple(frozen.stdout.splitlines()) if frozen.ok else ()
-        (ctx.venv / COMPLETE).write_text("installed by compatlab\n", encoding="utf-8")
-    return result
+    if result.state != StageState.PASS:
+        return Installed(result=result, install=record)
+    site = envs.site_packages(ctx.venv)
+    frozen = envs.freeze(ctx.python)
+    lines = tuple(frozen.stdout.splitlines()) if frozen.ok else ()
+    (ctx.venv / COMPLETE).write_text("installed by compatlab\n", encoding="utf-8")
+    return Installed(result=result, install=record, site_packages=site, freeze=lines)

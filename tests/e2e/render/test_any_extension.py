@@ -25,7 +25,7 @@ from compatlab.runner import run_cell
 from compatlab.runs import store
 from compatlab.runs.info import REPORT_DEFAULTS
 from compatlab.runs.model import StageResult, StageState
-from compatlab.stages import CellContext, Stage
+from compatlab.stages import CellContext, Installed, Stage
 
 ROOT = Path(__file__).resolve().parents[3]
 TORCHVISION = {"0.23.0": "2.8.0", "0.24.1": "2.9.1"}  # torchvision pins torch exactly
@@ -40,16 +40,16 @@ cuda = "12.8"
 """
 
 
-def install(ctx: CellContext) -> StageResult:
+def install(ctx: CellContext) -> Installed:
     plan = envs.install_plan(ctx.matrix, ctx.cell, python=Path(".venvs/c/bin/python"), spec_dir=Path("spec"))
-    ctx.install = plan.record()
     axes = ctx.cell.axes
     if TORCHVISION[axes["torchvision"]] != axes["torch"]:
         pin = f"torch=={TORCHVISION[axes['torchvision']]}"
-        return StageResult(
+        failed = StageResult(
             name="install", state=StageState.FAIL, reason=f"unsatisfiable: torchvision {axes['torchvision']} pins {pin}"
         )
-    return StageResult(name="install", state=StageState.PASS)
+        return Installed(result=failed, install=plan.record())
+    return Installed(result=StageResult(name="install", state=StageState.PASS), install=plan.record())
 
 
 def imports(ctx: CellContext) -> StageResult:

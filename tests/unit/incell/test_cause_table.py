@@ -12,6 +12,7 @@ from compatlab.incell.loading import cudamajor
 from compatlab.incell.loading.failure import STACK_KINDS, LoadFailure, classify_record, describe
 from compatlab.incell.proc import Completed
 from compatlab.runs.model import Blame, CellResult, CellState, StageResult, StageState
+from compatlab.runs.records.static import Finding, Kind, Severity, StaticDetails
 from compatlab.stages import blame
 
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -62,7 +63,11 @@ def test_each_stage_gets_a_code_and_a_cell_its_independent_causes() -> None:
             name="static",
             state=StageState.FAIL,
             reason="m.so needs c10::f()",
-            details={"findings": [{"severity": "fail", "kind": "symbol", "message": "m.so needs c10::f()"}]},
+            details=StaticDetails(
+                findings=(
+                    Finding(severity=Severity.FAIL, module="m.so", kind=Kind.SYMBOL, message="m.so needs c10::f()"),
+                )
+            ).to_details(),
         ),
         StageResult(
             name="import",
@@ -160,7 +165,17 @@ def test_a_missing_cuda_library_of_another_major_is_a_cuda_major_mix(monkeypatch
         name="static",
         state=StageState.FAIL,
         reason="x",
-        details={"findings": [{"severity": "fail", "kind": "library", "details": {"torch_cuda": "13.0"}}]},
+        details=StaticDetails(
+            findings=(
+                Finding(
+                    severity=Severity.FAIL,
+                    module="tv/_C.so",
+                    kind=Kind.LIBRARY,
+                    message="tv/_C.so needs libcudart.so.12",
+                    details={"library": "libcudart.so.12", "torch_cuda": "13.0"},
+                ),
+            )
+        ).to_details(),
     )
     assert blame.cause_of(static) == "cuda-major-mix"
 

@@ -7,24 +7,23 @@ from typing import Any
 from compatlab.rehearse.diff import broken_pins, diff_modules, module_verdicts
 from compatlab.render.rehearsal import rehearsal_lines
 from compatlab.runs.model import CellResult, CellState, StageResult, StageState
+from compatlab.runs.records.pins import BrokenRequirement, PinsDetails
+from compatlab.runs.records.static import Finding, Kind, Severity, StaticDetails
 from compatlab.runs.rehearsal import Attempt, Change, Install, Judged, ModuleChange, ModuleState, Outcome, Rehearsal
 
 BROKEN_PIN = "sglang 0.5.23 requires torch==2.9.1; torch 2.10.0 is installed"
 
 
-def _cell(modules: list[dict[str, Any]], *, broken: list[str] = (), findings: list[dict[str, Any]] = ()) -> CellResult:  # type: ignore[assignment]
+def _cell(modules: list[dict[str, Any]], *, broken: list[str] = (), findings: tuple[Finding, ...] = ()) -> CellResult:  # type: ignore[assignment]
     pins = {"broken_requirements": [{"text": t} for t in broken]}
+    static = StaticDetails(modules_by_dist={"k": ("k/_ops.so", "k/_jit.so")}, findings=findings)
     return CellResult(
         id="c",
         axes={},
         state=CellState.PARTIAL,
         stages=(
             StageResult(name="pins", state=StageState.PASS, details=pins),
-            StageResult(
-                name="static",
-                state=StageState.PASS,
-                details={"modules_by_dist": {"k": ["k/_ops.so", "k/_jit.so"]}, "findings": list(findings)},
-            ),
+            StageResult(name="static", state=StageState.PASS, details=static.to_details()),
             StageResult(name="import", state=StageState.PASS, details={"modules": modules}),
         ),
     )
@@ -53,15 +52,15 @@ def test_a_module_that_worked_and_fails_is_a_break_with_both_stages_words() -> N
             {"module": "n", "dist": "n", "ok": False, "reason": "n: ImportError: boom"},
         ],
         broken=[BROKEN_PIN],
-        findings=[
-            {
-                "severity": "fail",
-                "module": "k/_ops.so",
-                "message": "k/_ops.so needs f(int); torch 2.10.0 exports "
-                "f(unsigned int): k was built against another torch.",
-                "details": {"dist": "k"},
-            },
-        ],
+        findings=(
+            Finding(
+                severity=Severity.FAIL,
+                module="k/_ops.so",
+                kind=Kind.SYMBOL,
+                message="k/_ops.so needs f(int); torch 2.10.0 exports f(unsigned int): k was built against another torch.",
+                details={"dist": "k"},
+            ),
+        ),
     )
     assert module_verdicts(before)["k/_opt.so"][0] == ModuleState.WARN
     assert module_verdicts(before)["k/_jit.so"] == (ModuleState.PASS, "k", "", "")  # static's module, no import entry
@@ -123,3 +122,54 @@ def test_the_screen_names_each_pin_the_install_breaks_and_says_when_nothing_safe
         "safer command: none found that keeps what works (none is suggested without being judged)",
         "time: 3.0 s (judging the environment as it is: 1.0 s)",
     ]
+
+
+def _predicted(*findings: Finding, pins: PinsDetails | None = None) -> CellResult:
+    """A check without an import stage: static's prediction is each module's verdict."""
+    static = StaticDetails(modules_by_dist={"k": ("k/_ops.so", "k/_jit.so"), "v": ("v/_v.so",)}, findings=findings)
+    stages = [
+        StageResult(name="static", state=StageState.FAIL if findings else StageState.PASS, details=static.to_details())
+    ]
+    if pins is not None:
+        stages.append(StageResult(name="pins", state=StageState.FAIL, details=pins.to_details()))
+    return CellResult(id="c", axes={}, state=CellState.PARTIAL, stages=tuple(stages))
+
+
+def test_without_an_import_stage_static_s_failures_are_the_verdicts_and_its_notes_are_not() -> None:
+    missing = Finding(
+        severity=Severity.FAIL,
+        module="k/_ops.so",
+        kind=Kind.LIBRARY,
+        message="k/_ops.so needs libcudart.so.12: not in site-packages nor in the system's library cache",
+        details={"dist": "k", "library": "libcudart.so.12"},
+    )
+    note = Finding(severity=Severity.NOTE, module="k/_jit.so", kind=Kind.ARCH, message="k/_jit.so: no sm_120 code")
+    unowned = Finding(severity=Severity.FAIL, module="x.so", kind=Kind.SYMBOL, message="x.so needs f()")
+    metadata = Finding(severity=Severity.FAIL, module="", kind=Kind.METADATA, message="a METADATA file is unreadable")
+    before, after = _predicted(), _predicted(missing, note, unowned, metadata)
+    assert module_verdicts(after) == {
+        "k/_ops.so": (ModuleState.FAIL, "k", f"static: {missing.message}", ""),
+        "k/_jit.so": (ModuleState.PASS, "k", "", ""),
+        "v/_v.so": (ModuleState.PASS, "v", "", ""),
+        "x.so": (ModuleState.FAIL, "", "static: x.so needs f()", ""),
+    }
+    breaks, fixes, new_broken, gone = diff_modules(before, after)
+    assert [(m.module, m.dist, m.before, m.after, m.cause) for m in breaks] == [
+        ("k/_ops.so", "k", ModuleState.PASS, ModuleState.FAIL, f"static: {missing.message}")
+    ]
+    assert [(m.module, m.cause) for m in new_broken] == [("x.so", "static: x.so needs f()")]
+    assert (fixes, gone) == ([], [])
+    assert [(m.module, m.cause) for m in diff_modules(after, before)[1]] == [
+        ("k/_ops.so", f"static: {missing.message}")
+    ]
+
+
+def test_the_pins_it_breaks_are_read_from_the_pins_record() -> None:
+    broken = BrokenRequirement(
+        by="sglang", requires="torch==2.9.1", package="torch", installed="2.10.0", text=BROKEN_PIN
+    )
+    before = _predicted(pins=PinsDetails())
+    after = _predicted(pins=PinsDetails(broken_requirements=(broken,)))
+    assert broken_pins(before, after) == [BROKEN_PIN]
+    assert broken_pins(after, before) == []
+    assert broken_pins(_predicted(), after) == [BROKEN_PIN]  # no pins stage before: nothing was broken

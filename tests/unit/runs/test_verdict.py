@@ -35,7 +35,7 @@ def test_the_runner_records_the_stage_that_explains_the_cell(tmp_path: Path) -> 
         _stage("static", StageState.ERROR, "cannot read x.so"),
         _stage("import", StageState.FAIL, "x.so: undefined symbol f"),
     )
-    runner.run_pipeline(ctx, stages)
+    ctx = runner.run_pipeline(ctx, stages)
     result = runner.conclude(ctx, expected=None, started="2026-01-01T00:00:00+00:00", seconds=1.0)
     assert (result.state, result.culprit, result.reason) == (
         CellState.FAIL,

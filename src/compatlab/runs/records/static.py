@@ -89,6 +89,12 @@ class Finding:
         return value if isinstance(value, str) else None
 
     @property
+    def torch_cuda(self) -> str | None:
+        """torch's CUDA where a missing library is a CUDA library of another major than it, else None."""
+        value = self.details.get("torch_cuda")
+        return str(value) if value else None
+
+    @property
     def loaded_by_import(self) -> bool:
         """False for a file no extension module of the environment loads (its findings are notes)."""
         return self.details.get("loaded_by_import") is not False

@@ -19,10 +19,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from compatlab.errors import LabError, UsageError
 from compatlab.runs.model import StageResult, StageState
@@ -247,11 +248,11 @@ def run_static_stage(ctx: CellContext) -> StageResult:
 
 def _modules_by_dist(sp: Path, dists: Sequence[str]) -> dict[str, list[str]]:
     """Each declared distribution's extension modules (RECORD paths), for the per-package table."""
-    wanted = {re.sub(r"[-_.]+", "-", d).lower() for d in dists}
+    wanted = {canonicalize_name(d) for d in dists}
     py = python_version_of(sp)
     out: dict[str, list[str]] = {}
     for dist in read_site_dists(sp)[0]:
-        if re.sub(r"[-_.]+", "-", dist.name).lower() in wanted:
+        if dist.canonical in wanted:
             out[dist.name] = sorted(
                 f for f in dist.files if f.endswith(".so") and not f.startswith("..") and is_extension(Path(f), py)
             )
