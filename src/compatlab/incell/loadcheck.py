@@ -13,46 +13,15 @@ reading, what a load tried, why it failed) is in ``loading/``.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from compatlab.incell.loading.elf import dynamic_symbols
-from compatlab.incell.loading.failure import (
-    DRIVER_LIBS,
-    STACK_KINDS,
-    LoadFailure,
-    c_level_failure,
-    classify,
-    classify_attempt,
-    describe,
-)
-from compatlab.incell.loading.installed import Installed, LoadTarget
-from compatlab.incell.loading.observed import attempts_of, c_level_failures, mapped_of
+from compatlab.incell.loading.failure import LoadFailure, classify
+from compatlab.incell.loading.observed import c_level_failures
 from compatlab.incell.proc import HERE, Completed, InCellCommand, module_command, run
 
-# The per-process path (c_level_probe, load_module, probe_command), and what the import suite
-# (suites/test_import.py) reads of loading/ as loadcheck.X.
-__all__ = [
-    "DRIVER_LIBS",
-    "STACK_KINDS",
-    "Installed",
-    "LoadFailure",
-    "LoadTarget",
-    "attempts_of",
-    "c_level_failure",
-    "c_level_failures",
-    "c_level_probe",
-    "classify_attempt",
-    "describe",
-    "dynamic_symbols",
-    "load_module",
-    "mapped_of",
-    "probe_command",
-]
-
-log = logging.getLogger(__name__)
+__all__ = ["c_level_probe", "load_module", "probe_command"]
 
 
 def c_level_probe(

@@ -22,16 +22,17 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from compatlab.incell import loadcheck
 from compatlab.incell.entries import ImportEntry
 from compatlab.incell.imports.labels import site_label
+from compatlab.incell.loading.failure import LoadFailure, classify_attempt, describe
+from compatlab.incell.loading.installed import LoadTarget
 
 __all__ = ["feature_warnings", "judge_attempts"]
 
 
 def judge_attempts(
-    target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | None, attempts: list[dict[str, Any]]
-) -> tuple[loadcheck.LoadFailure | None, list[dict[str, Any]]]:
+    target: LoadTarget, failure: LoadFailure | None, attempts: list[dict[str, Any]]
+) -> tuple[LoadFailure | None, list[dict[str, Any]]]:
     """What a package's import tried to load and could not, judged (ImportEntry.failed_loads), and the
     import's failure, told by its real cause where a failed load was it.
 
@@ -44,10 +45,10 @@ def judge_attempts(
     this machine may lack: "absent", the import's own outcome says whether that mattered.
     """
     judged: list[dict[str, Any]] = []
-    cause: loadcheck.LoadFailure | None = None
+    cause: LoadFailure | None = None
     alternatives = _tried_alternatives(target, failure, attempts)
     for i, attempt in enumerate(attempts):
-        lf = loadcheck.classify_attempt(attempt)
+        lf = classify_attempt(attempt)
         if lf is None:
             continue
         name = str(attempt.get("name", ""))
@@ -86,16 +87,14 @@ def judge_attempts(
             }
         )
     if failure is not None and cause is not None and cause.message not in failure.message:
-        symptom = failure.message if failure.kind == "import-error" else loadcheck.describe(target.label, failure)
+        symptom = failure.message if failure.kind == "import-error" else describe(target.label, failure)
         failure = dataclasses.replace(
             cause, step=f"import {target.name}", outer=(symptom, *failure.outer), raw=failure.raw
         )
     return failure, judged
 
 
-def _tried_alternatives(
-    target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | None, attempts: list[dict[str, Any]]
-) -> set[str]:
+def _tried_alternatives(target: LoadTarget, failure: LoadFailure | None, attempts: list[dict[str, Any]]) -> set[str]:
     """Folders of another package in which the import tried two or more libraries that did not load (torchcodec
     tries one build per FFmpeg major; its other libraries load): that package looking for something optional. Such
     a folder is not why *target*'s import failed unless the failure names that package; its loads are told as
@@ -130,8 +129,8 @@ def feature_warnings(entries: list[ImportEntry]) -> list[str]:
                 folders.setdefault(os.path.dirname(f["name"]), []).append(f)
         for folder, failed in folders.items():
             first = failed[0]
-            lf = loadcheck.classify_attempt({"ok": False, "error": first["error"], "name": first["name"]})
-            what = loadcheck.describe(first["name"], lf) if lf is not None else first["name"]
+            lf = classify_attempt({"ok": False, "error": first["error"], "name": first["name"]})
+            what = describe(first["name"], lf) if lf is not None else first["name"]
             many = f"none of the {len(failed)} libraries it tried in {folder}/ loads: " if len(failed) > 1 else ""
             out.append(
                 f"{entry.dist}: `import {entry.module}` works, but {many}{what}: what needs "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from compatlab.incell import loadcheck
+from compatlab.incell.loading.installed import LoadTarget
 
 __all__ = ["record_label", "site_label"]
 
@@ -23,7 +23,7 @@ def site_label(path: str) -> str:
     return path
 
 
-def record_label(path: str, targets: list[loadcheck.LoadTarget]) -> str:
+def record_label(path: str, targets: list[LoadTarget]) -> str:
     """A shared object's label as its distribution's RECORD spells it (relative to site-packages): that of
     the target that is the same file, else *path* relative to the first entry of ``sys.path`` it is under."""
     for t in targets:

@@ -25,7 +25,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compatlab.incell import loadcheck
 from compatlab.incell.entries import ImportEntry
 from compatlab.incell.imports.attempts import judge_attempts
 from compatlab.incell.imports.driver import Driver
@@ -33,6 +32,9 @@ from compatlab.incell.imports.labels import site_label
 from compatlab.incell.imports.loader import Loader, jobs
 from compatlab.incell.imports.plan import Plan
 from compatlab.incell.imports.progress import Progress
+from compatlab.incell.loading.failure import LoadFailure, c_level_failure, describe
+from compatlab.incell.loading.installed import LoadTarget
+from compatlab.incell.loading.observed import attempts_of, mapped_of
 
 __all__ = ["load_entry", "load_plan", "own_library"]
 
@@ -56,7 +58,7 @@ def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEn
         return [done[i] for i in range(len(plan.targets))]
 
 
-def load_entry(target: loadcheck.LoadTarget, driver: Driver, loader: Loader) -> tuple[ImportEntry, list[str] | None]:
+def load_entry(target: LoadTarget, driver: Driver, loader: Loader) -> tuple[ImportEntry, list[str] | None]:
     """The module's entry, and for a package's import the paths of what it mapped (None otherwise)."""
     for _attempt in range(4):
         # A package's import is adopted by the server (its dependents' children start with it); the retries
@@ -71,7 +73,7 @@ def load_entry(target: loadcheck.LoadTarget, driver: Driver, loader: Loader) -> 
         # numpy, which loads it again: "cannot load module more than once"), or its init crashed because
         # its package had not set it up first (h5py's defs, jaxlib's MLIR dialects); it linked, so import
         # it by its name, in a process of its own, as its package does. A link failure is never retried.
-        again, _done = loader.load(loadcheck.LoadTarget(dist=target.dist, label=target.label, name=target.name))
+        again, _done = loader.load(LoadTarget(dist=target.dist, label=target.label, name=target.name))
         if again is None:
             failure, by_name = None, True
     before = None
@@ -84,23 +86,23 @@ def load_entry(target: loadcheck.LoadTarget, driver: Driver, loader: Loader) -> 
         failure, _done = loader.load(target, preload=[sibling])
     failed_loads: list[dict[str, Any]] = []
     if target.path is None:
-        failure, failed_loads = judge_attempts(target, failure, loadcheck.attempts_of(done) or [])
+        failure, failed_loads = judge_attempts(target, failure, attempts_of(done) or [])
     if failure is not None and failure.kind in ("import-error", "exit"):
         # The load failed and said no library: C code may have dlopen()ed one itself, which no Python door
         # sees. The fallback: the load once more with the loader's own log (LD_DEBUG).
         unseen = loader.c_level(target)
         if unseen:
-            symptom = failure.message if failure.kind == "import-error" else loadcheck.describe(target.label, failure)
+            symptom = failure.message if failure.kind == "import-error" else describe(target.label, failure)
             name, caller = unseen[0]
             step = f"load {target.path}" if target.path is not None else f"import {target.name}"
-            failure = loadcheck.c_level_failure(name, caller, step=step, outer=(symptom, *failure.outer))
+            failure = c_level_failure(name, caller, step=step, outer=(symptom, *failure.outer))
             failed_loads += [
                 {
                     "name": n,
                     "how": "dlopen (C)",
                     "error": f"not loaded; asked by {site_label(os.path.realpath(c))}",
                     "kind": "missing-library",
-                    "cause": loadcheck.c_level_failure(n, c, step="", outer=()).cause,
+                    "cause": c_level_failure(n, c, step="", outer=()).cause,
                     "judged": "cause" if i == 0 else "absent",
                 }
                 for i, (n, c) in enumerate(unseen)
@@ -114,10 +116,10 @@ def load_entry(target: loadcheck.LoadTarget, driver: Driver, loader: Loader) -> 
         preloaded=site_label(sibling) if sibling is not None else None,
         seconds=round(done.seconds, 2),
         loaded=(
-            f"by name (import {target.name}): by path, {loadcheck.describe(target.label, first)}"
+            f"by name (import {target.name}): by path, {describe(target.label, first)}"
             if by_name and first is not None
             else f"after {site_label(sibling)}, a library of its own package it needs: loaded alone, "
-            f"{loadcheck.describe(target.label, before)}"
+            f"{describe(target.label, before)}"
             if sibling is not None and before is not None and failure is None
             else None
         ),
@@ -125,10 +127,10 @@ def load_entry(target: loadcheck.LoadTarget, driver: Driver, loader: Loader) -> 
         reason=_reason(target, failure, failed_loads) if failure is not None else None,
     )
     # What a package's import mapped: reduced to its own distribution's shared objects afterwards.
-    return entry, loadcheck.mapped_of(done) if failure is None and target.path is None else None
+    return entry, mapped_of(done) if failure is None and target.path is None else None
 
 
-def own_library(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | None) -> str | None:
+def own_library(target: LoadTarget, failure: LoadFailure | None) -> str | None:
     """The file of the module's own top-level package named as the library *failure* could not find
     (``torchaudio/lib/_torchaudio.so`` needs ``libtorchaudio.so``, in the same folder but on no RUNPATH);
     None when the failure is another or the package has no such file."""
@@ -156,10 +158,10 @@ def own_library(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure | N
     return None
 
 
-def _reason(target: loadcheck.LoadTarget, failure: loadcheck.LoadFailure, failed_loads: list[dict[str, Any]]) -> str:
+def _reason(target: LoadTarget, failure: LoadFailure, failed_loads: list[dict[str, Any]]) -> str:
     """The entry's one line: for an import whose failed load was the cause, which file and then the symptom."""
     cause = next((f for f in failed_loads if f["judged"] == "cause"), None)
     if cause is None or not failure.outer:
-        return loadcheck.describe(target.label, failure)
-    said = loadcheck.describe(target.label, failure).removeprefix(target.label)
+        return describe(target.label, failure)
+    said = describe(target.label, failure).removeprefix(target.label)
     return f"{target.label} (it loads {cause['name']}){said}; then {failure.outer[0]}"

@@ -27,6 +27,9 @@ from pathlib import Path
 from compatlab.incell import forkserver, loadcheck
 from compatlab.incell.imports.driver import Driver
 from compatlab.incell.imports.labels import site_label
+from compatlab.incell.loading.failure import DRIVER_LIBS, LoadFailure
+from compatlab.incell.loading.installed import LoadTarget
+from compatlab.incell.loading.observed import c_level_failures
 from compatlab.incell.proc import Completed
 
 __all__ = ["Loader", "jobs"]
@@ -126,8 +129,8 @@ class Loader:
             return servers[key]
 
     def load(
-        self, target: loadcheck.LoadTarget, preload: Sequence[str] = (), *, adopt: bool = False
-    ) -> tuple[loadcheck.LoadFailure | None, Completed]:
+        self, target: LoadTarget, preload: Sequence[str] = (), *, adopt: bool = False
+    ) -> tuple[LoadFailure | None, Completed]:
         """Load *target* after the prerequisites and then the libraries *preload* (absolute paths); *adopt*:
         the adopting server imports the package too, for the loads after it."""
         env = self.driver.env()
@@ -192,7 +195,7 @@ class Loader:
                 self.watched[key] = (server, log)
             return self.watched[key]
 
-    def _c_level_forked(self, target: loadcheck.LoadTarget, pre: list[str], tmp: Path) -> bool:
+    def _c_level_forked(self, target: LoadTarget, pre: list[str], tmp: Path) -> bool:
         """The load once more in a child of the watched server, its lines of the log copied into *tmp* as
         the fresh interpreter's own file would be (and what it started writes there itself); False when no
         watched server answers."""
@@ -220,14 +223,14 @@ class Loader:
         (tmp / f"ld.{done.pid}").write_text("\n".join(mine) + "\n", encoding="utf-8")
         return True
 
-    def c_level(self, target: loadcheck.LoadTarget) -> list[tuple[str, str]]:
+    def c_level(self, target: LoadTarget) -> list[tuple[str, str]]:
         """What C code tried to load and could not while *target* loaded, with the loader's log on: in a
         child of a server started with it (its lines of the server's log), else in a fresh interpreter
         (loadcheck.c_level_probe)."""
         pre = [m for m in self.pre if m != target.name]
         with tempfile.TemporaryDirectory(prefix="compatlab-ld-") as tmp:
             if self.fork and self._c_level_forked(target, pre, Path(tmp)):
-                found = loadcheck.c_level_failures(Path(tmp), sys.executable)
+                found = c_level_failures(Path(tmp), sys.executable)
             else:
                 found = loadcheck.c_level_probe(
                     sys.executable,
@@ -244,7 +247,7 @@ class Loader:
         return [
             (n, c)
             for n, c in found
-            if not n.startswith(loadcheck.DRIVER_LIBS) and site_label(os.path.realpath(c)).split("/", 1)[0] == top
+            if not n.startswith(DRIVER_LIBS) and site_label(os.path.realpath(c)).split("/", 1)[0] == top
         ]
 
     def describe(self) -> str:

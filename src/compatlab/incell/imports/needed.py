@@ -21,8 +21,10 @@ import json
 import os
 from pathlib import Path
 
-from compatlab.incell import loadcheck, reach
+from compatlab.incell import reach
 from compatlab.incell.entries import ImportEntry
+from compatlab.incell.loading.elf import dynamic_symbols
+from compatlab.incell.loading.failure import STACK_KINDS
 
 __all__ = ["confirm_not_needed", "loaded_by_package", "own_mapped", "predicted", "undecided"]
 
@@ -135,7 +137,7 @@ def _confirmed(
     site_packages: str | None,
     paths: dict[str, str] | None,
 ) -> ImportEntry:
-    if entry.failure is None or entry.is_package or entry.failure.get("kind") not in loadcheck.STACK_KINDS:
+    if entry.failure is None or entry.is_package or entry.failure.get("kind") not in STACK_KINDS:
         return entry  # only a failure of the stack is weighed: one for want of a GPU needs a GPU to judge
     if not packages:
         return dataclasses.replace(entry, needed_why=f"{entry.dist} has no package to import it: it is loaded alone")
@@ -149,7 +151,7 @@ def _confirmed(
     guess = predicted.get(entry.module)
     if guess is None:  # static did not judge it: read the file once, for both questions
         path = (paths or {}).get(entry.module)
-        symbols = loadcheck.dynamic_symbols(path) if path else None
+        symbols = dynamic_symbols(path) if path else None
         device_code = symbols is None or symbols.device_code
         guess = _reach(site_packages, entry.module, device_code)
     if guess is None and reach.picked_by_gpu(entry.module, device_code=device_code):

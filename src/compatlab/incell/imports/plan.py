@@ -1,6 +1,6 @@
 """What the import stage loads, and in which order: the declared distributions' modules, read from RECORD.
 
-Each declared distribution installed in the cell (loadcheck.Installed) gives its extension modules, loaded
+Each declared distribution installed in the cell (loading.installed.Installed) gives its extension modules, loaded
 by file path, and its top-level packages, imported by name. Its RECORD's extension modules built for
 another Python (``import`` never finds them here), the shared objects it names outside the environment
 (never read nor loaded) and a METADATA or RECORD that cannot be read are said as warnings; the rest of the
@@ -22,8 +22,8 @@ import re
 import sys
 from collections.abc import Mapping
 
-from compatlab.incell import loadcheck
 from compatlab.incell.imports.labels import record_label
+from compatlab.incell.loading.installed import Installed, LoadTarget
 from compatlab.incell.names import canonicalize_name
 
 __all__ = ["Plan", "Survey", "by_requirements"]
@@ -36,16 +36,16 @@ class Survey:
     """The declared distributions (name -> version) as installed: ``installed`` those found, in the declared
     order; ``missing`` one line for each that is not."""
 
-    installed: dict[str, loadcheck.Installed]
+    installed: dict[str, Installed]
     missing: list[str]
 
     @classmethod
     def of(cls, packages: Mapping[str, str]) -> Survey:
         missing: list[str] = []
-        surveyed: dict[str, loadcheck.Installed] = {}
+        surveyed: dict[str, Installed] = {}
         for dist, version in packages.items():
             try:
-                surveyed[dist] = loadcheck.Installed(dist)
+                surveyed[dist] = Installed(dist)
             except importlib.metadata.PackageNotFoundError:
                 missing.append(f"{dist} {version} is declared but not installed in the cell")
         return cls(installed=surveyed, missing=missing)
@@ -66,14 +66,14 @@ class Plan:
     """``targets`` extension modules first; ``order`` their indices in the order to load them; ``owned``
     each distribution's shared objects (real path -> label); ``warnings`` what was not loaded, and why."""
 
-    targets: list[loadcheck.LoadTarget]
+    targets: list[LoadTarget]
     order: list[int]
     owned: dict[str, dict[str, str]]
     warnings: list[str]
 
     @classmethod
-    def of(cls, surveyed: Mapping[str, loadcheck.Installed]) -> Plan:
-        targets: list[loadcheck.LoadTarget] = []
+    def of(cls, surveyed: Mapping[str, Installed]) -> Plan:
+        targets: list[LoadTarget] = []
         owned: dict[str, dict[str, str]] = {}  # dist -> real path of each shared object it installed -> label
         warnings: list[str] = []
         for dist, survey in surveyed.items():
@@ -106,7 +106,7 @@ class Plan:
         return {t.label: t.path for t in self.targets if t.path is not None}
 
 
-def by_requirements(surveyed: Mapping[str, loadcheck.Installed]) -> list[str]:
+def by_requirements(surveyed: Mapping[str, Installed]) -> list[str]:
     """The distributions, each after those of them it requires (its METADATA's Requires-Dist, extras left
     out): the order in which an adopting server has what a package needs before the package is imported.
     A circle is broken where it is met; an unreadable METADATA requires nothing."""

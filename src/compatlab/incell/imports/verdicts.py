@@ -2,7 +2,7 @@
 
 - ``undeclared``: a failure for want of another distribution's module that the package does not declare
   (``missing-dependency``), or a module its package's import does not need (``needed=False``): a warning;
-- ``ignored``: a failure of the stack (loadcheck.STACK_KINDS) in a module every target says need not run
+- ``ignored``: a failure of the stack (STACK_KINDS) in a module every target says need not run
   there (its ``not_needed`` globs: sm100/ builds on an H100 box): said, not failed;
 - ``broken``: any other failure of the stack: the stage fails, each with its cause code (incell/causes.py;
   ``unclassified`` where none was named);
@@ -18,9 +18,9 @@ import dataclasses
 import fnmatch
 from collections.abc import Sequence
 
-from compatlab.incell import loadcheck
 from compatlab.incell.context import TargetInfo
 from compatlab.incell.entries import ImportEntry
+from compatlab.incell.loading.failure import STACK_KINDS
 
 __all__ = ["Verdicts", "and_more", "ignored"]
 
@@ -58,7 +58,7 @@ class Verdicts:
                 continue
             if failure["kind"] == "missing-dependency" or entry.needed is False:
                 v.undeclared.append(entry.verdict or reason)
-            elif failure["kind"] in loadcheck.STACK_KINDS:
+            elif failure["kind"] in STACK_KINDS:
                 if ignored(entry.module, targets):
                     v.ignored.append(reason)
                 else:

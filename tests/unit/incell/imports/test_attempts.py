@@ -10,7 +10,8 @@ import pytest
 
 from compatlab.incell.entries import ImportEntry
 from compatlab.incell.imports.attempts import feature_warnings, judge_attempts
-from compatlab.incell.loadcheck import LoadFailure, LoadTarget
+from compatlab.incell.loading.failure import LoadFailure
+from compatlab.incell.loading.installed import LoadTarget
 
 PKG = LoadTarget(dist="pkg", label="pkg", name="pkg")
 NOT_THERE = "OSError: libfoo.so.1: cannot open shared object file: No such file or directory"

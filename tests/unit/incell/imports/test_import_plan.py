@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.incell.imports.plan import Plan, Survey, by_requirements
-from compatlab.incell.loadcheck import LoadTarget
+from compatlab.incell.loading.installed import LoadTarget
 
 
 def _dist(site: Path, name: str, files: dict[str, bytes], requires: tuple[str, ...] = ()) -> None:

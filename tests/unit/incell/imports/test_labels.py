@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compatlab.incell.imports.labels import record_label, site_label
-from compatlab.incell.loadcheck import LoadTarget
+from compatlab.incell.loading.installed import LoadTarget
 
 
 def test_a_label_is_the_path_below_the_longest_entry_of_sys_path(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from compatlab.incell.imports.load import own_library
-from compatlab.incell.loadcheck import LoadFailure, LoadTarget
+from compatlab.incell.loading.failure import LoadFailure
+from compatlab.incell.loading.installed import LoadTarget
 
 
 def _missing(library: str) -> LoadFailure:
