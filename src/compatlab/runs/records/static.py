@@ -89,6 +89,36 @@ class Finding:
         return value if isinstance(value, str) else None
 
     @property
+    def symbol(self) -> str:
+        """The symbol a symbol finding is about, as the module's dynamic table spells it (mangled)."""
+        return str(self.details["symbol"])
+
+    @property
+    def shown_symbol(self) -> str:
+        """The symbol a symbol finding is about as people read it: demangled where it could be."""
+        return str(self.details.get("demangled") or self.details["symbol"])
+
+    @property
+    def found(self) -> Any:
+        """Where a by-name finding's library was found here (None: ld.so would not find it)."""
+        return self.details.get("found")
+
+    @property
+    def named_in(self) -> list[str]:
+        """The files (file:line) that name a by-name finding's library."""
+        return list(self.details["named_in"])
+
+    @property
+    def given_dist(self) -> str | None:
+        """The distribution as the finding's details give it: None when they do not (``dist`` reads "")."""
+        value = self.details.get("dist")
+        return None if value is None else str(value)
+
+    def of_dist(self, dist: str) -> Finding:
+        """This finding, of distribution *dist* unless its details already name one."""
+        return dataclasses.replace(self, details={**self.details, "dist": self.details.get("dist", dist)})
+
+    @property
     def torch_cuda(self) -> str | None:
         """torch's CUDA where a missing library is a CUDA library of another major than it, else None."""
         value = self.details.get("torch_cuda")

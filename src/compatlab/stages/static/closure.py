@@ -140,7 +140,7 @@ def _symbol_finding(site: SiteResolver, rel: str, mod_name: str, sym: UndefinedS
             if dist and dist.name != mod_name
             else "the files do not come from one build"
         )
-        details["near_misses"] = [{"demangled": p, "provider": site.rel(x.path)} for p, x in near]
+        details.update(near_misses=[{"demangled": p, "provider": site.rel(x.path)} for p, x in near])
         return Finding(
             severity=Severity.FAIL,
             module=rel,
@@ -158,7 +158,7 @@ def _symbol_finding(site: SiteResolver, rel: str, mod_name: str, sym: UndefinedS
     missing = sorted({n for n, _ in ls.missing if n not in DRIVER_LIBS})
     if missing:
         # The module already fails on the missing library, which may well define this symbol.
-        details["maybe_from_missing"] = missing
+        details.update(maybe_from_missing=missing)
         return Finding(
             severity=Severity.NOTE,
             module=rel,

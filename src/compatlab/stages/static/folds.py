@@ -53,7 +53,7 @@ def as_needed(f: Finding, need: ImportNeed) -> Finding:
     if f.severity != Severity.FAIL or not need.optional:
         return dataclasses.replace(f, details=details)
     if need.feature:
-        details["feature"] = need.feature
+        details.update(feature=need.feature)
     return dataclasses.replace(f, severity=Severity.WARN, message=f"{f.message}; {need.words}", details=details)
 
 
@@ -63,12 +63,12 @@ def one_symbol_warning(found: list[Finding], rel: str, words: str) -> list[Findi
     missing = [f for f in found if f.kind == Kind.SYMBOL and f.severity == Severity.WARN]
     if len(missing) < 2:
         return found
-    names = [str(f.details.get("demangled") or f.details["symbol"]) for f in missing]
+    names = [f.shown_symbol for f in missing]
     merged = Finding(
         severity=Severity.WARN,
         module=rel,
         kind=Kind.SYMBOL,
-        details={**missing[0].details, "symbols": [f.details["symbol"] for f in missing]},
+        details={**missing[0].details, "symbols": [f.symbol for f in missing]},
         message=(
             f"{rel} needs {len(names)} symbols that no library in its load set defines: {', '.join(names[:4])}"
             + (f" and {len(names) - 4} more" if len(names) > 4 else "")
@@ -84,7 +84,7 @@ def one_per_catalog(findings: list[Finding]) -> list[Finding]:
     names 92 across CUDA 12 and 13): a list of candidates the package looks for, each only when asked."""
     absent: dict[tuple[str, Severity], list[Finding]] = {}
     for f in findings:
-        if f.details.get("found") is None and "which ld.so would not find here" in f.message:
+        if f.found is None and "which ld.so would not find here" in f.message:
             absent.setdefault((f.module.rsplit(":", 1)[0], f.severity), []).append(f)
     out: list[Finding] = []
     grouped: set[int] = set()
@@ -92,7 +92,7 @@ def one_per_catalog(findings: list[Finding]) -> list[Finding]:
         if len(group) < CATALOG:
             continue
         grouped |= {id(f) for f in group}
-        names = [str(f.details["library"]) for f in group]
+        names = [str(f.library) for f in group]
         out.append(
             Finding(
                 severity=severity,
@@ -100,8 +100,8 @@ def one_per_catalog(findings: list[Finding]) -> list[Finding]:
                 kind=Kind.BY_NAME,
                 details={
                     "libraries": names,
-                    "named_in": sorted({p for f in group for p in f.details["named_in"]}),
-                    "dist": group[0].details.get("dist"),
+                    "named_in": sorted({p for f in group for p in f.named_in}),
+                    "dist": group[0].given_dist,
                 },
                 message=(
                     f"{file} names {len(names)} libraries to load by name at run time that ld.so would not find here: "

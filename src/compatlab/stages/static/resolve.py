@@ -70,7 +70,7 @@ class SiteResolver(Resolver):
         if elsewhere:
             where = self.rel(elsewhere[0])
             dist = self.dist_of(elsewhere[0])
-            details["shipped_at"] = where
+            details.update(shipped_at=where)
             who = f"{dist.name} {dist.version} ships it at {where}" if dist else f"{where} exists"
             return f"{who}, but nothing on {self.rel(needer)}'s search path points there", details
         m = CUDA_MAJOR_LIB.match(name)
@@ -81,7 +81,7 @@ class SiteResolver(Resolver):
             if n.startswith(stem) and re.fullmatch(r"\d+", n[len(stem) :])
             for p in ps
         )
-        details["other_versions"] = others
+        details.update(other_versions=others)
         cuda = self.torch_cuda()
         mod_dist = self.dist_of(module)
         mod_name = mod_dist.name if mod_dist else self.rel(module).split("/")[0]
@@ -91,7 +91,7 @@ class SiteResolver(Resolver):
             if cudart is not None:
                 parent = Path(self.rel(cudart.path)).parent
                 where = f" ({(parent.parent if parent.name == 'lib' else parent).as_posix()})"
-            details["torch_cuda"] = cuda
+            details.update(torch_cuda=cuda)
             return (
                 f"this environment's torch is CUDA {cuda}{where}; {mod_name} was built for CUDA {m.group(2)}"
             ), details

@@ -92,11 +92,7 @@ def _check(
     needs = ImportNeeds(sp, py)
     for mpath, raw in per_module:
         dist = site.dist_of(mpath)
-        found = (
-            raw
-            if dist is None
-            else [dataclasses.replace(f, details={**f.details, "dist": f.details.get("dist", dist.name)}) for f in raw]
-        )
+        found = raw if dist is None else [f.of_dist(dist.name) for f in raw]
         if mpath not in loaded_by_import:
             found = folds.loaded_by_no_extension(found)
         elif any(f.severity == Severity.FAIL for f in found):
