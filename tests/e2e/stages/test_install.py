@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from compatlab import envs
 from compatlab.cells import Cell, expand, planned
 from compatlab.config.matrix import Matrix, load_matrix
 from compatlab.host import host_facts
 from compatlab.runner import run_cell
 from compatlab.runs import store
 from compatlab.runs.model import CellResult, CellState
+from compatlab.runs.records.install import InstallDetails
 from compatlab.stages import PIPELINE
 from compatlab.venvs import cell_venv
 from fixtures.labutil import uv_dir
@@ -141,3 +143,23 @@ def test_a_cell_whose_interpreter_cannot_be_found_is_an_error_naming_it(tmp_path
         "from axes.python"
     )
     assert found.state != CellState.ERROR, found.reason
+
+
+def test_a_lab_bug_after_uv_installed_keeps_what_uv_did(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The venv is made and torch installed; reading it back then fails (a lab bug): the cell's install stage is
+    an error naming it, and the cell keeps the install record and uv's output, as a cell that passed would."""
+
+    def broken(python: Path) -> object:
+        raise RuntimeError(f"freeze of {python.name} broke")
+
+    monkeypatch.setattr(envs, "freeze", broken)
+    ((_cell, result),) = install(tmp_path, matrix_of(tmp_path, url, TWO[-1:]))
+    (stage,) = result.stages
+    assert (stage.state, stage.reason) == ("error", "lab error: RuntimeError('freeze of python broke')")
+    assert result.install is not None
+    assert "torch==2.9.1" in result.install.requirements
+    details = InstallDetails.of(stage)
+    assert details.argv[1:3] == ("pip", "install")
+    assert details.uv_seconds is not None
