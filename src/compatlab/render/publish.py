@@ -38,7 +38,7 @@ def write_run(
 ) -> list[Path]:
     """Write index.html, compat.md, results.json (and changes.md when there is an earlier run or *news*).
 
-    Through runs/store.py's write_latest: a folder that shows a newer run is left as it is (StaleRun), and
+    Through runs/latest.py's write_latest: a folder that shows a newer run is left as it is (StaleRun), and
     one that shows an older run of the matrix keeps the cells this run did not run (store.whole_matrix).
     """
     run = store.whole_matrix(out_dir, run)

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def run_import_stage(ctx: CellContext) -> StageResult:
-    """Load every extension module of the cell's packages, each in its own process (compat/test_import.py).
+    """Load every extension module of the cell's packages, each in its own process (incell/suites/test_import.py).
 
     Fails when a module cannot load for a reason of the stack (undefined symbol, missing library, crash,
     hang, Python ImportError); on a machine without a driver a stand-in libcuda.so.1 is used and said so.

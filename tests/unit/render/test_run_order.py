@@ -1,4 +1,4 @@
-"""Run order has one definition (runs/model.py: RunInfo.order, the start in nanoseconds, then the id): two runs
+"""Run order has one definition (runs/info.py: RunInfo.order, the start in nanoseconds, then the id): two runs
 that started in the same second are ordered alike by ``latest/`` and by the page's "since the previous run"."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from compatlab.stages.static.toolchain import toolchain_problems
 __all__ = ["NOT_NEEDED_FILE", "check_site_packages", "judge_loaded_by_path", "run_static_stage"]
 
 # In the cell's work folder, static/: the modules that cannot load but that no package import needs, for
-# the import stage to confirm (incell/suites/test_import.py reads it; the name is spelled there too).
+# the import stage to confirm (incell/imports/needed.py reads it; the name is spelled there too).
 NOT_NEEDED_FILE = "not-needed.json"
 
 
