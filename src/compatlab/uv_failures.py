@@ -48,7 +48,13 @@ _INFRA_PATTERNS = (
     r"Network is unreachable",
     r"Failed to download",
     r"failed to read from file",
-    r"No space left on device",
+)
+# A full disk (uv's cache or the venv being written): the machine, never the index, although uv's first line
+# says "Failed to download" (uv 0.13: "failed to write to file `…`: No space left on device (os error 28)").
+_DISK_FULL = r"No space left on device|\(os error 28\)"
+DISK_FULL_FIX = (
+    "free space there, or put uv's cache and the cells' venvs on a bigger disk (UV_CACHE_DIR, COMPATLAB_VENVS; "
+    "README: Disk)"
 )
 # uv's hint when an index answered 401/403: the credentials, not the stack.
 _AUTH_HINT = r"lack of valid authentication credentials"
@@ -84,6 +90,8 @@ def classify_uv_failure(
     held = resolver.placeholder(text)
     if held is not None:
         return StageState.FAIL, held.describe()
+    if re.search(_DISK_FULL, text, re.IGNORECASE):
+        return StageState.ERROR, f"disk full: {_uv_summary(text)}; {DISK_FULL_FIX}"
     for pattern in _UNSAT_PATTERNS:
         if re.search(pattern, text, re.IGNORECASE):
             explained = explain_unsatisfiable(plan, timeout=probe_timeout) if plan is not None else None

@@ -137,6 +137,12 @@ _TABLE = (
     ),
     Cause("not-run", "amber", "a required stage did not run here", "run the stage where it can run"),
     Cause("infra", "grey", "the index, the network or the machine failed", "run again; check the index"),
+    Cause(
+        "disk-full",
+        "grey",
+        "the disk filled up (uv's cache or the cells' venvs)",
+        "free space, or put UV_CACHE_DIR and COMPATLAB_VENVS on a bigger disk",
+    ),
     Cause("lab-error", "grey", "the lab itself failed", "report it with the log"),
     Cause("unclassified", "red", "a failure no rule of the table names yet", "read the reason"),
 )

@@ -71,6 +71,8 @@ def cause_of(result: StageResult) -> str:
     if state == StageState.SKIP:
         return "not-run" if result.required else ""
     if state == StageState.ERROR:
+        if reason.startswith("disk full"):
+            return "disk-full"  # uv_failures.classify_uv_failure's words for ENOSPC
         return "lab-error" if reason.startswith("lab error") else "infra"
     if state == StageState.WARN:
         if result.name == "static" and _static(result) == "toolchain":
