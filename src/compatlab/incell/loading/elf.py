@@ -18,6 +18,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from compatlab.incell.files import is_elf
+
 __all__ = [
     "FATBIN_SECTIONS",
     "MAX_SECTION_BYTES",
@@ -161,21 +163,8 @@ def is_extension_module(path: str | os.PathLike[str]) -> str | None:
         # Named as only an extension module is (a CPython or abi3 tag) but unreadable here (section headers
         # stripped or damaged; ld.so needs none of them): load it, so that the loader, not silence, says.
         tagged = re.search(r"\.(?:cpython-[^.]+|abi3)\.so$", name) is not None
-        return base if tagged and os.path.isfile(path) and _has_elf_magic(path) else None
+        return base if tagged and is_elf(path) else None
     return base if f"PyInit_{base}" in syms.defined else None
-
-
-def _has_elf_magic(path: str | os.PathLike[str]) -> bool:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == b"\x7fELF"
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def importable_here(filename: str) -> bool:
