@@ -110,6 +110,7 @@ class _Server:
         self.pending = b""
         self._ticking = False  # in _meanwhile (a signal handler may run again inside it)
         self._importing = False  # an adoption's import is under way: _meanwhile may end it
+        self._adopting: dict[str, Any] | None = None  # the request being adopted: its child's reply waits for it
         self.jobs: dict[int, _Job] = {}  # by pid
         self.by_fd: dict[int, _Job] = {}
         self.poll = select.poll()
@@ -249,7 +250,13 @@ class _Server:
             return None
         code = self._fork_child(request)
         if code is None and request.get("adopt") and request.get("name") and not request.get("path"):
-            self._adopt(str(request["name"]), float(request.get("timeout", 180.0)))
+            # Its own child is answered after the adoption, so that its reply tells what the adoption did.
+            self._adopting = request
+            try:
+                self._adopt(str(request["name"]), float(request.get("timeout", 180.0)))
+            finally:
+                self._adopting = None
+            self._tend()
         return code
 
     def _fork_child(self, request: dict[str, Any]) -> int | None:
@@ -298,7 +305,7 @@ class _Server:
             if job.killed_at is not None and now >= job.killed_at + _GRACE:
                 for fd in list(job.fds):  # something outside the group holds the pipes: let go of them
                     self._close(job, fd)
-            if job.status is not None and not job.fds:
+            if job.status is not None and not job.fds and job.request is not self._adopting:
                 job.kill()  # what the child left behind in its group goes with it
                 del self.jobs[pid]
                 if self.open:

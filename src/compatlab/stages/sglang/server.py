@@ -45,6 +45,9 @@ SERVER_INFO = ("/server_info", "/get_server_info")
 NOT_LOGGED = "not logged yet"
 SPECULATIVE = "EAGLE3"
 _ACCEPT = {"Accept": "application/json"}
+# A health poll that had less than this (the start-up deadline's last moment) and got no whole answer says nothing
+# of the server: its "no complete answer within 0 s" is the deadline's, so the reason keeps the poll before it.
+POLL_SAYS = 0.5
 _NAME = (str, type(None))
 # What is read of each answer, with the types it must have (other keys are not looked at).
 MODEL_INFO_SHAPE = net.Obj(optional={"model_path": _NAME, "served_model_name": _NAME})
@@ -215,15 +218,19 @@ class ServerProcess:
                     f"{self.port}){last}",
                     self.tail(),
                 )
+            poll = min(5.0, left)
             try:
-                health = net.request(self.url(self.spec.health), timeout=min(5.0, left), headers=_ACCEPT)
+                health = net.request(self.url(self.spec.health), timeout=poll, headers=_ACCEPT)
                 last = ""
                 if health.status == 200:
                     info = self._first_json(MODEL_INFO, MODEL_INFO_SHAPE, timeout=min(5.0, max(0.001, deadline.left())))
                     if info is not None:
                         return info
             except (net.Unreachable, net.Expired, net.Incomplete) as exc:
-                last = "" if isinstance(exc, net.Unreachable) else f"; the last poll: {exc}"
+                if isinstance(exc, net.Unreachable):
+                    last = ""
+                elif poll >= POLL_SAYS:  # a poll the start-up deadline cut short says nothing of the server
+                    last = f"; the last poll: {exc}"
             except net.HttpError as exc:
                 raise self._broken(exc) from None
             time.sleep(min(pause, max(0.0, deadline.left())))
