@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from compatlab.errors import LabError
 from compatlab.existing import Environment
 from compatlab.rehearse.copy import UntouchedError, copy_environment, remove_copy
@@ -160,8 +162,6 @@ def _safer_holds(
     env: Environment, before: CellResult, request: Request, first: Attempt
 ) -> list[tuple[str, dict[str, str]]]:
     """The safer requests to try, in order, each as (label, {name: version held})."""
-    from packaging.utils import canonicalize_name
-
     from compatlab.rehearse.diff import module_verdicts
 
     asked = {canonicalize_name(p) for p in request.packages}

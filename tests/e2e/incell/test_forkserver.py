@@ -349,6 +349,16 @@ def test_a_package_that_starts_a_thread_is_named(tmp_path: Path, server: ForkSer
     assert (server.adopted, server.threaded) == (["compatlab_threader"], ["compatlab_threader"])
 
 
+def test_the_adopting_load_is_answered_after_the_adoption(tmp_path: Path, server: ForkServer) -> None:
+    """The package imports at once in the child and takes a second in the server itself: the child is done
+    while the adoption still imports, and its reply waits for the adoption, so that it tells what it did."""
+    _package(
+        tmp_path, "compatlab_slow_here", f"import os, time\nif os.getpid() == {server.pid}:\n    time.sleep(1.0)\n"
+    )
+    assert server.load(path=None, name="compatlab_slow_here", adopt=True)[0] is None
+    assert server.adopted == ["compatlab_slow_here"]
+
+
 def _gated(root: Path, name: str, gate: Path) -> None:
     """A package whose import says it began (a file named for its pid) and then waits for *gate* to exist."""
     _package(

@@ -842,3 +842,18 @@ def test_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err == (
         f"error: {path}: thresholds.perf.min-speedup: expected a positive number, got 0\n"
     )
+
+
+def test_a_poll_the_start_up_deadline_cut_short_keeps_the_poll_before_it(tmp_path: Path) -> None:
+    """A server that opens its port but drips every answer (a byte each 10 s): the first health poll has its
+    whole 5 s and gets no answer; the last has what the 5.4 s start-up deadline leaves (~0.4 s). The reason
+    tells the first, never the deadline's own cut ("within 0 s")."""
+    config = _config(tmp_path, ["--drip", "10"], ["--accept-length", "3"], server={"startup-timeout": 5.4})
+    report = run_perf(config, tmp_path / "out")
+    _assert_gone(report.pids)
+    port = report.trials[0]["port"]
+    assert report.state == StageState.ERROR
+    assert report.reason == (
+        f"baseline server did not become healthy within 5.4 s (/health_generate on port {port}); the last poll: "
+        f"http://127.0.0.1:{port}/health_generate: no complete answer within 5 s"
+    )
