@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["UNWRITABLE", "ConfigError", "LabError", "Unwritable", "UsageError"]
+__all__ = ["UNWRITABLE", "ConfigError", "LabError", "Unwritable", "UsageError", "lab_error"]
 
 # What a folder the lab must write answers when it cannot be written: read-only, no permission, full.
 UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR})
@@ -47,3 +47,8 @@ class Unwritable(LabError):
     def fixed(self, fix: str) -> Unwritable:
         """The same error with *fix* said after it (the first fix said stays)."""
         return self if self.fix else Unwritable(self.path, self.why, fix)
+
+
+def lab_error(exc: BaseException) -> str:
+    """The reason of a stage the lab itself broke: a LabError in its own words, anything else as its repr."""
+    return f"lab error: {exc if isinstance(exc, LabError) else repr(exc)}"

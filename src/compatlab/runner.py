@@ -21,7 +21,7 @@ from compatlab.cells import Cell, expand, planned
 from compatlab.config.matrix import Matrix
 from compatlab.config.serve import ServeConfig
 from compatlab.config.thresholds import Thresholds
-from compatlab.errors import UNWRITABLE, LabError, Unwritable, UsageError
+from compatlab.errors import UNWRITABLE, Unwritable, UsageError, lab_error
 from compatlab.existing import Environment, existing_cell
 from compatlab.reporter import Reporter
 from compatlab.runs import store
@@ -360,8 +360,7 @@ def run_pipeline(
             ctx = dataclasses.replace(ctx, previous=(*ctx.previous, *skipped))
     except Exception as exc:  # the lab's own failure: recorded as `error`, the cell's result still written
         log.exception("cell %s: lab error", ctx.cell.id)
-        why = str(exc) if isinstance(exc, LabError) else repr(exc)
-        lab = StageResult(name="lab", state=StageState.ERROR, reason=f"lab error: {why}")
+        lab = StageResult(name="lab", state=StageState.ERROR, reason=lab_error(exc))
         ctx = dataclasses.replace(ctx, previous=(*ctx.previous, lab))
     return ctx
 
@@ -443,8 +442,7 @@ def _run_stage(stage: Stage, ctx: CellContext) -> tuple[StageResult, CellContext
             sr = StageResult(name=stage.name, state=StageState.ERROR, reason=str(said))
     except Exception as exc:  # a lab bug in one stage must not lose the cell: logged, the cell goes on
         log.exception("stage %s crashed", stage.name)
-        why = str(exc) if isinstance(exc, LabError) else repr(exc)
-        sr = StageResult(name=stage.name, state=StageState.ERROR, reason=f"lab error: {why}")
+        sr = StageResult(name=stage.name, state=StageState.ERROR, reason=lab_error(exc))
     if not sr.seconds:
         sr = dataclasses.replace(sr, seconds=round(time.monotonic() - s0, 3))
     if held is not None and held.gpus:

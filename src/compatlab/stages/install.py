@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from compatlab import envs, uv_failures
-from compatlab.errors import LabError
+from compatlab.errors import lab_error
 from compatlab.runs.model import InstallRecord, StageResult, StageState
 from compatlab.runs.records.install import InstallDetails
 from compatlab.stages.base import CellContext, Installed
@@ -90,9 +90,8 @@ def run_install_stage(ctx: CellContext) -> Installed:
         frozen = envs.freeze(ctx.python)
     except Exception as exc:  # a lab bug after uv installed: the cell keeps what uv did (the record, its output)
         log.exception("stage install crashed")
-        why = str(exc) if isinstance(exc, LabError) else repr(exc)
         return Installed(
-            result=dataclasses.replace(result, state=StageState.ERROR, reason=f"lab error: {why}"), install=record
+            result=dataclasses.replace(result, state=StageState.ERROR, reason=lab_error(exc)), install=record
         )
     lines = tuple(frozen.stdout.splitlines()) if frozen.ok else ()
     (ctx.venv / COMPLETE).write_text("installed by compatlab\n", encoding="utf-8")
