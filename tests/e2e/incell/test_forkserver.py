@@ -413,3 +413,36 @@ def test_a_client_gone_mid_adoption_ends_the_server_and_its_children(tmp_path: P
     finally:
         (tmp_path / "never").touch()
         pool.shutdown(wait=True)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def test_a_child_that_ends_as_an_adoption_is_asked_survives_the_adoption(tmp_path: Path, server: ForkServer) -> None:
+    """One poll finds a child done and a request to adopt: the adoption's tick reads and closes that child's
+    pipes, and the loop must not read them again (the server died of KeyError on the SGLang stack)."""
+    (tmp_path / "began").mkdir()
+    _gated(tmp_path, "compatlab_first", tmp_path / "first-may-end")
+    _package(
+        tmp_path, "compatlab_slow_here", f"import os, time\nif os.getpid() == {server.pid}:\n    time.sleep(1.0)\n"
+    )
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(server.load, path=None, name="compatlab_first")
+        assert _wait_for(lambda: len(list((tmp_path / "began").glob("compatlab_first.*"))) == 1)
+        child = int(next((tmp_path / "began").glob("compatlab_first.*")).suffix[1:])
+        os.kill(server.pid, signal.SIGSTOP)  # the server polls nothing until both are there
+        try:
+            (tmp_path / "first-may-end").touch()
+            assert _wait_for(lambda: _zombie(child))  # done, its pipes closed, not yet reaped
+            adopted = pool.submit(server.load, path=None, name="compatlab_slow_here", adopt=True)
+            time.sleep(0.5)  # the request is in the server's pipe
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert first.result(timeout=60)[0] is None
+        assert adopted.result(timeout=60)[0] is None
+    assert server.load(path=None, name="json")[0] is None  # still serving
+    assert server.adopted == ["compatlab_slow_here"]

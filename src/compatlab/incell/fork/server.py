@@ -123,13 +123,16 @@ class _Server:
     def serve(self) -> int | None:
         """The server's loop; returns an exit status in a forked child (None in the server, at the end)."""
         while self.open or self.jobs:
-            for fd, _event in self.poll.poll(self._wait()):
-                if fd == self.requests:
-                    code = self._read_requests()
-                    if code is not None:
-                        return code
-                else:
+            ready = [fd for fd, _event in self.poll.poll(self._wait())]
+            # The children's pipes first, the client's requests last: a request may adopt a package, and
+            # while it imports, the tick reads (and closes) the pipes this poll said were ready.
+            for fd in ready:
+                if fd != self.requests:
                     self._read_child(fd)
+            if self.requests in ready:
+                code = self._read_requests()
+                if code is not None:
+                    return code
             self._tend()
         return None
 
