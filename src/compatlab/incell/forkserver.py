@@ -22,7 +22,8 @@ protocol is JSON lines on descriptors it takes over from stdin and stdout before
     server -> client   {"ready": true}  or  {"ready": false, "step": ..., "type": ..., "message": ...}
     client -> server   {"id": 1, "path": "/x/m.so" or null, "name": "pkg.m", "pre": ["torch"], "timeout": 180,
                         optional: "environ": {"NAME": "value"} (set in the child first),
-                        "own": ["pkg", "pkg.m"] (its distribution's modules), "adopt": true}
+                        "own": ["pkg", "pkg.m"] (its distribution's modules), "adopt": true,
+                        "imported_ok": true (a module imported here already is loaded: not refused)}
     server -> client   {"id": 1, "pid": ..., "returncode": ..., "stdout": ..., "stderr": ..., "seconds": ...,
                         "timed_out": ..., "record": {"ok": ..., "step": ..., ...} or null,
                         "adopted": 12, "closed": ""}
@@ -32,7 +33,9 @@ Adoption (``"adopt": true`` on a package's import): once the child is forked, th
 too, so the children forked after it start with it and pay only for their own part: the import stage costs
 about what one interpreter importing everything costs, not that times the shared dependencies. Isolation is
 kept where it matters: a load whose own modules (``"own"``) an adopted package imported is refused, and the
-client asks a server that adopts nothing; an adoption that fails is undone (its modules forgotten), and one
+client asks a server that adopts nothing, unless it says ``"imported_ok"`` and the module itself is imported
+here already (by name, from the same file for a load by path): an adopted package's import loaded it, and its
+child finds it loaded as a prerequisite's module is; an adoption that fails is undone (its modules forgotten), and one
 that initialised CUDA closes the server to new children. A package that started a thread at import is
 named (``"threaded"``): a forked child inherits none of its threads, so the client asks every failure again
 of a server that adopts nothing, whose verdict is the one kept. An adoption holds up no child already
@@ -190,11 +193,13 @@ class ForkServer:
         environ: Mapping[str, str] | None = None,
         own: Sequence[str] = (),
         adopt: bool = False,
+        imported_ok: bool = False,
     ) -> tuple[LoadFailure | None, Completed]:
         """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter;
         *environ* is set in the child's environment first (what the programs it starts see). *own*: the
         modules of the module's own distribution (Refused when an adopted package imported one); *adopt*:
-        the server imports package *name* itself once the child is forked."""
+        the server imports package *name* itself once the child is forked; *imported_ok*: a module imported
+        there already (from *path*, when given) is not refused for *own*."""
         ident = next(self._ids)
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         request: dict[str, Any] = {
@@ -210,6 +215,8 @@ class ForkServer:
             request["own"] = list(own)
         if adopt:
             request["adopt"] = True
+        if imported_ok:
+            request["imported_ok"] = True
         with self._lock:
             if self._gone:
                 raise ServerGone(self._gone)

@@ -325,6 +325,36 @@ def test_an_adopted_package_is_inherited_by_later_children_and_never_under_its_o
         server.load(path=None, name="compatlab_dep", own=["compatlab_dep"])
 
 
+def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_allows_it(
+    tmp_path: Path, server: ForkServer
+) -> None:
+    ran = tmp_path / "ran"
+    _package(tmp_path, "compatlab_eager", "import compatlab_eager.fast\n")
+    folder = tmp_path / "pypath" / "compatlab_eager"
+    body = f"import os\nopen({str(ran)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+    (folder / "fast.py").write_text(body, encoding="utf-8")
+    (folder / "lazy.py").write_text(body, encoding="utf-8")
+    (tmp_path / "elsewhere.py").write_text(body, encoding="utf-8")
+    own = ["compatlab_eager", "compatlab_eager.fast", "compatlab_eager.lazy"]
+    assert server.load(path=None, name="compatlab_eager", own=own, adopt=True)[0] is None
+    assert len(ran.read_text(encoding="utf-8").split()) == 2  # its child's import, then the server's
+    # Imported here by the adopted package, from that file: its child finds it loaded and runs nothing again.
+    fast = str(folder / "fast.py")
+    failure, done = server.load(path=fast, name="compatlab_eager.fast", own=own, imported_ok=True)
+    assert (failure, done.returncode) == (None, 0)
+    assert server.load(path=None, name="compatlab_eager.fast", own=own, imported_ok=True)[0] is None
+    assert len(ran.read_text(encoding="utf-8").split()) == 2
+    # Refused as before: without the client's leave, a module not imported here, and another file of that name.
+    for path, name, allowed in [
+        (fast, "compatlab_eager.fast", False),
+        (str(folder / "lazy.py"), "compatlab_eager.lazy", True),
+        (str(tmp_path / "elsewhere.py"), "compatlab_eager.fast", True),
+    ]:
+        with pytest.raises(Refused, match="imported here already"):
+            server.load(path=path, name=name, own=own, imported_ok=allowed)
+    assert len(ran.read_text(encoding="utf-8").split()) == 2
+
+
 def test_an_adoption_that_fails_is_undone(tmp_path: Path, server: ForkServer) -> None:
     _package(tmp_path, "compatlab_halfway", "import compatlab_halfway.part\nraise RuntimeError('halfway')\n")
     (tmp_path / "pypath" / "compatlab_halfway" / "part.py").write_text("X = 1\n", encoding="utf-8")

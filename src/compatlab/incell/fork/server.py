@@ -39,6 +39,19 @@ def _cuda_initialised() -> bool:
     return bool(check()) if callable(check) else False
 
 
+def _imported(request: dict[str, Any]) -> bool:
+    """The module *request* loads is imported here already: by name, and from the same file for a load by
+    path (an adopted package imported it, so it linked and initialised in this process)."""
+    module = sys.modules.get(str(request.get("name") or ""))
+    if module is None:
+        return False
+    path = request.get("path")
+    if not path:
+        return True
+    file = getattr(module, "__file__", None)
+    return isinstance(file, str) and os.path.realpath(file) == os.path.realpath(str(path))
+
+
 class _Job:
     def __init__(self, request: dict[str, Any], pid: int, fds: dict[int, str]) -> None:
         self.request = request
@@ -207,6 +220,8 @@ class _Server:
     def _refusal(self, request: dict[str, Any]) -> str:
         if self.closed:
             return self.closed
+        if request.get("imported_ok") and _imported(request):
+            return ""  # its child finds it loaded, as a prerequisite's module is (probe.steps)
         hit = sorted(str(n) for n in request.get("own") or [] if str(n) in self.imported)
         return f"{', '.join(hit[:3])} imported here already, by an adopted package" if hit else ""
 

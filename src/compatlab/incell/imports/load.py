@@ -35,6 +35,7 @@ from compatlab.incell.imports.progress import Progress
 from compatlab.incell.loading.failure import LoadFailure, c_level_failure, describe
 from compatlab.incell.loading.installed import LoadTarget
 from compatlab.incell.loading.observed import attempts_of, mapped_of
+from compatlab.incell.proc import Completed
 
 __all__ = ["load_entry", "load_plan", "own_library"]
 
@@ -63,19 +64,14 @@ def load_entry(target: LoadTarget, driver: Driver, loader: Loader) -> tuple[Impo
     for _attempt in range(4):
         # A package's import is adopted by the server (its dependents' children start with it); the retries
         # below are not (the server has it by then, and refuses them to the server that adopts nothing).
-        failure, done = loader.load(target, adopt=target.path is None and _attempt == 0)
+        if target.path is not None:
+            failure, done, first, by_name = _load_module(target, loader)
+        else:
+            failure, done = loader.load(target, adopt=_attempt == 0)
+            first, by_name = failure, False
         if failure is not None and failure.kind == "undefined-symbol" and failure.symbol and driver.add(failure.symbol):
             continue  # the stand-in lacked a driver entry point, not the stack a symbol
         break
-    by_name, first = False, failure
-    if failure is not None and failure.kind in ("import-error", "signal") and target.path is not None:
-        # Python refused the module loaded by path beside its package (numpy's _multiarray_umath imports
-        # numpy, which loads it again: "cannot load module more than once"), or its init crashed because
-        # its package had not set it up first (h5py's defs, jaxlib's MLIR dialects); it linked, so import
-        # it by its name, in a process of its own, as its package does. A link failure is never retried.
-        again, _done = loader.load(LoadTarget(dist=target.dist, label=target.label, name=target.name))
-        if again is None:
-            failure, by_name = None, True
     before = None
     sibling = own_library(target, failure)
     if sibling is not None:
@@ -128,6 +124,38 @@ def load_entry(target: LoadTarget, driver: Driver, loader: Loader) -> tuple[Impo
     )
     # What a package's import mapped: reduced to its own distribution's shared objects afterwards.
     return entry, mapped_of(done) if failure is None and target.path is None else None
+
+
+_BY_NAME = ("import-error", "signal")  # a load by path that linked but Python refused, or whose init crashed
+
+
+def _load_module(target: LoadTarget, loader: Loader) -> tuple[LoadFailure | None, Completed, LoadFailure | None, bool]:
+    """An extension module loaded by path, and where Python refused it so or its init crashed, by its name
+    (``_BY_NAME``): numpy's ``_multiarray_umath`` imports numpy, which loads it again ("cannot load module
+    more than once"); h5py's defs need their package set up first. It linked, so it is imported by its name,
+    as its package does; a link failure is never retried. (failure, the load by path, its failure, whether
+    by its name.)
+
+    Asked of the adopting server first, where a module that an adopted package imported already is loaded
+    (it linked and initialised there); the load by name follows there at once. A failure there is asked
+    again of the server that adopts nothing, by path and then by name, and that answer kept."""
+    by_name = LoadTarget(dist=target.dist, label=target.label, name=target.name)
+    answer = loader.ask_adopting(target, imported_ok=True)
+    if answer is not None:
+        failure, done = answer
+        if failure is None:
+            return None, done, None, False
+        if failure.kind in _BY_NAME:
+            again = loader.ask_adopting(by_name, imported_ok=True)
+            if again is not None and again[0] is None:
+                return None, done, failure, True
+        loader.confirming()
+    failure, done = loader.ask_plain(target)
+    if failure is not None and failure.kind in _BY_NAME:
+        named, _done = loader.ask_plain(by_name) if answer is not None else loader.load(by_name, imported_ok=True)
+        if named is None:
+            return None, done, failure, True
+    return failure, done, failure, False
 
 
 def own_library(target: LoadTarget, failure: LoadFailure | None) -> str | None:

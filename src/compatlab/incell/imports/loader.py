@@ -129,41 +129,62 @@ class Loader:
             return servers[key]
 
     def load(
-        self, target: LoadTarget, preload: Sequence[str] = (), *, adopt: bool = False
+        self, target: LoadTarget, preload: Sequence[str] = (), *, adopt: bool = False, imported_ok: bool = False
     ) -> tuple[LoadFailure | None, Completed]:
-        """Load *target* after the prerequisites and then the libraries *preload* (absolute paths); *adopt*:
-        the adopting server imports the package too, for the loads after it."""
+        """Load *target* after the prerequisites and then the libraries *preload* (absolute paths): asked of
+        the adopting server first, and a failure there again of the server that adopts nothing (whose
+        verdict is kept); *adopt*: the adopting server imports the package too, for the loads after it;
+        *imported_ok*: a module that server imported already (an adopted package did) is loaded there."""
+        answer = self.ask_adopting(target, preload, adopt=adopt, imported_ok=imported_ok)
+        if answer is not None and answer[0] is None:
+            return answer
+        if answer is not None:
+            self.confirming()
+        return self.ask_plain(target, preload)
+
+    def confirming(self) -> None:
+        """An adopting server's failure is asked again of the server that adopts nothing: counted."""
+        with self._lock:
+            self.confirmed += 1
+
+    def ask_adopting(
+        self, target: LoadTarget, preload: Sequence[str] = (), *, adopt: bool = False, imported_ok: bool = False
+    ) -> tuple[LoadFailure | None, Completed] | None:
+        """The adopting server's answer for *target* (see ``load``); None where it gave none: there is none
+        (it could not start, closed or died) or it refused (the load's package is imported there)."""
         env = self.driver.env()
-        pre = [m for m in self.pre if m != target.name] + list(preload)
         adopting = self._server(env, adopting=True) if self.fork else None
-        if adopting is not None:
-            try:
-                failure, done = adopting.load(
-                    path=target.path,
-                    name=target.name,
-                    pre_import=pre,
-                    timeout=self.timeout,
-                    own=self.own.get(target.dist, [target.name]),
-                    adopt=adopt and target.name not in self.unadoptable,
-                )
-                if failure is None:
-                    return failure, done
-                # A failure is the verdict of a process that had imported only the prerequisites: asked
-                # again below, whatever the adopted packages changed (what they tried to load, a thread).
-                with self._lock:
-                    self.confirmed += 1
-            except forkserver.Refused:
-                with self._lock:
-                    self.refused += 1
-            except forkserver.ServerGone as exc:  # it died adopting a package: the other answers from now on
-                with self._lock:
-                    if self.adopting.get(env.get("LD_LIBRARY_PATH", "")) is adopting:
-                        self.adopting[env.get("LD_LIBRARY_PATH", "")] = None
-                        self.retired.append(adopting)
-                        self.problems.append(f"adopting fork server lost ({exc}): the others load the rest")
-            finally:
-                if adopting.closed:
-                    self._replace(env, adopting)
+        if adopting is None:
+            return None
+        try:
+            return adopting.load(
+                path=target.path,
+                name=target.name,
+                pre_import=self._pre(target, preload),
+                timeout=self.timeout,
+                own=self.own.get(target.dist, [target.name]),
+                adopt=adopt and target.name not in self.unadoptable,
+                imported_ok=imported_ok,
+            )
+        except forkserver.Refused:
+            with self._lock:
+                self.refused += 1
+        except forkserver.ServerGone as exc:  # it died adopting a package: the other answers from now on
+            with self._lock:
+                if self.adopting.get(env.get("LD_LIBRARY_PATH", "")) is adopting:
+                    self.adopting[env.get("LD_LIBRARY_PATH", "")] = None
+                    self.retired.append(adopting)
+                    self.problems.append(f"adopting fork server lost ({exc}): the others load the rest")
+        finally:
+            if adopting.closed:
+                self._replace(env, adopting)
+        return None
+
+    def ask_plain(self, target: LoadTarget, preload: Sequence[str] = ()) -> tuple[LoadFailure | None, Completed]:
+        """*target* loaded by a child of the server that adopts nothing (it imported only the prerequisites),
+        else by a fresh interpreter: the verdict of a process that has only what the load needs."""
+        env = self.driver.env()
+        pre = self._pre(target, preload)
         server = self._server(env) if self.fork else None
         if server is not None:
             try:
@@ -174,6 +195,9 @@ class Loader:
         return loadcheck.load_module(
             sys.executable, path=target.path, name=target.name, pre_import=pre, timeout=self.timeout, env=env
         )
+
+    def _pre(self, target: LoadTarget, preload: Sequence[str]) -> list[str]:
+        return [m for m in self.pre if m != target.name] + list(preload)
 
     def _watched(self, env: dict[str, str]) -> tuple[forkserver.ForkServer | None, Path]:
         # The loader reads LD_DEBUG once, at start: a server of its own, started with it on. Its children's
