@@ -18,7 +18,11 @@ import pytest
 
 from compatlab.incell import loadcheck
 from compatlab.incell.forkserver import ForkServer, Refused, ServerGone, enabled
+from compatlab.incell.imports.driver import Driver
+from compatlab.incell.imports.load import load_entry
+from compatlab.incell.imports.loader import Loader
 from compatlab.incell.loading.failure import LoadFailure, describe
+from compatlab.incell.loading.installed import LoadTarget
 from fixtures.sofix import abi_broken_module, compile_so, ext_module
 from fixtures.venvs import python_seeing
 
@@ -353,6 +357,46 @@ def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_al
         with pytest.raises(Refused, match="imported here already"):
             server.load(path=path, name=name, own=own, imported_ok=allowed)
     assert len(ran.read_text(encoding="utf-8").split()) == 2
+
+
+def test_a_load_python_refused_by_path_is_asked_by_name_there_and_only_a_double_failure_elsewhere(
+    tmp_path: Path, python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The import stage's loader over real fork servers of an interpreter that sees pypath/: one module Python
+    # refuses by path (it is not under its name in sys.modules while it runs) but imports by name, and one
+    # that fails both ways and says which server forked the child that ran it.
+    _package(tmp_path, "compatlab_twice", "")
+    folder = tmp_path / "pypath" / "compatlab_twice"
+    refuse = "import sys\nif __name__ not in sys.modules:\n    raise ImportError('cannot import name X from itself')\n"
+    (folder / "byname.py").write_text(refuse, encoding="utf-8")
+    (folder / "never.py").write_text("import os\nraise ImportError(f'never, in a child of {os.getppid()}')\n")
+    monkeypatch.setattr(sys, "executable", python)
+    driver = Driver(str(tmp_path / "work"), [])
+    loader = Loader(driver, [], 60, fork=True)
+
+    def target(name: str) -> LoadTarget:
+        return LoadTarget(
+            dist="compatlab-twice",
+            label=f"compatlab_twice/{name}.py",
+            name=f"compatlab_twice.{name}",
+            path=str(folder / f"{name}.py"),
+        )
+
+    try:
+        entry, _mapped = load_entry(target("byname"), driver, loader)
+        assert entry.ok
+        assert (entry.loaded or "").startswith("by name (import compatlab_twice.byname): by path, ")
+        # Both ways in the adopting server: nothing confirmed, no server that adopts nothing started.
+        assert loader.confirmed == 0
+        assert not any(loader.servers.values())
+        entry, _mapped = load_entry(target("never"), driver, loader)
+        assert not entry.ok
+        plain = [s for s in loader.servers.values() if s is not None]
+        assert len(plain) == 1
+        assert f"never, in a child of {plain[0].pid}" in (entry.reason or "")  # the verdict is that server's
+        assert loader.confirmed == 1
+    finally:
+        loader.close()
 
 
 def test_an_adoption_that_fails_is_undone(tmp_path: Path, server: ForkServer) -> None:
