@@ -49,3 +49,16 @@ def test_check_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch
     [overlay] = (tmp_path / "cache" / "tools").iterdir()
     assert (overlay / "pytest" / "__init__.py").is_file()
     assert (overlay / "pluggy" / "__init__.py").is_file()
+
+    # Its bytecode went to the lab's folder for this stack, not beside its sources (issue 35), and the next
+    # check reads it from there instead of compiling again.
+    [folder] = (tmp_path / "cache" / "bytecode").iterdir()
+    site = next((tmp_path / "env").resolve().glob("lib/python3*/site-packages"))
+    [pyc] = (folder / site.relative_to("/") / "fastpkg").glob("__init__.*.pyc")  # no __pycache__ in a prefix
+    written = pyc.stat().st_mtime_ns
+    again = run_check(inspect_environment(python), ExistingRequest(packages=("fastpkg",)), out=tmp_path / "out2").result
+    second = again.stage("import")
+    assert second is not None
+    assert second.state == StageState.PASS, second.reason
+    assert pyc.stat().st_mtime_ns == written
+    assert tree(tmp_path / "env") == before

@@ -284,3 +284,26 @@ def test_the_jit_cache_is_the_stack_s_and_paid_once(
     assert failed.state == StageState.FAIL
     assert failed.details["jit_cache"]["kept"] is False
     assert not root.exists()
+
+
+def test_the_servers_bytecode_is_compiled_once_outside_the_environment(
+    tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: on a box that writes no bytecode (PYTHONDONTWRITEBYTECODE, as many images set), every server
+    process compiled SGLang from source at each start. Its bytecode now goes to the stack's folder outside
+    the environment, written by the first server and read by the next and by the next run."""
+    monkeypatch.delenv("STANDIN_SGLANG_FAULT", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    site = next(gpu_venv.glob("lib/python3*/site-packages"))
+    first = run_serve_stage(_context(tmp_path / "one", gpu_venv))
+    assert first.state == StageState.PASS, first.reason
+    [folder] = (tmp_path / "home" / ".cache" / "compatlab" / "bytecode").iterdir()
+    [pyc] = (folder / site.resolve().relative_to("/") / "sglang").glob("launch_server.*.pyc")
+    written = pyc.stat().st_mtime_ns
+    assert not list(site.rglob("__pycache__")), "the environment must not be written"
+
+    second = run_serve_stage(_context(tmp_path / "two", gpu_venv))
+    assert second.state == StageState.PASS, second.reason
+    assert pyc.stat().st_mtime_ns == written
+    assert not list(site.rglob("__pycache__"))

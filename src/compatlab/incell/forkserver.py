@@ -64,7 +64,7 @@ from typing import IO, Any
 from compatlab.incell.fork.server import run_server
 from compatlab.incell.loading.failure import LoadFailure, classify_record
 from compatlab.incell.probe import RESULT_TAG
-from compatlab.incell.proc import HERE, Completed, module_command
+from compatlab.incell.proc import HERE, Completed, bytecode_prefix, module_command
 
 __all__ = ["ForkServer", "Refused", "ServerGone", "enabled", "main"]
 
@@ -148,7 +148,9 @@ class ForkServer:
         """Start a server that has imported *preload*, then adopted *adopt*; ServerGone (with the reason) if
         it could not."""
         started = time.monotonic()
-        command = module_command(python, "forkserver", ",".join(preload), ",".join(adopt), root=HERE)
+        command = module_command(
+            python, "forkserver", ",".join(preload), ",".join(adopt), root=HERE, bytecode=bytecode_prefix()
+        )
         proc = subprocess.Popen(
             command.argv,
             cwd=command.cwd,

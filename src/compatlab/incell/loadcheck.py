@@ -19,7 +19,7 @@ from pathlib import Path
 
 from compatlab.incell.loading.failure import LoadFailure, classify
 from compatlab.incell.loading.observed import c_level_failures
-from compatlab.incell.proc import HERE, Completed, InCellCommand, module_command, run
+from compatlab.incell.proc import HERE, Completed, InCellCommand, bytecode_prefix, module_command, run
 
 __all__ = ["c_level_probe", "load_module", "probe_command"]
 
@@ -46,7 +46,9 @@ def c_level_probe(
 def probe_command(python: str, *, path: str | None, name: str, pre_import: Sequence[str] = ()) -> InCellCommand:
     """The probe (``compatlab.incell.probe``) that loads *path* as module *name* (or imports package *name*
     when path is None) with *python*, after importing *pre_import*."""
-    return module_command(python, "probe", path or "", name, ",".join(pre_import), root=HERE)
+    return module_command(
+        python, "probe", path or "", name, ",".join(pre_import), root=HERE, bytecode=bytecode_prefix()
+    )
 
 
 def load_module(

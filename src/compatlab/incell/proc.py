@@ -13,11 +13,12 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["Completed", "InCellCommand", "module_command", "run"]
+__all__ = ["Completed", "InCellCommand", "bytecode_prefix", "module_command", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,18 @@ class InCellCommand:
 HERE = str(Path(__file__).resolve().parents[2])
 
 
+def bytecode_prefix() -> str | None:
+    """The folder this process keeps its bytecode in (``PYTHONPYCACHEPREFIX``, set by the lab for a suite:
+    stages/bytecode.py), for the processes it starts; None where it writes none."""
+    return None if sys.dont_write_bytecode else sys.pycache_prefix
+
+
 def module_command(
-    python: str | os.PathLike[str], module: str, *args: str, root: str | os.PathLike[str]
+    python: str | os.PathLike[str],
+    module: str,
+    *args: str,
+    root: str | os.PathLike[str],
+    bytecode: str | None = None,
 ) -> InCellCommand:
     """The one way a program of ``compatlab.incell`` runs in a cell: ``python -E -s -B -u -m
     compatlab.incell.<module> ARGS`` in the folder *root*, which holds ``compatlab/incell`` and nothing else of
@@ -76,8 +87,10 @@ def module_command(
       would also imply ``-P`` on 3.11+ (no working directory on ``sys.path``: *root* could not be found), and
       3.10 has no ``-P``; putting *root* on PYTHONPATH instead would need the variables ``-E`` drops.
     - ``-s``: no user site directory (``-E`` ignores PYTHONNOUSERSITE). ``-E -s`` is ``-I`` without ``-P``.
-    - ``-B``: no bytecode written: an existing environment (``compatlab check``) is read, never changed, as
-      the suites' PYTHONDONTWRITEBYTECODE keeps it.
+    - ``-B``: no bytecode written: an existing environment (``compatlab check``) is read, never changed. With
+      *bytecode* (code in a suite passes ``bytecode_prefix()``), ``-X pycache_prefix=BYTECODE`` instead: it
+      is written to that folder of the lab's, outside the environment, and read from there by the next
+      process (stages/bytecode.py).
     - ``-u``: unbuffered output (``-E`` ignores PYTHONUNBUFFERED): a program killed at its timeout, or a rank
       hung in NCCL, leaves all it wrote.
 
@@ -85,7 +98,8 @@ def module_command(
     config) takes that directory as an argument and changes to it itself. A child the program starts without
     these flags (torch's own helpers) sees the environment it was given.
     """
-    argv = [os.fspath(python), "-E", "-s", "-B", "-u", "-m", f"compatlab.incell.{module}", *args]
+    writes = ["-X", f"pycache_prefix={bytecode}"] if bytecode else ["-B"]
+    argv = [os.fspath(python), "-E", "-s", *writes, "-u", "-m", f"compatlab.incell.{module}", *args]
     return InCellCommand(argv=argv, cwd=os.fspath(root))
 
 

@@ -20,7 +20,7 @@ from compatlab.cells import Cell
 from compatlab.config.matrix import Matrix
 from compatlab.runs.model import InstallRecord, StageResult, StageState
 
-__all__ = ["CellContext", "Installed", "Stage", "blocked", "cell_env"]
+__all__ = ["CellContext", "Installed", "Stage", "blocked", "cell_env", "stack_of"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,3 +121,13 @@ def cell_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     if extra:
         env.update(extra)
     return env
+
+
+def stack_of(ctx: CellContext) -> str:
+    """The cell's exact stack: every distribution and version of its site-packages (its freeze), one a line."""
+    if ctx.freeze:
+        return "\n".join(sorted(ctx.freeze))
+    sites = (
+        [ctx.site_packages] if ctx.site_packages is not None else sorted(ctx.venv.glob("lib/python3*/site-packages"))
+    )
+    return "\n".join(sorted(info.name for site in sites for info in site.glob("*.dist-info")))

@@ -26,6 +26,7 @@ from compatlab.proc import incell_path
 from compatlab.runs.model import StageResult, StageState
 from compatlab.runs.records.suite import SuiteDetails
 from compatlab.stages.base import CellContext, cell_env
+from compatlab.stages.bytecode import bytecode_env
 
 __all__ = ["ensure_pytest", "run_suite", "suite_context", "tools_overlay"]
 
@@ -248,9 +249,9 @@ def run_suite(
     shim = incell_path()
     suites = shim / "compatlab" / "incell" / "suites"
     # COMPATLAB_LAB_PID: the suite dies with this process (incell/plugin.py), and knows if it already has.
-    env = cell_env(
-        ctx.venv, {"PYTHONPATH": str(shim), "PYTHONDONTWRITEBYTECODE": "1", "COMPATLAB_LAB_PID": str(os.getpid())}
-    )
+    # The environment is never written: bytecode goes to the cell's folder for it (bytecode.py), and the
+    # suite's own processes (incell.proc.module_command) keep it there too.
+    env = bytecode_env(ctx, cell_env(ctx.venv, {"PYTHONPATH": str(shim), "COMPATLAB_LAB_PID": str(os.getpid())}))
     if extra_env:
         env.update(extra_env)
     # The overlay goes last on sys.path (compatlab.incell.runpytest): the environment's own packages win.

@@ -21,7 +21,7 @@ from compatlab.incell import cudacompat, fakecuda
 from compatlab.incell.context import SuiteContext
 from compatlab.incell.loading.failure import LoadFailure, classify, describe
 from compatlab.incell.probe import RESULT_TAG
-from compatlab.incell.proc import HERE, module_command, run
+from compatlab.incell.proc import HERE, bytecode_prefix, module_command, run
 
 
 def _record(stderr: str) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def _record(stderr: str) -> dict[str, Any]:
 def _run_op(stage: Any, what: str, op: str, timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one GPU operation (compatlab.incell.cuda_ops *op*) in its own process; fail the stage with a
     classified reason if it broke."""
-    command = module_command(sys.executable, "cuda_ops", op, root=HERE)
+    command = module_command(sys.executable, "cuda_ops", op, root=HERE, bytecode=bytecode_prefix())
     done = run(command.argv, timeout=timeout, env=env or dict(os.environ), cwd=command.cwd)
     record = _record(done.stderr)
     if not (done.ok and record):  # it crashed, hung, or raised: say why as the import stage would

@@ -45,6 +45,7 @@ from compatlab.runs.atomic import write_json_atomic
 from compatlab.runs.model import StageResult, StageState
 from compatlab.runs.records.perf import LevelVerdict, PerfDetails
 from compatlab.stages.base import CellContext, cell_env
+from compatlab.stages.bytecode import bytecode_env
 from compatlab.stages.sglang.client import STATS, LevelResult, Target, run_level
 from compatlab.stages.sglang.server import (
     NOT_LOGGED,
@@ -623,7 +624,7 @@ def run_perf_stage(ctx: CellContext) -> StageResult:
     config = ctx.matrix.perf
     if config is None:
         return StageResult(name="perf", state=StageState.SKIP, reason="skipped: matrix.toml has no [perf] section")
-    env = cell_env(ctx.venv)
+    env = bytecode_env(ctx, cell_env(ctx.venv))  # its servers' bytecode compiled once (bytecode.py)
     try:
         report = run_perf(config, ctx.work_dir / "perf", env=env)
     except ConfigError as exc:

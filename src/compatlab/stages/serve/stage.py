@@ -47,7 +47,8 @@ from compatlab.incell.files import read_text
 from compatlab.incell.proc import run
 from compatlab.runs.model import StageResult, StageState
 from compatlab.runs.records.serve import ServeDetails
-from compatlab.stages.base import CellContext, cell_env
+from compatlab.stages.base import CellContext, cell_env, stack_of
+from compatlab.stages.bytecode import bytecode_env
 from compatlab.stages.serve.causes import Cause, Phase, find_cause
 from compatlab.stages.serve.model import ModelFiles, SetupError, make_model
 from compatlab.stages.sglang.client import LevelResult, Target, run_level
@@ -335,16 +336,6 @@ def _driver(env: dict[str, str]) -> str:
     return first[0].strip() if first and re.fullmatch(r"\d+(\.\d+)+", first[0].strip()) else "unknown"
 
 
-def _stack(ctx: CellContext) -> str:
-    """The exact stack: every distribution and version of the cell's site-packages (its freeze)."""
-    if ctx.freeze:
-        return "\n".join(sorted(ctx.freeze))
-    sites = (
-        [ctx.site_packages] if ctx.site_packages is not None else sorted(ctx.venv.glob("lib/python3*/site-packages"))
-    )
-    return "\n".join(sorted(info.name for site in sites for info in site.glob("*.dist-info")))
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class JitCache:
     """Where one stack's JIT caches live, and what they held when the servers started."""
@@ -380,7 +371,7 @@ def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
     pruned with the venvs), under ``$COMPATLAB_CACHE`` for an existing environment. One that an earlier run
     left unfinished (its servers failed, or it was killed) is emptied: a cache is used only as a run that
     ended well left it."""
-    key = hashlib.sha256(f"{_stack(ctx)}\n{_driver(env)}\n{arch}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{stack_of(ctx)}\n{_driver(env)}\n{arch}".encode()).hexdigest()[:16]
     base = (
         ctx.caches / ".jit-cache"
         if ctx.caches is not None
@@ -414,7 +405,9 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     version = _sglang_version(ctx)
     if version is None:
         return result(StageState.SKIP, "skipped: the cell has no SGLang to serve with", {}, required=False)
-    env = cell_env(ctx.venv, _ENV)
+    # Bytecode compiled once for both servers, kept outside the environment (bytecode.py): from source, each
+    # of a server's processes paid ~20 s of its start-up.
+    env = bytecode_env(ctx, cell_env(ctx.venv, _ENV))
     gpus, why = probe_gpus(env)
     if not gpus:
         return result(

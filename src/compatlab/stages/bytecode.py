@@ -1,0 +1,80 @@
+"""Where the Python processes a cell runs keep their bytecode: outside the environment, compiled once.
+
+A venv uv makes holds no bytecode (uv compiles none unless asked), and a box that sets
+``PYTHONDONTWRITEBYTECODE`` (many container images do), like the lab's own ``-B``, writes none: every process
+then compiles every module it imports from its source. That was most of an import: ``import torch,
+transformers, scipy.stats`` and SGLang's scheduler took 36 s from source and 14-16 s from bytecode on the
+2-core machine, and each SGLang server starts four such processes, each child of the import stage another.
+
+Python keeps bytecode in a folder of its own when told to (``PYTHONPYCACHEPREFIX``, ``-X pycache_prefix``): a
+tree that mirrors the sources' absolute paths, each file checked against its source's mtime and size as a
+``__pycache__`` file is, and written atomically (a process never reads another's half-written file).
+
+- A matrix cell: a folder inside its venv, made and removed with it (each run makes its venvs afresh), shared
+  by the cell's import, cuda and serve stages and by ``nox -s gpu8_perf`` on that run's venvs.
+- An existing environment (``compatlab check``): ``$COMPATLAB_CACHE/bytecode/<key>``, the key the stack (every
+  distribution and version) and the environment's path, so it is kept between checks and never serves another
+  stack (a version whose file has the same size and mtime as the one before would otherwise be taken for it).
+  The environment itself is never written.
+- An environment that has its bytecode beside its sources (pip compiles it at install) is read as it is: its
+  processes write none (a folder of our own would be compiled afresh, since Python then reads only that one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from compatlab.site import python_version_of
+from compatlab.stages.base import CellContext, stack_of
+
+__all__ = ["IN_VENV", "bytecode_env", "bytecode_folder", "has_own_bytecode"]
+
+IN_VENV = ".compatlab-bytecode"  # a matrix cell's bytecode, inside its venv
+_SAMPLE = 24  # top-level packages looked at for bytecode of their own
+
+
+def has_own_bytecode(site_packages: Path) -> bool:
+    """Whether most of the packages of *site_packages* (a sample of them) hold their ``__init__``'s bytecode
+    for this environment's Python beside it (``__pycache__/__init__.cpython-312.pyc``)."""
+    version = python_version_of(site_packages)
+    if version is None:
+        return False
+    tag = f"cpython-{version[0]}{version[1]}"
+    try:
+        packages = sorted(p for p in site_packages.iterdir() if (p / "__init__.py").is_file())[:_SAMPLE]
+    except OSError:
+        return False
+    compiled = sum(1 for p in packages if (p / "__pycache__" / f"__init__.{tag}.pyc").is_file())
+    return bool(packages) and compiled * 2 >= len(packages)
+
+
+def bytecode_folder(ctx: CellContext) -> Path | None:
+    """The cell's bytecode folder (the module says where), or None where its environment has its own."""
+    if ctx.caches is not None:
+        return ctx.venv / IN_VENV
+    if ctx.site_packages is not None and has_own_bytecode(ctx.site_packages):
+        return None
+    key = hashlib.sha256(f"{stack_of(ctx)}\n{os.path.abspath(ctx.venv)}".encode()).hexdigest()[:16]
+    base = Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")
+    return base / "bytecode" / key
+
+
+def bytecode_env(ctx: CellContext, env: dict[str, str]) -> dict[str, str]:
+    """*env* for a Python process of the cell: ``PYTHONPYCACHEPREFIX`` at the cell's bytecode folder (an
+    inherited ``PYTHONDONTWRITEBYTECODE`` dropped: what it protects, the environment, is not written); where
+    the environment has its own bytecode, or the folder cannot be made, ``PYTHONDONTWRITEBYTECODE=1`` and no
+    prefix (its own bytecode is then what Python reads)."""
+    out = {k: v for k, v in env.items() if k not in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
+    folder = bytecode_folder(ctx)
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            folder = None  # an unwritable cache costs the compiling again, never the verdict
+    if folder is None:
+        out["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        out["PYTHONPYCACHEPREFIX"] = str(folder)
+    return out
