@@ -30,18 +30,20 @@ by hard link, so one torch build is hashed once per machine, not once per cell).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
 import logging
 import mmap
+import multiprocessing
 import os
 import re
 import stat
 import struct
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -463,6 +465,19 @@ def _read_dynsym(
             defined.setdefault(name, []).append(version)
 
 
+def _prefetch_one(job: tuple[str, float, str]) -> tuple[tuple[int, ...], ElfInfo, bool] | None:
+    """A prefetch worker's file: read through a cache of its own over the same folder (so it is stored there
+    too); its stat key, its ElfInfo, and whether it was parsed (not found in the cache on disk)."""
+    root, seconds, path = job
+    cache = ElfCache(Path(root).parent, seconds=seconds)
+    try:
+        info = cache.load(Path(path))
+        st = os.stat(path, follow_symlinks=False)
+    except Exception:  # noqa: BLE001  whatever it was, load() in the stage meets it again and says it
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), info, cache.misses > 0
+
+
 def default_cache_dir() -> Path:
     """``$COMPATLAB_CACHE``, else ``~/.cache/compatlab``."""
     env = os.environ.get("COMPATLAB_CACHE")
@@ -484,6 +499,7 @@ class ElfCache:
         self._memory: dict[str, ElfInfo] = {}
         self._digests: dict[tuple[int, ...], str] = {}
         self._unreadable: dict[tuple[int, ...], NotElf] = {}
+        self._parsed_elsewhere: set[str] = set()  # read by a prefetch worker, not yet asked of load()
         self.hits = 0  # served from disk or memory
         self.misses = 0  # read from the ELF file
         self.read_only = False  # set once a write failed: the cache is then read, never written
@@ -529,9 +545,48 @@ class ElfCache:
         self._store(self._path(digest), info)
         return info
 
+    def prefetch(self, paths: Sequence[Path], jobs: int) -> int:
+        """Read the files of *paths* that this cache has never seen (by stat), ``jobs`` processes at a time,
+        largest first: ``load`` then answers them from memory, as it answers a file it read itself. Returns
+        how many were read. A file a worker could not read is left to ``load``, which reads it again and says
+        why; a pool that cannot start leaves every file to it. This is only speed: the answers are the same."""
+        todo: list[tuple[int, str]] = []
+        for path in paths:
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except OSError:
+                continue
+            key: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if not stat.S_ISREG(st.st_mode) or key in self._digests or self._known_digest(key) is not None:
+                continue
+            todo.append((st.st_size, os.fspath(path)))
+        if jobs < 2 or len(todo) < 2:
+            return 0
+        todo.sort(reverse=True)
+        read = 0
+        try:
+            context = multiprocessing.get_context("spawn")  # the stage may run beside other threads: no fork
+            with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
+                for got in pool.map(_prefetch_one, [(str(self.root), self.seconds, p) for _s, p in todo]):
+                    if got is None:
+                        continue
+                    key, info, parsed = got
+                    self._digests[key] = info.sha256
+                    self._memory[info.sha256] = info
+                    if parsed:
+                        self._parsed_elsewhere.add(info.sha256)  # load() counts it a miss, not a hit
+                    read += 1
+        except (OSError, concurrent.futures.process.BrokenProcessPool) as exc:
+            log.warning("could not read ELF files in parallel (%s): reading them one by one", exc)
+        return read
+
     def _lookup(self, digest: str) -> ElfInfo | None:
         if digest in self._memory:
-            self.hits += 1
+            if digest in self._parsed_elsewhere:
+                self._parsed_elsewhere.discard(digest)
+                self.misses += 1
+            else:
+                self.hits += 1
             return self._memory[digest]
         cached = self._path(digest)
         try:

@@ -76,6 +76,7 @@ def _check(
     hits0, misses0 = cache.hits, cache.misses
     site = SiteResolver(sp, cache)
     modules = walk_modules(sp, packages)
+    cache.prefetch(modules, jobs=_cores())  # the files never read before, on every core (ELF parsing is CPU)
     py = python_version_of(sp)
     per_module: list[tuple[str, list[Finding]]] = []
     loaded_by_import: set[str] = set()
@@ -149,6 +150,10 @@ def _check(
         cache_misses=cache.misses - misses0,
         not_needed=not_needed,
     )
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _module(

@@ -136,3 +136,29 @@ def test_cache_is_keyed_by_content_and_survives_corruption(built: dict[str, Path
     assert fresh.load(built["prov"]).soname == "libprov.so.1"
     assert (fresh.hits, fresh.misses) == (0, 1)
     assert json.loads(entry.read_text(encoding="utf-8"))["soname"] == "libprov.so.1"
+
+
+def test_prefetch_reads_unseen_files_in_worker_processes_and_load_answers_as_it_would_itself(
+    tmp_path: Path, built: dict[str, Path]
+) -> None:
+    """Issue 35: the static stage reads the files it has never seen on every core, before its walk. What
+    load() then answers is what a cache that read them itself answers, counted as the misses they were; a
+    file that is no ELF is left to load(), which says why; files seen before are not read again."""
+    paths = [built["prov"], built["cons"], built["old"]]
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"not an ELF file at all")
+    cache = ElfCache(tmp_path / "cache")
+    assert cache.prefetch([*paths, junk], jobs=2) == 3
+    assert (cache.hits, cache.misses) == (0, 0)
+    fetched = [cache.load(p) for p in paths]
+    assert (cache.hits, cache.misses) == (0, 3)
+    serial = ElfCache(tmp_path / "serial")
+    assert fetched == [serial.load(p) for p in paths]
+    with pytest.raises(NotElf, match="no ELF magic"):
+        cache.load(junk)
+
+    again = ElfCache(tmp_path / "cache")  # another run over the same cache: stored by the workers
+    assert again.prefetch(paths, jobs=2) == 0
+    assert [again.load(p) for p in paths] == fetched
+    assert (again.hits, again.misses) == (3, 0)
+    assert ElfCache(tmp_path / "one").prefetch(paths, jobs=1) == 0  # one core: load() reads them itself
