@@ -30,7 +30,7 @@ for first in "$HOME"/sglang-parts/extra-*.whl.part00; do
     "$whl" "$site" && rm -f "$whl" && touch "$whl.done" || exit 1
 done
 . "$HOME/sglang-parts/unpack-sglang.sh" || exit 1
-export PYTHONPATH=$PWD/src:$site  # the lab itself: packaging and pyelftools come with the carried stack
+export PYTHONPATH=${LAB_SRC:-$PWD/src}:$site  # the lab itself (LAB_SRC: another copy of it, for a baseline); packaging and pyelftools come with the carried stack
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 # A venv over the device's own torch whose site-packages holds the carried stack (links), minus *drop*.
