@@ -18,6 +18,8 @@ tree that mirrors the sources' absolute paths, each file checked against its sou
   The environment itself is never written.
 - An environment that has its bytecode beside its sources (pip compiles it at install) is read as it is: its
   processes write none (a folder of our own would be compiled afresh, since Python then reads only that one).
+  That takes every site-packages of it: a venv over a system's packages (``--system-site-packages``) whose own
+  folder has none (the SGLang stack uv put there) gets the folder, compiled once.
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ def bytecode_folder(ctx: CellContext) -> Path | None:
     """The cell's bytecode folder (the module says where), or None where its environment has its own."""
     if ctx.caches is not None:
         return ctx.venv / IN_VENV
-    if ctx.site_packages is not None and has_own_bytecode(ctx.site_packages):
+    sites = {
+        *([ctx.site_packages] if ctx.site_packages is not None else []),
+        *ctx.venv.glob("lib/python3*/site-packages"),
+    }
+    if sites and all(has_own_bytecode(site) for site in sites):
         return None
     key = hashlib.sha256(f"{stack_of(ctx)}\n{os.path.abspath(ctx.venv)}".encode()).hexdigest()[:16]
     base = Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")

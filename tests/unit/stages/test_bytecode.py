@@ -107,3 +107,21 @@ def test_an_incell_command_writes_bytecode_only_where_it_is_given_a_folder() -> 
     assert module_command("py", "probe", root="/r").argv[:5] == ["py", "-E", "-s", "-B", "-u"]
     given = module_command("py", "probe", root="/r", bytecode="/cache/bc").argv
     assert given[:6] == ["py", "-E", "-s", "-X", "pycache_prefix=/cache/bc", "-u"]
+
+
+def test_a_venv_over_compiled_system_packages_whose_own_has_none_gets_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The H200 box's cell: a venv with --system-site-packages over a pip-made torch (bytecode beside it), its
+    own site-packages the SGLang stack uv installed (none). The stage named the system's site-packages, which
+    has its own, and the servers compiled SGLang from source at every start."""
+    monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
+    system = _site(tmp_path / "system", 6, 6)
+    cell = _site(tmp_path / "cell", 6, 0)
+    ctx = dataclasses.replace(
+        _context(tmp_path, system), venv=cell.parents[2], python=cell.parents[2] / "bin" / "python"
+    )
+    assert bytecode_folder(ctx) is not None
+    compiled = _site(tmp_path / "compiled-cell", 6, 6)
+    both = dataclasses.replace(ctx, venv=compiled.parents[2])
+    assert bytecode_folder(both) is None
