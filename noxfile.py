@@ -8,6 +8,7 @@ paths under the folder nox was started in, once, at import.
 from __future__ import annotations
 
 import difflib
+import fcntl
 import logging
 import os
 import re
@@ -266,24 +267,29 @@ LAB_VENV = _user_path("COMPATLAB_LAB_VENV", ROOT / ".compatlab" / "lab")
 
 
 def _lab_python(session: nox.Session) -> str:
-    """The lab's own interpreter (compatlab's dependencies, not the cells'), made once and reused."""
+    """The lab's own interpreter (compatlab's dependencies, not the cells'), made once and reused. Two nox
+    processes at once (a matrix and a report, or the lab's tests side by side) make it one after the other,
+    under a lock beside it: neither clears the venv the other is using or installing."""
     python = LAB_VENV / "bin" / "python"
     stamp = LAB_VENV / ".compatlab-deps"
     want = "\n".join([sys.version, *LAB_DEPS])
-    if not python.exists() or not stamp.exists() or stamp.read_text() != want:
-        session.run(
-            "uv",
-            "venv",
-            "--clear",
-            "--quiet",
-            "--python",
-            sys.executable,
-            str(LAB_VENV),
-            external=True,
-            env={"UV_PYTHON_DOWNLOADS": "never"},
-        )
-        session.run("uv", "pip", "install", "--quiet", "--python", str(python), *LAB_DEPS, external=True)
-        stamp.write_text(want)
+    LAB_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(LAB_VENV.with_name(LAB_VENV.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not python.exists() or not stamp.exists() or stamp.read_text() != want:
+            session.run(
+                "uv",
+                "venv",
+                "--clear",
+                "--quiet",
+                "--python",
+                sys.executable,
+                str(LAB_VENV),
+                external=True,
+                env={"UV_PYTHON_DOWNLOADS": "never"},
+            )
+            session.run("uv", "pip", "install", "--quiet", "--python", str(python), *LAB_DEPS, external=True)
+            stamp.write_text(want)
     return str(python)
 
 
@@ -691,9 +697,9 @@ def _chromium(session: nox.Session) -> None:
 
 
 # `nox -s tests -- unit` is the fast loop: tests/unit holds only tests that start no process (no nox, uv,
-# venv, compiler, browser or server), run on every core. tests/e2e holds the others, one at a time: several
-# of them run real nox, which shares the lab's own venv (.compatlab/lab).
-PARTS = {"unit": ["tests/unit", "-n", "auto"], "e2e": ["tests/e2e"]}
+# venv, compiler, browser or server). tests/e2e holds the others. Both run on every core: the e2e tests that
+# run real nox share the lab's own venv (.compatlab/lab), which the first makes under its lock.
+PARTS = {"unit": ["tests/unit", "-n", "auto"], "e2e": ["tests/e2e", "-n", "auto"]}
 
 
 @nox.session

@@ -239,3 +239,36 @@ def test_nox_list_says_which_cells_run_and_why_the_others_are_not_applicable(tmp
     listed = _nox_here(tmp_path, "-l", env={"COMPATLAB_MATRIX": "matrix.toml"}).stdout
     assert f"* matrix({BAD}) [" in listed
     assert "] -> runs; expected fail: cuda-bindings 13 beside a CUDA 12.8 torch" in listed
+
+
+def test_two_nox_at_once_make_the_labs_venv_once_and_both_use_it(tmp_path: Path) -> None:
+    """A matrix and a report started together (or the lab's own tests, side by side) on a fresh clone: the
+    lab's venv is made under a lock, once, and neither clears it while the other is installing into it."""
+    (tmp_path / "matrix.toml").write_text(EXPECTED_ONLY.format(url="http://127.0.0.1:9"), encoding="utf-8")
+    env = {
+        **os.environ,
+        "PATH": f"{uv_dir()}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "UV_PYTHON_DOWNLOADS": "never",
+        "NO_COLOR": "1",
+        "COMPATLAB_MATRIX": str(tmp_path / "matrix.toml"),
+        "COMPATLAB_LAB_VENV": str(tmp_path / "lab"),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "report"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**env, "COMPATLAB_REPORTS": str(tmp_path / f"reports{i}")},
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    made = [out.count("uv venv --clear") for out in outputs]
+    assert sorted(made) == [0, 1], outputs
+    for out in outputs:
+        # Each reached the report itself (there is no run to render yet: said so), through the one lab venv.
+        assert "compatlab report" in out, out
+        assert "No such file or directory: " not in out.replace("results.json", ""), out
+    assert (tmp_path / "lab" / ".compatlab-deps").is_file()
