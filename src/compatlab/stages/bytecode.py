@@ -37,19 +37,22 @@ IN_VENV = ".compatlab-bytecode"  # a matrix cell's bytecode, inside its venv
 _SAMPLE = 24  # top-level packages looked at for bytecode of their own
 
 
-def has_own_bytecode(site_packages: Path) -> bool:
+def has_own_bytecode(site_packages: Path) -> bool | None:
     """Whether most of the packages of *site_packages* (a sample of them) hold their ``__init__``'s bytecode
-    for this environment's Python beside it (``__pycache__/__init__.cpython-312.pyc``)."""
+    for this environment's Python beside it (``__pycache__/__init__.cpython-312.pyc``); None for a folder
+    with no package to tell by (empty, or not there)."""
     version = python_version_of(site_packages)
-    if version is None:
-        return False
-    tag = f"cpython-{version[0]}{version[1]}"
     try:
         packages = sorted(p for p in site_packages.iterdir() if (p / "__init__.py").is_file())[:_SAMPLE]
     except OSError:
+        return None
+    if not packages:
+        return None
+    if version is None:
         return False
+    tag = f"cpython-{version[0]}{version[1]}"
     compiled = sum(1 for p in packages if (p / "__pycache__" / f"__init__.{tag}.pyc").is_file())
-    return bool(packages) and compiled * 2 >= len(packages)
+    return compiled * 2 >= len(packages)
 
 
 def bytecode_folder(ctx: CellContext) -> Path | None:
@@ -60,7 +63,8 @@ def bytecode_folder(ctx: CellContext) -> Path | None:
         *([ctx.site_packages] if ctx.site_packages is not None else []),
         *ctx.venv.glob("lib/python3*/site-packages"),
     }
-    if sites and all(has_own_bytecode(site) for site in sites):
+    told = [own for own in map(has_own_bytecode, sites) if own is not None]  # an empty folder tells nothing
+    if told and all(told):
         return None
     key = hashlib.sha256(f"{stack_of(ctx)}\n{os.path.abspath(ctx.venv)}".encode()).hexdigest()[:16]
     base = Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")

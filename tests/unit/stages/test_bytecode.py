@@ -53,11 +53,11 @@ def _context(tmp_path: Path, site: Path, *, caches: Path | None = None) -> CellC
         (10, 4, "cpython-312", False),
         (10, 0, "cpython-312", False),  # uv installs none
         (10, 10, "cpython-311", False),  # another Python's bytecode is no help
-        (0, 0, "cpython-312", False),
+        (0, 0, "cpython-312", None),  # nothing to tell by
     ],
 )
 def test_an_environment_has_its_own_bytecode_where_most_packages_hold_this_pythons(
-    tmp_path: Path, packages: int, compiled: int, tag: str, own: bool
+    tmp_path: Path, packages: int, compiled: int, tag: str, own: bool | None
 ) -> None:
     assert has_own_bytecode(_site(tmp_path, packages, compiled, tag)) is own
 
@@ -125,3 +125,16 @@ def test_a_venv_over_compiled_system_packages_whose_own_has_none_gets_the_folder
     compiled = _site(tmp_path / "compiled-cell", 6, 6)
     both = dataclasses.replace(ctx, venv=compiled.parents[2])
     assert bytecode_folder(both) is None
+
+
+def test_an_empty_site_packages_beside_a_compiled_one_tells_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A system Python (``check --python /usr/bin/python3``) whose packages pip or the distribution compiled,
+    beside an empty site-packages folder of its prefix: read as it is, not compiled again into a folder."""
+    monkeypatch.setenv("COMPATLAB_CACHE", str(tmp_path / "cache"))
+    system = _site(tmp_path / "usr", 6, 6)
+    empty = tmp_path / "prefix" / "lib" / "python3.12" / "site-packages"
+    empty.mkdir(parents=True)
+    ctx = dataclasses.replace(_context(tmp_path, system), venv=tmp_path / "prefix")
+    assert bytecode_folder(ctx) is None
