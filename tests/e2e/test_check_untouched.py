@@ -62,3 +62,30 @@ def test_check_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch
     assert second.state == StageState.PASS, second.reason
     assert pyc.stat().st_mtime_ns == written
     assert tree(tmp_path / "env") == before
+
+    # What the next check imports is that file: bytecode for the same source (its mtime and size in the
+    # header, written by the environment's own Python) that raises instead is what its import stage meets.
+    source = site / "fastpkg" / "__init__.py"
+    forged = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util, marshal, os, sys; st = os.stat(sys.argv[1]); "
+            "code = compile('raise ImportError(\"read from the lab bytecode folder\")', sys.argv[1], 'exec'); "
+            "open(sys.argv[2], 'wb').write(importlib.util.MAGIC_NUMBER + (0).to_bytes(4, 'little') "
+            "+ int(st.st_mtime).to_bytes(4, 'little') + st.st_size.to_bytes(4, 'little') + marshal.dumps(code))",
+            str(source),
+            str(pyc),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert forged.returncode == 0, forged.stderr
+    third = run_check(inspect_environment(python), ExistingRequest(packages=("fastpkg",)), out=tmp_path / "out3").result
+    read = third.stage("import")
+    assert read is not None
+    assert read.state == StageState.FAIL, read.reason
+    assert "read from the lab bytecode folder" in read.reason
+    assert tree(tmp_path / "env") == before

@@ -18,8 +18,9 @@ tree that mirrors the sources' absolute paths, each file checked against its sou
   The environment itself is never written.
 - An environment that has its bytecode beside its sources (pip compiles it at install) is read as it is: its
   processes write none (a folder of our own would be compiled afresh, since Python then reads only that one).
-  That takes every site-packages of it: a venv over a system's packages (``--system-site-packages``) whose own
-  folder has none (the SGLang stack uv put there) gets the folder, compiled once.
+  That takes every site-packages of it that holds a package: a venv over a system's packages
+  (``--system-site-packages``) whose own folder has none (the SGLang stack uv put there) gets the folder,
+  compiled once; an empty site-packages tells nothing.
 """
 
 from __future__ import annotations

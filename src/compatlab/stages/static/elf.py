@@ -557,7 +557,11 @@ class ElfCache:
             except OSError:
                 continue
             key: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if not stat.S_ISREG(st.st_mode) or key in self._digests or self._known_digest(key) is not None:
+            if not stat.S_ISREG(st.st_mode) or key in self._digests:
+                continue
+            known = self._known_digest(key)
+            if known is not None:
+                self._digests[key] = known  # load() then reads its stat entry no second time
                 continue
             todo.append((st.st_size, os.fspath(path)))
         if jobs < 2 or len(todo) < 2:
