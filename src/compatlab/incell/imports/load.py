@@ -20,10 +20,8 @@ mapped (reduced afterwards to its own distribution's shared objects, needed.py).
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,36 +42,20 @@ __all__ = ["load_entry", "load_plan", "own_library"]
 
 def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEntry, list[str] | None]]:
     """Every target of *plan* loaded, ``jobs`` at a time in the plan's order, each told by ``load_entry``;
-    the answers in the order of the plan's targets.
-
-    A package's import starts only once its distribution's own modules are answered (the plan puts them
-    before it, so they are running or done by then): its adoption would otherwise race them, and a module
-    asked after it is answered where its package imported it already (``imported_ok``), one asked before
-    by loading it alone, so the same environment could be told two ways (a module that needs a library of
-    its own package was "loaded after it" in one run and plainly loaded in the next)."""
-    left = collections.Counter(t.dist for t in plan.targets if t.path is not None)
-    answered = threading.Condition()
-
-    def one(i: int) -> tuple[ImportEntry, list[str] | None]:
-        target = plan.targets[i]
-        if target.path is None:
-            with answered:
-                answered.wait_for(lambda: left[target.dist] == 0)
-        try:
-            return progress.tick(load_entry(target, driver, loader))
-        finally:
-            if target.path is not None:
-                with answered:
-                    left[target.dist] -= 1
-                    answered.notify_all()
-
+    the answers in the order of the plan's targets."""
     with (
         concurrent.futures.ThreadPoolExecutor(max_workers=jobs(fork=loader.fork)) as pool,
         Progress(len(plan.targets)) as progress,
     ):
         for target in plan.targets:
             loader.own.setdefault(target.dist, []).append(target.name)
-        done = dict(zip(plan.order, pool.map(one, plan.order), strict=True))
+        done = dict(
+            zip(
+                plan.order,
+                pool.map(lambda i: progress.tick(load_entry(plan.targets[i], driver, loader)), plan.order),
+                strict=True,
+            )
+        )
         return [done[i] for i in range(len(plan.targets))]
 
 
