@@ -45,7 +45,7 @@ class Progress:
         entry = loaded[0]
         with self._lock:
             self.done += 1
-            if entry.seconds > self.slowest[1]:
+            if not self.slowest[0] or entry.seconds > self.slowest[1]:  # a first load of 0.0 s is the slowest
                 self.slowest = (entry.module, entry.seconds)
         return loaded
 
