@@ -20,8 +20,10 @@ mapped (reduced afterwards to its own distribution's shared objects, needed.py).
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +44,46 @@ __all__ = ["load_entry", "load_plan", "own_library"]
 
 def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEntry, list[str] | None]]:
     """Every target of *plan* loaded, ``jobs`` at a time in the plan's order, each told by ``load_entry``;
-    the answers in the order of the plan's targets."""
+    the answers in the order of the plan's targets.
+
+    A package's import starts only once its distribution's own modules are answered (the plan puts them
+    before it, so they are running or done by then): its adoption would otherwise race them, and a module
+    asked after it is answered where its package imported it already (``imported_ok``), one asked before
+    by loading it alone, so the same environment could be told two ways (a module that needs a library of
+    its own package was "loaded after it" in one run and plainly loaded in the next)."""
+    # For each package's import, how many of its distribution's modules the order puts before it: it waits
+    # for those alone, which are running or done by then, so no wait is ever on a load not yet started.
+    asked: collections.Counter[str] = collections.Counter()
+    ahead: dict[int, int] = {}
+    for i in plan.order:
+        target = plan.targets[i]
+        if target.path is None:
+            ahead[i] = asked[target.dist]
+        else:
+            asked[target.dist] += 1
+    answered: collections.Counter[str] = collections.Counter()
+    change = threading.Condition()
+
+    def one(i: int) -> tuple[ImportEntry, list[str] | None]:
+        target = plan.targets[i]
+        if i in ahead:
+            with change:
+                change.wait_for(lambda: answered[target.dist] >= ahead[i])
+        try:
+            return progress.tick(load_entry(target, driver, loader))
+        finally:
+            if i not in ahead:
+                with change:
+                    answered[target.dist] += 1
+                    change.notify_all()
+
     with (
         concurrent.futures.ThreadPoolExecutor(max_workers=jobs(fork=loader.fork)) as pool,
         Progress(len(plan.targets)) as progress,
     ):
         for target in plan.targets:
             loader.own.setdefault(target.dist, []).append(target.name)
-        done = dict(
-            zip(
-                plan.order,
-                pool.map(lambda i: progress.tick(load_entry(plan.targets[i], driver, loader)), plan.order),
-                strict=True,
-            )
-        )
+        done = dict(zip(plan.order, pool.map(one, plan.order), strict=True))
         return [done[i] for i in range(len(plan.targets))]
 
 
