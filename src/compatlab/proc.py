@@ -34,6 +34,7 @@ __all__ = [
     "InCellCommand",
     "ProgramNotFound",
     "Terminated",
+    "default_cache_dir",
     "incell_command",
     "incell_path",
     "run",
@@ -129,6 +130,12 @@ def tethered(
     return incell_command(sys.executable, "tether", str(os.getpid()), os.fspath(cwd or os.getcwd()), "--", *argv)
 
 
+def default_cache_dir() -> Path:
+    """The lab's cache: ``$COMPATLAB_CACHE``, else ``~/.cache/compatlab``."""
+    env = os.environ.get("COMPATLAB_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "compatlab"
+
+
 def incell_path(cache: Path | None = None) -> Path:
     """A folder holding ``compatlab/incell`` and nothing else of the lab: a cell's ``PYTHONPATH`` for the
     suites, the working directory of ``incell_command``.
@@ -148,7 +155,7 @@ def incell_path(cache: Path | None = None) -> Path:
     digest = hashlib.sha256()
     for rel, f in files:
         digest.update(rel.encode() + b"\0" + f.read_bytes() + b"\0")
-    root = cache or Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")
+    root = cache or default_cache_dir()
     dest = root / f"incell-{digest.hexdigest()[:16]}"
     if (dest / "compatlab" / "incell" / "__init__.py").exists():
         return dest

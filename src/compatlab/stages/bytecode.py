@@ -29,6 +29,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from compatlab.proc import default_cache_dir
 from compatlab.site import python_version_of
 from compatlab.stages.base import CellContext, stack_of
 
@@ -68,7 +69,7 @@ def bytecode_folder(ctx: CellContext) -> Path | None:
     if told and all(told):
         return None
     key = hashlib.sha256(f"{stack_of(ctx)}\n{os.path.abspath(ctx.venv)}".encode()).hexdigest()[:16]
-    base = Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")
+    base = default_cache_dir()
     return base / "bytecode" / key
 
 

@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from compatlab import envs, uv_failures
 from compatlab.incell.causes import CAUSES
 from compatlab.incell.context import PreviousStage, SuiteContext, TargetInfo
-from compatlab.proc import incell_path
+from compatlab.proc import default_cache_dir, incell_path
 from compatlab.runs.model import StageResult, StageState
 from compatlab.runs.records.suite import SuiteDetails
 from compatlab.stages.base import CellContext, cell_env
@@ -92,7 +92,7 @@ def tools_overlay(cache: Path | None = None) -> Path:
             f"the lab's own environment lacks {exc.args[0]}, which compatlab requires: reinstall compatlab"
         ) from None
     tag = "-".join(sorted(f"{canonicalize_name(d.metadata['Name'])}{d.version}" for d in dists))
-    root = cache or Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab")
+    root = cache or default_cache_dir()
     dest = root / "tools" / tag
     if (dest / ".complete").exists():
         return dest

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import os
 import re
 import shutil
 import statistics
@@ -45,6 +44,7 @@ from compatlab.config.perf import ServerSpec, load_prompts
 from compatlab.config.serve import ServeConfig
 from compatlab.incell.files import read_text
 from compatlab.incell.proc import run
+from compatlab.proc import default_cache_dir
 from compatlab.runs.model import StageResult, StageState
 from compatlab.runs.records.serve import ServeDetails
 from compatlab.stages.base import CellContext, cell_env, stack_of
@@ -372,11 +372,7 @@ def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
     left unfinished (its servers failed, or it was killed) is emptied: a cache is used only as a run that
     ended well left it."""
     key = hashlib.sha256(f"{stack_of(ctx)}\n{_driver(env)}\n{arch}".encode()).hexdigest()[:16]
-    base = (
-        ctx.caches / ".jit-cache"
-        if ctx.caches is not None
-        else Path(os.environ.get("COMPATLAB_CACHE") or Path.home() / ".cache" / "compatlab") / "jit"
-    )
+    base = ctx.caches / ".jit-cache" if ctx.caches is not None else default_cache_dir() / "jit"
     root = base / key
     stamp = root / _COMPLETE
     if root.exists() and not (stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == key):

@@ -49,6 +49,7 @@ from typing import IO, Any
 
 from compatlab.errors import LabError
 from compatlab.incell.files import is_elf
+from compatlab.proc import default_cache_dir
 from compatlab.stages.static.fatbin import FATBIN_SECTIONS, FatbinError, parse_fatbin
 
 __all__ = [
@@ -476,12 +477,6 @@ def _prefetch_one(job: tuple[str, float, str]) -> tuple[tuple[int, ...], ElfInfo
     except Exception:  # noqa: BLE001  whatever it was, load() in the stage meets it again and says it
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), info, cache.misses > 0
-
-
-def default_cache_dir() -> Path:
-    """``$COMPATLAB_CACHE``, else ``~/.cache/compatlab``."""
-    env = os.environ.get("COMPATLAB_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "compatlab"
 
 
 class ElfCache:
