@@ -11,7 +11,10 @@ replaced, in the background, by one that adopts what it had, the package that cl
 most ``_REPLACEMENTS`` times). A server that cannot start leaves the loads to a fresh interpreter each
 (loadcheck.load_module), the other kind not tried; an adopting server that dies leaves them to the one that
 adopts nothing, and that one dying to a fresh interpreter. The loader's log (``LD_DEBUG``), read when a load
-fails without naming a library, comes from a third server started with it on, else from a fresh interpreter.
+fails without naming a library, is on in the server that adopts nothing: every failure is asked there, by
+path (a package: by name) with only the prerequisites before it, which is the load the log is read for, so
+its lines are that load's own and no load is made again for them. Where that server gave no answer, a third
+server started with the log on loads it once more, else a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from compatlab.incell.loading.observed import c_level_failures
 from compatlab.incell.proc import Completed
 
 __all__ = ["Loader", "jobs"]
+
+_LD_DEBUG = {"LD_DEBUG": "files"}  # the loader's log: each file it looks for, opens and maps (loading.observed)
 
 _REPLACEMENTS = 4  # adopting servers started again after one closed; then the one that adopts nothing
 
@@ -70,6 +75,11 @@ class Loader:
         self._replacing: list[threading.Thread] = []
         # Servers started with the loader's log on (LD_DEBUG), for c_level: (server or None, its log folder).
         self.watched: dict[str, tuple[forkserver.ForkServer | None, Path]] = {}
+        # The servers that adopt nothing have the log on too: their log folder, and for each load there with
+        # only the prerequisites before it that failed, where its lines are (_Logged), for c_level.
+        self.plain_logs: dict[str, Path] = {}
+        self.logged: dict[tuple[str, str, str | None], _Logged] = {}
+        self.read_logged = 0  # c_level answers read from such a load's own lines
         self.problems: list[str] = []
         self._lock = threading.Lock()
         self._starting: threading.Thread | None = None
@@ -117,9 +127,14 @@ class Loader:
         servers = self.adopting if adopting else self.servers
         with self._lock:
             if key not in servers:
+                started = env
+                if not adopting:
+                    log = Path(tempfile.mkdtemp(prefix="compatlab-ld-"))
+                    self.plain_logs[key] = log
+                    started = {**env, **_LD_DEBUG, "LD_DEBUG_OUTPUT": str(log / "ld")}
                 try:
                     servers[key] = forkserver.ForkServer.start(
-                        sys.executable, preload=self.pre, env=env, timeout=self.timeout
+                        sys.executable, preload=self.pre, env=started, timeout=self.timeout
                     )
                 except forkserver.ServerGone as exc:
                     # Both kinds start by importing the prerequisites alone: where one could not, the other
@@ -189,7 +204,7 @@ class Loader:
         server = self._server(env) if self.fork else None
         if server is not None:
             try:
-                return server.load(path=target.path, name=target.name, pre_import=pre, timeout=self.timeout)
+                return self._plain_load(server, env, target, pre, logged=not preload)
             except forkserver.ServerGone as exc:  # the server itself died, not a child: ask a fresh process
                 with self._lock:
                     self.problems.append(f"fork server lost ({exc}): {target.label} loaded in its own process")
@@ -199,6 +214,41 @@ class Loader:
 
     def _pre(self, target: LoadTarget, preload: Sequence[str]) -> list[str]:
         return [m for m in self.pre if m != target.name] + list(preload)
+
+    def _plain_load(
+        self, server: forkserver.ForkServer, env: dict[str, str], target: LoadTarget, pre: list[str], *, logged: bool
+    ) -> tuple[LoadFailure | None, Completed]:
+        """*target* in a child of the server that adopts nothing (its loader's log on). *logged*: the load
+        c_level reads the log of (only the prerequisites before it): where it fails, where its lines are is
+        kept, with a folder of its own for what the programs it starts write to the log."""
+        key = env.get("LD_LIBRARY_PATH", "")
+        log = self.plain_logs.get(key)
+        if not logged or log is None:
+            return server.load(path=target.path, name=target.name, pre_import=pre, timeout=self.timeout)
+        own = log / f"ld.{server.pid}"
+        folder = Path(tempfile.mkdtemp(prefix="load-", dir=log))
+        start = _size(own)
+        try:
+            failure, done = server.load(
+                path=target.path,
+                name=target.name,
+                pre_import=pre,
+                timeout=self.timeout,
+                environ={"LD_DEBUG_OUTPUT": str(folder / "ld")},
+            )
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        end = _size(own)  # the child has ended: every line of its own is before this
+        place = (key, target.label, target.path)
+        keep = failure is not None and done.pid is not None
+        with self._lock:
+            dropped = self.logged.pop(place, None)  # an earlier load of it: the last one is what c_level reads
+            if keep and done.pid is not None:
+                self.logged[place] = _Logged(own=own, pid=done.pid, start=start, end=end, folder=folder)
+        for gone in ([dropped.folder] if dropped is not None else []) + ([] if keep else [folder]):
+            shutil.rmtree(gone, ignore_errors=True)
+        return failure, done
 
     def _watched(self, env: dict[str, str]) -> tuple[forkserver.ForkServer | None, Path]:
         # The loader reads LD_DEBUG once, at start: a server of its own, started with it on. Its children's
@@ -253,6 +303,17 @@ class Loader:
         child of a server started with it (its lines of the server's log), else in a fresh interpreter
         (loadcheck.c_level_probe)."""
         pre = [m for m in self.pre if m != target.name]
+        with self._lock:
+            logged = self.logged.pop((self.driver.env().get("LD_LIBRARY_PATH", ""), target.label, target.path), None)
+        if logged is not None:  # the failed load's own lines, from the server that adopts nothing
+            try:
+                logged.extract()
+                found = c_level_failures(logged.folder, sys.executable)
+            finally:
+                shutil.rmtree(logged.folder, ignore_errors=True)
+            with self._lock:
+                self.read_logged += 1
+            return self._own_package(target, found)
         with tempfile.TemporaryDirectory(prefix="compatlab-ld-") as tmp:
             if self.fork and self._c_level_forked(target, pre, Path(tmp)):
                 found = c_level_failures(Path(tmp), sys.executable)
@@ -266,6 +327,10 @@ class Loader:
                     env=self.driver.env(),
                     debug_dir=Path(tmp),
                 )
+        return self._own_package(target, found)
+
+    @staticmethod
+    def _own_package(target: LoadTarget, found: list[tuple[str, str]]) -> list[tuple[str, str]]:
         # Only what the module's own package asked for: another package's optional load (a plugin it
         # looks for and does without) is not why this one failed.
         top = target.label.split("/", 1)[0].split(".", 1)[0]
@@ -307,6 +372,8 @@ class Loader:
                     if adopting
                     else ""
                 )
+                + ", with the loader's log on"
+                + (f" (read for {self.read_logged} failure(s) that named no library)" if self.read_logged else "")
             )
         if watched:
             said.append(f"loads again with the loader's log: children of {watched} started with it")
@@ -324,3 +391,33 @@ class Loader:
             if watched is not None:
                 watched.close()
             shutil.rmtree(log, ignore_errors=True)
+        for log in self.plain_logs.values():
+            shutil.rmtree(log, ignore_errors=True)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+class _Logged:
+    """Where the lines of one failed load in the server that adopts nothing are: bytes *start* to *end* of
+    the server's log file *own* tagged with the child's *pid* (its siblings write there too), and *folder*,
+    where what the programs it started wrote is."""
+
+    def __init__(self, *, own: Path, pid: int, start: int, end: int, folder: Path) -> None:
+        self.own, self.pid, self.start, self.end, self.folder = own, pid, start, end, folder
+
+    def extract(self) -> None:
+        """The child's own lines into *folder*, as a fresh interpreter's own log file would be there."""
+        tag = re.compile(rf"^\s*{self.pid}:")
+        try:
+            with self.own.open("rb") as file:
+                file.seek(self.start)
+                text = file.read(max(0, self.end - self.start)).decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        mine = [line for line in text.splitlines() if tag.match(line)]
+        (self.folder / f"ld.{self.pid}").write_text("\n".join(mine) + "\n", encoding="utf-8")
