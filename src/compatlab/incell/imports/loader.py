@@ -278,7 +278,7 @@ class Loader:
         if server is None:
             return False
         own = log / f"ld.{server.pid}"
-        start = own.stat().st_size if own.exists() else 0
+        start = _size(own)
         try:
             _failure, done = server.load(
                 path=target.path,
@@ -291,11 +291,9 @@ class Loader:
             with self._lock:
                 self.problems.append(f"fork server with the loader's log lost ({exc})")
             return False
-        tag = re.compile(rf"^\s*{done.pid}:")
-        with own.open("rb") as file:
-            file.seek(start)
-            mine = [line for line in file.read().decode("utf-8", "replace").splitlines() if tag.match(line)]
-        (tmp / f"ld.{done.pid}").write_text("\n".join(mine) + "\n", encoding="utf-8")
+        if done.pid is None:
+            return False
+        _Logged(own=own, pid=done.pid, start=start, end=_size(own), folder=tmp).extract()
         return True
 
     def c_level(self, target: LoadTarget) -> list[tuple[str, str]]:
