@@ -19,6 +19,7 @@ server started with the log on loads it once more, else a fresh interpreter.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -225,30 +226,41 @@ class Loader:
         log = self.plain_logs.get(key)
         if not logged or log is None:
             return server.load(path=target.path, name=target.name, pre_import=pre, timeout=self.timeout)
-        own = log / f"ld.{server.pid}"
         folder = Path(tempfile.mkdtemp(prefix="load-", dir=log))
-        start = _size(own)
         try:
-            failure, done = server.load(
-                path=target.path,
-                name=target.name,
-                pre_import=pre,
-                timeout=self.timeout,
-                environ={"LD_DEBUG_OUTPUT": str(folder / "ld")},
-            )
+            failure, done, lines = self._logged_load(server, log, target, pre, folder)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        end = _size(own)  # the child has ended: every line of its own is before this
         place = (key, target.label, target.path)
-        keep = failure is not None and done.pid is not None
+        keep = lines if failure is not None else None
         with self._lock:
             dropped = self.logged.pop(place, None)  # an earlier load of it: the last one is what c_level reads
-            if keep and done.pid is not None:
-                self.logged[place] = _Logged(own=own, pid=done.pid, start=start, end=end, folder=folder)
-        for gone in ([dropped.folder] if dropped is not None else []) + ([] if keep else [folder]):
+            if keep is not None:
+                self.logged[place] = keep
+        for gone in ([dropped.folder] if dropped is not None else []) + ([] if keep is not None else [folder]):
             shutil.rmtree(gone, ignore_errors=True)
         return failure, done
+
+    def _logged_load(
+        self, server: forkserver.ForkServer, log: Path, target: LoadTarget, pre: list[str], folder: Path
+    ) -> tuple[LoadFailure | None, Completed, _Logged | None]:
+        """*target* in a child of *server* (started with the loader's log on, into *log*), what the programs
+        the child starts log going to *folder*: its answer, and where the child's own lines are (None when
+        its pid is not known)."""
+        own = log / f"ld.{server.pid}"
+        start = _size(own)
+        failure, done = server.load(
+            path=target.path,
+            name=target.name,
+            pre_import=pre,
+            timeout=self.timeout,
+            environ={"LD_DEBUG_OUTPUT": str(folder / "ld")},
+        )
+        if done.pid is None:
+            return failure, done, None
+        # The child has ended: every line of its own is before the file's end now.
+        return failure, done, _Logged(own=own, pid=done.pid, start=start, end=_size(own), folder=folder)
 
     def _watched(self, env: dict[str, str]) -> tuple[forkserver.ForkServer | None, Path]:
         # The loader reads LD_DEBUG once, at start: a server of its own, started with it on. Its children's
@@ -261,7 +273,7 @@ class Loader:
                     server: forkserver.ForkServer | None = forkserver.ForkServer.start(
                         sys.executable,
                         preload=self.pre,
-                        env={**env, "LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(log / "ld")},
+                        env={**env, **_LD_DEBUG, "LD_DEBUG_OUTPUT": str(log / "ld")},
                         timeout=self.timeout,
                     )
                 except forkserver.ServerGone as exc:
@@ -277,23 +289,15 @@ class Loader:
         server, log = self._watched(self.driver.env())
         if server is None:
             return False
-        own = log / f"ld.{server.pid}"
-        start = _size(own)
         try:
-            _failure, done = server.load(
-                path=target.path,
-                name=target.name,
-                pre_import=pre,
-                timeout=self.timeout,
-                environ={"LD_DEBUG_OUTPUT": str(tmp / "ld")},
-            )
+            _failure, _done, lines = self._logged_load(server, log, target, pre, tmp)
         except forkserver.ServerGone as exc:
             with self._lock:
                 self.problems.append(f"fork server with the loader's log lost ({exc})")
             return False
-        if done.pid is None:
+        if lines is None:
             return False
-        _Logged(own=own, pid=done.pid, start=start, end=_size(own), folder=tmp).extract()
+        lines.extract()
         return True
 
     def c_level(self, target: LoadTarget) -> list[tuple[str, str]]:
@@ -400,13 +404,17 @@ def _size(path: Path) -> int:
         return 0
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class _Logged:
-    """Where the lines of one failed load in the server that adopts nothing are: bytes *start* to *end* of
-    the server's log file *own* tagged with the child's *pid* (its siblings write there too), and *folder*,
-    where what the programs it started wrote is."""
+    """Where the lines of one load in a server with the loader's log on are: bytes *start* to *end* of the
+    server's log file *own* tagged with the child's *pid* (its siblings write there too), and *folder*, where
+    what the programs it started wrote is."""
 
-    def __init__(self, *, own: Path, pid: int, start: int, end: int, folder: Path) -> None:
-        self.own, self.pid, self.start, self.end, self.folder = own, pid, start, end, folder
+    own: Path
+    pid: int
+    start: int
+    end: int
+    folder: Path
 
     def extract(self) -> None:
         """The child's own lines into *folder*, as a fresh interpreter's own log file would be there."""
