@@ -27,6 +27,7 @@ from compatlab.incell.proc import run
 
 __all__ = [
     "CUDA_ERROR_NO_DEVICE",
+    "NO_DRIVER",
     "STAND_IN",
     "StandInError",
     "build_stand_in",
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 CUDA_ERROR_NO_DEVICE = 100
 STAND_IN = "stand-in (CUDA_ERROR_NO_DEVICE)"
+NO_DRIVER = "no NVIDIA driver on this machine (no libcuda.so.1)"  # why the cuda stage skips where real_driver() is None
 _SONAME = "libcuda.so.1"
 # What a CUDA runtime or a framework asks of the driver before it can say "no device".
 _USUAL = (

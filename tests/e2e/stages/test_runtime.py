@@ -126,6 +126,23 @@ def test_cuda_stage_skips_without_a_driver_and_the_cell_is_partial(cell: tuple[P
 
 
 @pytest.mark.slow
+def test_without_a_driver_the_lab_skips_the_cuda_suite_as_the_suite_itself_would(
+    cell: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver")
+    venv, _ = cell
+    ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "work")
+    early = runtime.run_cuda_stage(ctx)
+    assert not (tmp_path / "work" / "cuda").exists()  # no suite was started
+    monkeypatch.setattr(runtime, "_no_driver", lambda: False)  # as on a machine with signs of a driver
+    ran = runtime.run_cuda_stage(ctx)
+    assert (tmp_path / "work" / "cuda" / "pytest.log").is_file()
+    assert [t["outcome"] for t in ran.details["tests"]] == ["skipped"] * len(ran.details["tests"])
+    assert (early.state, early.reason, early.required) == (ran.state, ran.reason, ran.required)
+
+
+@pytest.mark.slow
 def test_check_runs_the_import_stage_alone(cell: tuple[Path, Path], tmp_path: Path) -> None:
     """What `compatlab runtime --stage import` did, `compatlab check --stage import` does."""
     venv, _ = cell

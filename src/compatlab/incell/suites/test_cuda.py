@@ -56,7 +56,7 @@ def _driver_evidence() -> str | None:
 
 def _need_driver(stage: Any) -> None:
     if _driver_evidence() is None:
-        stage.skip("no NVIDIA driver on this machine (no libcuda.so.1)")
+        stage.skip(fakecuda.NO_DRIVER)
 
 
 def _driver_version() -> tuple[str | None, str]:
