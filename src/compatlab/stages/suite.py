@@ -125,7 +125,9 @@ def ensure_pytest(ctx: CellContext, timeout: float = 600.0) -> StageResult | Non
     before = envs.parse_freeze(ctx.freeze)
     # A venv that already sees pytest (an earlier suite added it, or a GPU box's system packages) needs
     # nothing installed; the stack is compared all the same, every time.
-    if not run([str(ctx.python), "-m", "pytest", "--version"], timeout=120, env=cell_env(ctx.venv)).ok:
+    # The probe's bytecode goes where the suite's will (bytecode.py): pytest is compiled once, not twice.
+    probe = bytecode_env(ctx, cell_env(ctx.venv))
+    if not run([str(ctx.python), "-m", "pytest", "--version"], timeout=120, env=probe).ok:
         done = envs.uv_install_tools(ctx.python, ["pytest"], timeout=timeout)
         if not done.ok:
             return StageResult(
