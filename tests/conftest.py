@@ -9,6 +9,12 @@ import pytest
 from fixtures.wheels import build_wheel, serve, write_simple_index
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests (marked ``long``) first, the rest in their order: xdist hands the tests out in order,
+    and one of a minute taken last keeps the run going that minute on one core while the others idle."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="session")
 def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """torch builds on their own index (like PyTorch's), everything else on a public-like one."""

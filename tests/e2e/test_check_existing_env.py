@@ -41,6 +41,7 @@ def _check(venv: Path, out: Path) -> dict[str, dict[str, Any]]:
     return {s["name"]: s for s in cell["stages"]}
 
 
+@pytest.mark.long
 def test_numba_environment_is_green_with_a_warning_for_its_tbb_layer(tmp_path: Path) -> None:
     venv = env_or_skip("numba")
     stages = _check(venv, tmp_path / "out")
@@ -71,6 +72,7 @@ def test_numba_environment_is_green_with_a_warning_for_its_tbb_layer(tmp_path: P
 COMPARE = Path(__file__).resolve().parents[2] / "scripts" / "compare_check.py"
 
 
+@pytest.mark.long
 def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> None:
     venv = env_or_skip("gpubox")
     stages = _check(venv, tmp_path / "out")

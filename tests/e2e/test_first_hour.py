@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fixtures.labutil import ROOT, nox, uv_dir
 from fixtures.matrices import EXPECTED_ONLY
 
@@ -163,6 +165,7 @@ def test_a_preflight_judges_only_the_stages_it_ran_and_keeps_the_fuller_grid(tmp
     assert {c["id"]: c["state"] for c in own["cells"] if c["state"] != "n/a"}[BAD] == "partial"  # nothing lost
 
 
+@pytest.mark.long
 def test_two_matrix_files_keep_two_grids(tmp_path: Path, index_url: str) -> None:
     one = EXPECTED_ONLY.format(url=index_url)
     first = nox(tmp_path, one, "-s", "matrix", "-k", "cu130 and cuda13", run_id="r1")

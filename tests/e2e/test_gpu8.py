@@ -51,6 +51,7 @@ max-spread = 0.5
 
 @pytest.mark.slow
 @pytest.mark.skipif(not CPU_TORCH, reason="needs the CPU torch 2.13.0 wheel for Python 3.11 in /opt/wheels")
+@pytest.mark.long
 def test_gpu8_perf_adds_nccl_and_perf_to_the_cells_of_a_run(tmp_path: Path, index_url: str) -> None:
     text = MATRIX.format(url=index_url, server=SERVER.format(src=str(ROOT / "tests")))
     first = nox(tmp_path, text, "-s", "matrix", run_id="g1", timeout=1200)

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from compatlab.runs import store
 from fixtures.labutil import ROOT, nox
 from fixtures.matrices import EXPECTED_ONLY
@@ -45,6 +47,7 @@ def _merge(tmp_path: Path, *dirs: Path, out: str = "merged") -> subprocess.Compl
     )
 
 
+@pytest.mark.long
 def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(tmp_path: Path, index_url: str) -> None:
     text = EXPECTED_ONLY.format(url=index_url)
     single = nox(tmp_path, text, "-s", "matrix", run_id="single", reports=tmp_path / "single")

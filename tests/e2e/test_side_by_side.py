@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fixtures.labutil import nox
 from fixtures.matrices import EXPECTED_ONLY
 
@@ -44,6 +46,7 @@ def _span(cell: dict[str, Any]) -> tuple[float, float]:
     return start, start + float(cell["seconds"])
 
 
+@pytest.mark.long
 def test_j3_gives_the_run_of_j1_with_its_cells_at_once(tmp_path: Path, index_url: str) -> None:
     one, _ = _run(tmp_path / "j1", index_url, run_id="r1")
     three, out = _run(tmp_path / "j3", index_url, "-j", "3", run_id="r3")
