@@ -106,8 +106,8 @@ def bytecode_env(ctx: CellContext, env: dict[str, str]) -> dict[str, str]:
 def _outside_the_venv(ctx: CellContext) -> list[Path]:
     """The source folders every cell's processes import from that no environment changes: the standard
     library of the venv's interpreter (``home`` in its pyvenv.cfg, ``lib/pythonX.Y`` beside it; uv writes the
-    version as ``version_info``, ``python -m venv`` as ``version``) and the lab's
-    in-cell code where it is kept in the cache (a copy in a temporary folder is this process's alone)."""
+    version as ``version_info``, ``python -m venv`` as ``version``) and the lab's in-cell code where it is
+    kept in the cache (a copy in a temporary folder is this process's alone)."""
     from compatlab.proc import incell_path
 
     roots: list[Path] = []
