@@ -9,6 +9,7 @@ the scheduler's "Scheduler hit an exception" followed by the launcher's SIGKILL 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import subprocess
@@ -275,7 +276,7 @@ def test_the_jit_cache_is_the_stack_s_and_paid_once(
     uncached = run_serve_stage(_context(tmp_path / "uncached", gpu_venv))
     assert uncached.state == StageState.PASS, uncached.reason
     assert "jit_cache" not in uncached.details
-    assert any(n.startswith(f"no JIT cache ({blocked}/jit/") for n in uncached.details["notes"]), uncached.details
+    assert any(n.startswith(f"no JIT cache ({blocked}/jit: ") for n in uncached.details["notes"]), uncached.details
     monkeypatch.delenv("COMPATLAB_CACHE")
 
     # A run that fails drops its cache; the next one starts from nothing, never from what a failure left.
@@ -284,6 +285,32 @@ def test_the_jit_cache_is_the_stack_s_and_paid_once(
     assert failed.state == StageState.FAIL
     assert failed.details["jit_cache"]["kept"] is False
     assert not root.exists()
+
+
+def test_a_second_run_of_the_same_stack_leaves_the_first_ones_jit_cache_alone(
+    tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two checks of one environment at once: the second emptied the first's cache folder as unfinished (its
+    stamp is removed while its servers run) and the first then crashed writing its stamp (seen with the e2e
+    suite on 3 workers). A run that finds the folder held compiles in one of its own and keeps nothing."""
+    monkeypatch.delenv("STANDIN_SGLANG_FAULT", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    first = run_serve_stage(_context(tmp_path / "one", gpu_venv))
+    assert first.state == StageState.PASS, first.reason
+    root = Path(first.details["jit_cache"]["path"])
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    with open(root.with_name(root.name + ".lock"), "a") as held:  # as another run's serve stage holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        second = run_serve_stage(_context(tmp_path / "two", gpu_venv))
+    assert second.state == StageState.PASS, second.reason
+    cache = second.details["jit_cache"]
+    assert (cache["busy"], cache["kept"], cache["reused_files"], cache["compiled_files"]) == (True, False, 0, 3)
+    assert Path(cache["path"]).parent == root.parent
+    assert not Path(cache["path"]).exists()  # its own folder is gone
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # the held one is as it was
+    assert any("in use by another run of this very stack" in n for n in second.details["notes"])
+    third = run_serve_stage(_context(tmp_path / "three", gpu_venv))  # released: the stack's cache again
+    assert (third.details["jit_cache"]["path"], third.details["jit_cache"]["reused_files"]) == (str(root), 3)
 
 
 def test_the_servers_bytecode_is_compiled_once_outside_the_environment(

@@ -28,11 +28,14 @@ random weights: a random draft accepts about one token a step, so there is no sp
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import logging
+import os
 import re
 import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from email.parser import HeaderParser
@@ -338,11 +341,18 @@ def _driver(env: dict[str, str]) -> str:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class JitCache:
-    """Where one stack's JIT caches live, and what they held when the servers started."""
+    """Where one stack's JIT caches live, and what they held when the servers started.
+
+    The stack's folder is held (``flock`` on ``<key>.lock`` beside it) from here to ``finish``: a second run
+    of the very same stack at that time (two runs of ``compatlab check`` on one environment, a check beside a
+    matrix cell) would otherwise empty it as unfinished under the first one's servers, or drop it when it
+    fails. That second run compiles in a folder of its own instead (``busy``), removed at its end."""
 
     root: Path
     key: str
     reused_files: int  # files in it from earlier runs of this very stack that ended well
+    lock: int | None = None  # the held lock's descriptor (not inherited by the servers), closed by finish
+    busy: bool = False  # another run held the stack's folder: this one's is its own, never kept
 
     def env(self) -> dict[str, str]:
         return {var: str(self.root / sub) for var, sub in _CACHE_VARS.items()}
@@ -353,16 +363,22 @@ class JitCache:
     def finish(self, ok: bool) -> dict[str, Any]:
         """Keep it for the next run when both servers did all they must; else drop it (it may be partial)."""
         added = self.files() - self.reused_files
-        if ok:
-            (self.root / _COMPLETE).write_text(self.key + "\n", encoding="utf-8")
-        else:
-            shutil.rmtree(self.root, ignore_errors=True)
+        keep = ok and not self.busy
+        try:
+            if keep:
+                (self.root / _COMPLETE).write_text(self.key + "\n", encoding="utf-8")
+            else:
+                shutil.rmtree(self.root, ignore_errors=True)
+        finally:
+            if self.lock is not None:
+                os.close(self.lock)
         return {
             "path": str(self.root),
             "key": self.key,
             "reused_files": self.reused_files,
             "compiled_files": max(added, 0),
-            "kept": ok,
+            "kept": keep,
+            **({"busy": True} if self.busy else {}),
         }
 
 
@@ -370,18 +386,34 @@ def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
     """The stack's cache folder: under the venvs folder for a matrix cell (``ctx.caches``: kept across runs,
     pruned with the venvs), under ``$COMPATLAB_CACHE`` for an existing environment. One that an earlier run
     left unfinished (its servers failed, or it was killed) is emptied: a cache is used only as a run that
-    ended well left it."""
+    ended well left it. Held until ``finish``; one another run holds is not touched (``JitCache.busy``)."""
     key = hashlib.sha256(f"{stack_of(ctx)}\n{_driver(env)}\n{arch}".encode()).hexdigest()[:16]
     base = ctx.caches / ".jit-cache" if ctx.caches is not None else default_cache_dir() / "jit"
-    root = base / key
-    stamp = root / _COMPLETE
-    if root.exists() and not (stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == key):
-        shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-    if stamp.exists():
-        stamp.unlink()  # until this run ends well
-    cache = JitCache(root=root, key=key, reused_files=0)
-    return dataclasses.replace(cache, reused_files=cache.files())
+    base.mkdir(parents=True, exist_ok=True)
+    lock = os.open(base / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return JitCache(
+            root=Path(tempfile.mkdtemp(prefix=f".{key}-busy-", dir=base)), key=key, reused_files=0, busy=True
+        )
+    except OSError:
+        os.close(lock)
+        raise
+    try:
+        root = base / key
+        stamp = root / _COMPLETE
+        if root.exists() and not (stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == key):
+            shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        if stamp.exists():
+            stamp.unlink()  # until this run ends well
+        cache = JitCache(root=root, key=key, reused_files=0, lock=lock)
+        return dataclasses.replace(cache, reused_files=cache.files())
+    except BaseException:
+        os.close(lock)
+        raise
 
 
 def run_serve_stage(ctx: CellContext) -> StageResult:
@@ -450,6 +482,11 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
     try:
         cache = jit_cache(ctx, arch, env)
         env = {**env, **cache.env()}
+        if cache.busy:
+            notes.append(
+                "the stack's JIT cache is in use by another run of this very stack: the servers compile in a "
+                "folder of their own, dropped at the end"
+            )
     except OSError as exc:  # an unwritable cache folder costs the JIT again, never the verdict
         where = f"{exc.filename}: " if exc.filename else ""
         notes.append(f"no JIT cache ({where}{exc.strerror or exc}): the servers compile afresh")
