@@ -69,3 +69,49 @@ def test_a_check_killed_mid_import_leaves_no_process(tmp_path: Path) -> None:
     finally:
         if check.poll() is None:
             os.killpg(check.pid, signal.SIGKILL)
+
+
+# A Ctrl-C in a cell, then nox's SIGTERM 0.3 s later while the cell is still killing the command's group
+# (a loaded machine): the SIGTERM is made to arrive at the very start of that kill.
+_SECOND_SIGNAL = """
+import os, signal, sys, time
+from compatlab.incell import proc
+
+def stop(signum, frame):
+    raise SystemExit(f"stopped by {signal.Signals(signum).name}")
+
+signal.signal(signal.SIGTERM, stop)
+kill_group = proc._kill_group
+
+def late(p):
+    os.kill(os.getpid(), signal.SIGTERM)  # nox's escalation, as the cell's own clean-up begins
+    time.sleep(0.2)  # where its handler ran, unwinding past the kill below
+    kill_group(p)
+
+proc._kill_group = late
+signal.signal(signal.SIGALRM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
+signal.setitimer(signal.ITIMER_REAL, 1.0)  # the Ctrl-C, while the command runs
+try:
+    proc.run(["sh", "-c", "sleep 300; : " + sys.argv[1]], timeout=600)
+except BaseException as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_a_second_signal_during_the_clean_up_still_kills_the_command_s_group(tmp_path: Path) -> None:
+    marker = f"compatlab-second-signal-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _SECOND_SIGNAL, marker],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            check=False,
+        )
+        # The SIGTERM waited for the group to go, then was raised as it would have been.
+        assert done.stdout.strip() == "SystemExit stopped by SIGTERM", done.stdout + done.stderr
+        assert _processes_naming(marker) == []
+    finally:
+        for line in _processes_naming(marker):
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["Completed", "InCellCommand", "bytecode_prefix", "module_command", "run"]
@@ -108,6 +108,21 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+_STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """A second stop signal waits until the block is done (it is then raised, as it would have been). nox
+    follows a Ctrl-C with SIGTERM after 0.3 s: arriving before the group was killed, it unwound past the kill,
+    and the command (a hung ``uv pip install``) went on with no parent to end it."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -145,8 +160,10 @@ def run(
         _kill_group(proc)
         out, err = proc.communicate()
     except BaseException:  # Ctrl-C, SIGTERM, a stage's deadline: the group goes, its pipes are closed
-        _kill_group(proc)
-        proc.wait()
+        with _stops_held():
+            _kill_group(proc)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a process stuck in the kernel: not forever
+                proc.wait(timeout=60)
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 with contextlib.suppress(OSError):
