@@ -413,6 +413,13 @@ def _cell_argv(
     ]
 
 
+# On Ctrl-C, nox gives a command 0.3 s, then SIGTERMs it and SIGKILLs it 0.2 s later: on a loaded machine a
+# cell could be killed outright while it still ended its own commands (a hung uv then ran on). A cell that got
+# the Ctrl-C itself stops in well under 3 s; one that did not (nox alone was signalled) gets SIGTERM, which it
+# unwinds like Ctrl-C, and 30 s for it: the grace `-j N` gives its cells (parallel.py).
+CELL_INTERRUPT_S, CELL_TERMINATE_S = 3.0, 30.0
+
+
 @nox.session(name="matrix", python=False)
 # Tags name each axis value (`nox -t flashinfer-0.7.4`); `-k` matches id substrings (`-k "cu13 and torch2"`).
 @nox.parametrize("cell", [nox.param(c.id, id=c.id, tags=[f"{a}-{v}" for a, v in c.axes.items()]) for c in CELLS])
@@ -440,7 +447,13 @@ def matrix(session: nox.Session, cell: str) -> None:
 
     jobs = parse_jobs(jobs_value, len(plan.cells))
     if jobs <= 1:
-        session.run(*argv(cell), env=_lab_env(), external=True)
+        session.run(
+            *argv(cell),
+            env=_lab_env(),
+            external=True,
+            interrupt_timeout=CELL_INTERRUPT_S,
+            terminate_timeout=CELL_TERMINATE_S,
+        )
         return
     # -j N (parallel.py): the first session starts N cells; each session shows its own cell and ends with it.
     if not _POOL:
@@ -482,7 +495,14 @@ def gpu8_perf(session: nox.Session) -> None:
             owner=_run_owner(session, run_dir, run_id),
             before=("--gpu8",),
         )
-        session.run(*argv, env=_lab_env(), external=True, success_codes=[0, 1])
+        session.run(
+            *argv,
+            env=_lab_env(),
+            external=True,
+            success_codes=[0, 1],
+            interrupt_timeout=CELL_INTERRUPT_S,
+            terminate_timeout=CELL_TERMINATE_S,
+        )
         try:
             result = store.read_cell(run_dir, cell.id)
         except LabError as exc:
