@@ -38,6 +38,7 @@ from compatlab.stages.perf.stage import (
     run_perf_stage,
 )
 from compatlab.stages.sglang.client import Target, run_level
+from compatlab.stages.sglang.server import POLL_SAYS
 
 SRC = str(Path(__file__).resolve().parents[3])  # tests/, where fixtures lives
 # Runs the stand-in without relying on PYTHONPATH (a cell's environment drops it).
@@ -847,13 +848,20 @@ def test_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_poll_the_start_up_deadline_cut_short_keeps_the_poll_before_it(tmp_path: Path) -> None:
     """A server that opens its port but drips every answer (a byte each 10 s): the first health poll has its
     whole 5 s and gets no answer; the last has what the 5.4 s start-up deadline leaves (~0.4 s). The reason
-    tells the first, never the deadline's own cut ("within 0 s")."""
+    tells the first, never the deadline's own cut ("within 0 s"). The first's own figure is less than 5 s where
+    the server took its time to open the port (4.97 s on a loaded machine): what it was is not the point."""
     config = _config(tmp_path, ["--drip", "10"], ["--accept-length", "3"], server={"startup-timeout": 5.4})
     report = run_perf(config, tmp_path / "out")
     _assert_gone(report.pids)
     port = report.trials[0]["port"]
     assert report.state == StageState.ERROR
-    assert report.reason == (
-        f"baseline server did not become healthy within 5.4 s (/health_generate on port {port}); the last poll: "
-        f"http://127.0.0.1:{port}/health_generate: no complete answer within 5 s"
+    said = re.fullmatch(
+        re.escape(
+            f"baseline server did not become healthy within 5.4 s (/health_generate on port {port}); the last poll: "
+            f"http://127.0.0.1:{port}/health_generate: no complete answer within "
+        )
+        + r"(\d+(?:\.\d+)?) s",
+        report.reason,
     )
+    assert said, report.reason
+    assert POLL_SAYS <= float(said.group(1)) <= 5.0
