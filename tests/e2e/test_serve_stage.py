@@ -73,6 +73,8 @@ def _context(tmp_path: Path, venv: Path, *, timeout: float = 60) -> CellContext:
 
 def test_both_servers_serve_and_are_gone_after(tmp_path: Path, gpu_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STANDIN_SGLANG_FAULT", raising=False)
+    # A cache of its own: a test beside it serving the same stack would hold the stack's JIT cache (a note).
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     stage = run_serve_stage(_context(tmp_path, gpu_venv))
     assert stage.state == StageState.PASS, stage.reason
     assert stage.reason.startswith("SGLang 0.5.17 serves LlamaForCausalLM (4 layers, tp 1, dummy weights): baseline ")
