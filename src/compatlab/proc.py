@@ -72,12 +72,23 @@ class Terminated(KeyboardInterrupt):
 _PR_SET_PDEATHSIG = 1
 
 
+# Set by the first stop signal: the ones after it are not raised again while the first unwinds. Two come
+# together often (SIGHUP to nox's group ends nox at once, and its death sends the cell SIGTERM): raised at the
+# first line of ``run``'s clean-up, the second unwound past its kill of the command's group, and a hung
+# ``uv pip install`` ran on with no parent.
+_STOPPING: list[int] = []
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(signum)
+    if not _STOPPING:
+        _STOPPING.append(signum)
+        raise Terminated(signum)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+    if not _STOPPING:
+        _STOPPING.append(signum)
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -104,6 +115,7 @@ def signals_interrupt(*, parent_death: bool = True) -> Iterator[None]:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        _STOPPING.clear()
 
 
 def incell_command(python: str | os.PathLike[str], module: str, *args: str) -> InCellCommand:

@@ -115,3 +115,51 @@ def test_a_second_signal_during_the_clean_up_still_kills_the_command_s_group(tmp
     finally:
         for line in _processes_naming(marker):
             os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+
+
+_TWO_SIGNALS = """
+import sys
+from compatlab.incell import proc
+from compatlab.proc import signals_interrupt
+
+with signals_interrupt(parent_death=False):
+    try:
+        proc.run(["sh", "-c", "sleep 300; : " + sys.argv[1]], timeout=600)
+    except BaseException as exc:
+        print(type(exc).__name__, exc, flush=True)
+"""
+
+
+def _besides(marker: str, pid: int) -> list[str]:
+    """The processes naming *marker* other than *pid* (the marker is in the cell's own argv too)."""
+    return [line for line in _processes_naming(marker) if not line.startswith(f"{pid}: ")]
+
+
+def test_two_stop_signals_at_once_still_kill_the_command_s_group(tmp_path: Path) -> None:
+    """SIGHUP to nox's group ends nox at once, and its death sends the cell SIGTERM (the parent-death
+    signal): the two arrive together. The second was raised at the first line of the clean-up and unwound
+    past its kill (10 of 10 tries left the command running); now only the first is raised."""
+    for attempt in range(3):
+        marker = f"compatlab-two-signals-{os.getpid()}-{attempt}-{time.monotonic_ns()}"
+        cell = subprocess.Popen(
+            [sys.executable, "-c", _TWO_SIGNALS, marker],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not _besides(marker, cell.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _besides(marker, cell.pid), "the command never started"
+            os.kill(cell.pid, signal.SIGHUP)
+            os.kill(cell.pid, signal.SIGTERM)
+            out, _ = cell.communicate(timeout=60)
+            assert out.strip() == "Terminated SIGHUP", out
+            assert _processes_naming(marker) == []
+        finally:
+            if cell.poll() is None:
+                cell.kill()
+                cell.communicate()
+            for line in _processes_naming(marker):
+                os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
