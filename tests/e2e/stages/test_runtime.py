@@ -138,6 +138,7 @@ def test_without_a_driver_the_lab_skips_the_cuda_suite_as_the_suite_itself_would
     monkeypatch.setattr(runtime, "_no_driver", lambda: False)  # as on a machine with signs of a driver
     ran = runtime.run_cuda_stage(ctx)
     assert (tmp_path / "work" / "cuda" / "pytest.log").is_file()
+    assert ran.details["tests"]
     assert [t["outcome"] for t in ran.details["tests"]] == ["skipped"] * len(ran.details["tests"])
     assert (early.state, early.reason, early.required) == (ran.state, ran.reason, ran.required)
 
