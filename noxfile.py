@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import difflib
 import fcntl
-import hashlib
+import importlib.util
 import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -691,41 +692,31 @@ def publish(session: nox.Session) -> None:
 # The CPU build of torch the NCCL suite's gloo tests run in real processes; pip finds it on a machine that
 # keeps it on disk, and downloads it elsewhere.
 TEST_TORCH = "torch==2.13.0"
-# Kept beside the suite's other real environments (tests/fixtures/envs.py), named by the interpreter and the
-# pin: a fresh clone on the same machine reuses it (its pip install took 36 s of the 2-core machine).
-TEST_ENVS = Path(os.environ.get("COMPATLAB_TEST_ENVS") or Path.home() / ".cache" / "compatlab-test-envs")
 
 
 def _test_torch(session: nox.Session) -> str | None:
-    """An interpreter with a CPU torch for the NCCL suite's real-process tests, made once and cached. Two
-    sessions at once make it one after the other, under a lock beside it; where the cache cannot be written,
-    it is made in the checkout's .compatlab/ instead."""
+    """An interpreter with a CPU torch for the NCCL suite's real-process tests: made once, beside the suite's
+    other real environments (tests/fixtures/envs.py, which names it by the interpreter and the pin and makes
+    it under a lock), so a fresh clone on the same machine reuses it (its pip install took 36 s of the 2-core
+    machine). Where that folder cannot be written, it is made in the checkout's .compatlab/."""
     if given := os.environ.get("COMPATLAB_TEST_TORCH_PYTHON"):
         return given
-    digest = hashlib.sha256("\n".join([sys.version, TEST_TORCH]).encode()).hexdigest()[:12]
-    venv = TEST_ENVS / f"test-torch-{digest}"
+    spec = importlib.util.spec_from_file_location("compatlab_test_envs", ROOT / "tests" / "fixtures" / "envs.py")
+    if spec is None or spec.loader is None:
+        session.error(f"{ROOT / 'tests' / 'fixtures' / 'envs.py'}: cannot be loaded")
+    envs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(envs)
+    session.log(f"the CPU torch of the NCCL tests ({TEST_TORCH}), made with pip unless it is there")
     try:
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(venv.with_name(venv.name + ".lock"), "a")  # noqa: SIM115 (held while the venv is made)
-    except OSError as exc:
-        session.warn(f"{TEST_ENVS}: {exc.strerror or exc}: the CPU torch goes in .compatlab/ of this checkout")
-        venv = ROOT / ".compatlab" / "test-torch"
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(venv.with_name(venv.name + ".lock"), "a")  # noqa: SIM115
-    python = venv / "bin" / "python"
-    stamp = venv / ".compatlab-torch"
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (python.exists() and stamp.exists() and stamp.read_text() == TEST_TORCH):
-            session.run(sys.executable, "-m", "venv", "--clear", str(venv), external=True)
-            try:
-                pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", TEST_TORCH]
-                session.run(*pip, external=True)
-            except nox.command.CommandFailed:
-                session.warn(f"could not install {TEST_TORCH}: the NCCL real-process tests will skip")
-                return None
-            stamp.write_text(TEST_TORCH)
-    return str(python)
+        try:
+            venv = envs.build_env("test-torch", [TEST_TORCH])
+        except PermissionError as exc:
+            session.warn(f"{exc.filename}: {exc.strerror}: the CPU torch goes in .compatlab/ of this checkout")
+            venv = envs.build_env("test-torch", [TEST_TORCH], root=ROOT / ".compatlab")
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        session.warn(f"could not make the CPU torch ({exc}): the NCCL real-process tests will skip")
+        return None
+    return str(venv / "bin" / "python")
 
 
 def _chromium(session: nox.Session) -> None:
