@@ -12,6 +12,7 @@ import pytest
 
 from compatlab.cells import expand
 from compatlab.config.matrix import load_matrix
+from compatlab.proc import incell_path
 from compatlab.stages import CellContext
 from compatlab.stages.base import cell_env
 from compatlab.stages.bytecode import IN_VENV, SHARED, bytecode_env
@@ -41,8 +42,6 @@ def _cell(tmp_path: Path, name: str) -> CellContext:
 def _import(ctx: CellContext) -> None:
     env = bytecode_env(ctx, cell_env(ctx.venv))
     code = "import decimal, email.mime.text, json, compatlab.incell.files"
-    from compatlab.proc import incell_path
-
     env["PYTHONPATH"] = str(incell_path())
     subprocess.run([str(ctx.python), "-c", code], env=env, check=True, timeout=120)
 
@@ -86,6 +85,6 @@ def test_a_venv_whose_interpreter_is_not_found_compiles_into_its_own_folder(
     cfg = ctx.venv / "pyvenv.cfg"
     cfg.write_text("\n".join(line for line in cfg.read_text().splitlines() if not line.startswith("home")) + "\n")
     env = bytecode_env(ctx, cell_env(ctx.venv))
-    subprocess.run([sys.executable, "-c", "import json"], env=env, check=True, timeout=120)
+    subprocess.run([str(ctx.python), "-c", "import json"], env=env, check=True, timeout=120)
     own = _own(ctx)
     assert any(p.endswith(f"json/__init__.{TAG}.pyc") for p in own), own
