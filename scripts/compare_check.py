@@ -1,6 +1,6 @@
 """Each module's verdict of `compatlab check` against a real import of it, in the environment it checked.
 
-    python scripts/compare_check.py OUT/results.json --python ENV/bin/python [--json FILE] [-j N]
+    python scripts/compare_check.py OUT/results.json --python ENV/bin/python [--json FILE] [-j N] [--cache DIR]
 
 For every extension module the import stage judged, and every package it imported, this asks the checked
 interpreter itself, one fresh process each: does the module load (imported by name, or loaded by path), does
@@ -16,12 +16,19 @@ Static findings that predict a load failure (a missing library, an undefined sym
 the same way; the other static findings (GPU arch, driver floor, families, libraries loaded by name) say
 nothing an import on this machine can confirm and are listed apart. Standard library only, so it runs with
 any Python beside the checked one. Prints the figures; exits 1 on any disagreement, 2 on bad input.
+
+With ``--cache DIR`` the real imports' answers are kept in DIR and read again by a later run that would ask
+the same: the same questions of the same interpreter, this script unchanged, and every file of the
+environment's site-packages as it was (path, size, modification time), the system's library cache and
+LD_LIBRARY_PATH too. A library changed outside those is not seen: keep the cache for an environment nothing
+but its installer writes (the test suite's, which it builds once and keeps).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
 import json
 import os
 import subprocess
@@ -110,11 +117,74 @@ def truth(
     return loads, mapped
 
 
+def _fingerprint(python: str, sites: list[Path], modules: list[tuple[str, str]], packages: list[str]) -> str:
+    """What the real imports' answers depend on, hashed: the questions, this script, the interpreter, every
+    file under the site folders but bytecode (path, size, mtime), the system's library cache and LD_LIBRARY_PATH."""
+    digest = hashlib.sha256()
+
+    def add(*parts: object) -> None:
+        digest.update(json.dumps(parts).encode() + b"\n")
+
+    add(sorted(modules), sorted(packages), os.environ.get("LD_LIBRARY_PATH", ""))
+    add(hashlib.sha256(Path(__file__).read_bytes()).hexdigest())
+    for path in (os.path.realpath(python), "/etc/ld.so.cache"):
+        try:
+            stat = os.stat(path)
+            add(path, stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            add(path, None)
+    for site in sites:
+        for folder, dirs, files in os.walk(site):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")  # bytecode changes no answer
+            for name in sorted(files):
+                file = os.path.join(folder, name)
+                try:
+                    stat = os.lstat(file)
+                except OSError:
+                    continue
+                add(os.path.relpath(file, site), stat.st_size, stat.st_mtime_ns)
+    return digest.hexdigest()
+
+
+def _cached_truth(
+    cache: Path | None,
+    python: str,
+    sites: list[Path],
+    modules: list[tuple[str, str]],
+    packages: list[str],
+    *,
+    jobs: int,
+) -> tuple[dict[str, bool], dict[str, set[str] | None], bool]:
+    """``truth``'s answers, from *cache* where a run that asked the same kept them (then True), else asked
+    now and kept there."""
+    if cache is None:
+        return (*truth(python, sites, modules, packages, jobs=jobs), False)
+    kept = cache / f"truth-{_fingerprint(python, sites, modules, packages)[:32]}.json"
+    try:
+        data = json.loads(kept.read_text(encoding="utf-8"))
+        return (
+            {k: bool(v) for k, v in data["loads"].items()},
+            {k: None if v is None else set(v) for k, v in data["mapped"].items()},
+            True,
+        )
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        pass  # none yet, or not readable: asked again
+    loads, mapped = truth(python, sites, modules, packages, jobs=jobs)
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_name(f".{kept.name}.{os.getpid()}")
+    partial.write_text(
+        json.dumps({"loads": loads, "mapped": {k: None if v is None else sorted(v) for k, v in mapped.items()}}),
+        encoding="utf-8",
+    )
+    os.replace(partial, kept)
+    return loads, mapped, False
+
+
 def _real(sites: list[Path], rel: str) -> set[str]:
     return {os.path.realpath(s / rel) for s in sites}
 
 
-def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any]:
+def compare(results: dict[str, Any], python: str, *, jobs: int, cache: Path | None = None) -> dict[str, Any]:
     [cell] = results["cells"]
     stages = {s["name"]: s for s in cell["stages"]}
     if "import" not in stages:
@@ -147,7 +217,8 @@ def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any
     }
     started = time.monotonic()
     sites = _sites(python)
-    loads, mapped = truth(
+    loads, mapped, cached = _cached_truth(
+        cache,
         python,
         sites,
         [(e["module"], packages[e["module"]]) for e in so],
@@ -204,6 +275,7 @@ def compare(results: dict[str, Any], python: str, *, jobs: int) -> dict[str, Any
         + [f"static: {f['message']}" for f in static if f["severity"] == "warn"],
         "static_other_fails": others,
         "truth_seconds": round(time.monotonic() - started, 1),
+        "truth": "cached" if cached else "ran",
     }
 
 
@@ -213,20 +285,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", required=True, help="the interpreter of the checked environment")
     parser.add_argument("--json", type=Path, help="also write the comparison here")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--cache", type=Path, help="keep the real imports' answers here, for a run that asks the same")
     args = parser.parse_args(argv)
     try:
         results = json.loads(args.results.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         print(f"error: {args.results}: {exc}", file=sys.stderr)
         return 2
-    out = compare(results, args.python, jobs=args.jobs)
+    out = compare(results, args.python, jobs=args.jobs, cache=args.cache)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(f"cell: {out['cell']['state']}: {out['cell']['reason']}")
     print("stages: " + ", ".join(f"{n} {s['state']} {s['seconds']} s" for n, s in out["stages"].items()))
+    kept = ", its answers kept from an earlier run" if out["truth"] == "cached" else ""
     print(
         f"{out['modules']} shared objects and {out['packages']} packages compared with a real import "
-        f"({out['truth_seconds']} s): {out['agree']} modules agree, {len(out['false_red'])} false red, "
+        f"({out['truth_seconds']} s{kept}): {out['agree']} modules agree, {len(out['false_red'])} false red, "
         f"{len(out['false_green'])} false green, {len(out['packages_disagree'])} packages disagree"
     )
     for kind in ("false_red", "false_green", "packages_disagree"):

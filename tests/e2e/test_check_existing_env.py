@@ -92,6 +92,10 @@ def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> No
             str(venv / "bin" / "python"),
             "--json",
             str(tmp_path / "compare.json"),
+            # The environment is built once and kept (fixtures/envs.py): so are the real imports' answers,
+            # asked again whenever a file of its site-packages changed (scripts/compare_check.py).
+            "--cache",
+            str(venv / ".compare-truth"),
         ],
         capture_output=True,
         text=True,

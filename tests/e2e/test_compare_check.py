@@ -48,7 +48,7 @@ def _results(tmp_path: Path, good: dict[str, Any], bad: dict[str, Any]) -> Path:
     return path
 
 
-def _compare(tmp_path: Path, venv: Path, results: Path) -> tuple[int, dict[str, Any]]:
+def _compare(tmp_path: Path, venv: Path, results: Path, *cache: str) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
         [
             sys.executable,
@@ -60,6 +60,7 @@ def _compare(tmp_path: Path, venv: Path, results: Path) -> tuple[int, dict[str, 
             str(tmp_path / "out.json"),
             "-j",
             "2",
+            *cache,
         ],
         capture_output=True,
         text=True,
@@ -153,3 +154,32 @@ def test_a_build_is_judged_by_its_own_file_not_by_the_one_its_name_imports(tmp_p
         alt.rename(bad)
     assert rc == 1
     assert [g["module"] for g in out["false_green"]] == [f"pkg/_bad.alt{EXT_SUFFIX}"]
+
+
+def test_a_kept_truth_is_read_again_only_while_the_environment_is_as_it_was(tmp_path: Path, venv: Path) -> None:
+    cache = tmp_path / "truth"
+    results = _results(tmp_path, {"ok": True}, {**MISSING, "needed": False})
+    first = _compare(tmp_path, venv, results, "--cache", str(cache))
+    again = _compare(tmp_path, venv, results, "--cache", str(cache))
+    assert (first[1]["truth"], again[1]["truth"]) == ("ran", "cached")
+    for out in (first[1], again[1]):
+        del out["truth"], out["truth_seconds"]
+    assert first == again
+    assert (first[0], first[1]["agree"]) == (0, 2)
+    # A file of the environment changed (pkg/_good now needs the absent library): the truth is asked again,
+    # and finds the verdict that was right before wrong now.
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    good = site / "pkg" / f"_good{EXT_SUFFIX}"
+    kept = good.with_name("kept")
+    good.rename(kept)
+    good.write_bytes((site / "pkg" / f"_bad{EXT_SUFFIX}").read_bytes())
+    try:
+        rc, out = _compare(tmp_path, venv, results, "--cache", str(cache))
+    finally:
+        good.unlink()
+        kept.rename(good)
+    assert (rc, out["truth"]) == (1, "ran")
+    assert [g["module"] for g in out["false_green"]] == [f"pkg/_good{EXT_SUFFIX}"]
+    # As it was again: the first answers are read once more.
+    rc, out = _compare(tmp_path, venv, results, "--cache", str(cache))
+    assert (rc, out["truth"], out["agree"]) == (0, "cached", 2)
