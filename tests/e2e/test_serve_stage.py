@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -311,8 +312,27 @@ def test_a_second_run_of_the_same_stack_leaves_the_first_ones_jit_cache_alone(
     assert not Path(cache["path"]).exists()  # its own folder is gone
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # the held one is as it was
     assert any("in use by another run of this very stack" in n for n in second.details["notes"])
-    third = run_serve_stage(_context(tmp_path / "three", gpu_venv))  # released: the stack's cache again
+    # A busy run killed while serving left its folder: the next serve stage there removes it, never one that
+    # a run still holds (nor one made a moment ago, which its run may not have locked yet).
+    stale, live, young = (root.with_name(f".{root.name}-busy-{n}") for n in ("stale", "live", "young"))
+    for folder in (stale, live, young):
+        (folder / "triton").mkdir(parents=True)
+        (folder / "triton" / "kernel.bin").write_bytes(b"\0")
+    for folder in (stale, live):
+        os.utime(folder, (time.time() - 600, time.time() - 600))
+    held_fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held_fd, fcntl.LOCK_EX)
+        third = run_serve_stage(_context(tmp_path / "three", gpu_venv))  # released: the stack's cache again
+    finally:
+        os.close(held_fd)
     assert (third.details["jit_cache"]["path"], third.details["jit_cache"]["reused_files"]) == (str(root), 3)
+    assert (stale.exists(), live.exists(), young.exists()) == (False, True, True)
+    assert third.details["jit_cache"]["swept"] == 1
+    assert (
+        f"removed 1 JIT cache folder(s) that runs killed while serving left under {root.parent}"
+        in (third.details["notes"])
+    )
 
 
 def test_the_servers_bytecode_is_compiled_once_outside_the_environment(

@@ -346,13 +346,16 @@ class JitCache:
     The stack's folder is held (``flock`` on ``<key>.lock`` beside it) from here to ``finish``: a second run
     of the very same stack at that time (two runs of ``compatlab check`` on one environment, a check beside a
     matrix cell) would otherwise empty it as unfinished under the first one's servers, or drop it when it
-    fails. That second run compiles in a folder of its own instead (``busy``), removed at its end."""
+    fails. That second run compiles in a folder of its own instead (``busy``), held (``flock`` on the folder)
+    until it is removed at its end; one whose run was killed first is removed by the next serve stage there
+    (``swept``)."""
 
     root: Path
     key: str
     reused_files: int  # files in it from earlier runs of this very stack that ended well
     lock: int | None = None  # the held lock's descriptor (not inherited by the servers), closed by finish
     busy: bool = False  # another run held the stack's folder: this one's is its own, never kept
+    swept: int = 0  # busy folders of runs that ended before removing theirs, removed here
 
     def env(self) -> dict[str, str]:
         return {var: str(self.root / sub) for var, sub in _CACHE_VARS.items()}
@@ -379,7 +382,39 @@ class JitCache:
             "compiled_files": max(added, 0),
             "kept": keep,
             **({"busy": True} if self.busy else {}),
+            **({"swept": self.swept} if self.swept else {}),
         }
+
+
+_BUSY = "-busy-"
+_BUSY_GRACE_S = 60.0  # a busy folder this young may not be held yet (made, then locked): never swept
+
+
+def _sweep_busy(base: Path) -> int:
+    """Remove the busy folders under *base* that no run holds (theirs was killed before its ``finish``); how
+    many were removed."""
+    swept = 0
+    try:
+        entries = [e for e in os.scandir(base) if e.name.startswith(".") and _BUSY in e.name]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or time.time() - entry.stat().st_mtime < _BUSY_GRACE_S:
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its run is still serving
+        else:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            swept += 1
+        finally:
+            os.close(fd)
+    return swept
 
 
 def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
@@ -390,14 +425,16 @@ def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
     key = hashlib.sha256(f"{stack_of(ctx)}\n{_driver(env)}\n{arch}".encode()).hexdigest()[:16]
     base = ctx.caches / ".jit-cache" if ctx.caches is not None else default_cache_dir() / "jit"
     base.mkdir(parents=True, exist_ok=True)
+    swept = _sweep_busy(base)
     lock = os.open(base / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(lock)
-        return JitCache(
-            root=Path(tempfile.mkdtemp(prefix=f".{key}-busy-", dir=base)), key=key, reused_files=0, busy=True
-        )
+        own = Path(tempfile.mkdtemp(prefix=f".{key}{_BUSY}", dir=base))
+        held = os.open(own, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(held, fcntl.LOCK_EX)  # not yet swept: it is younger than the grace
+        return JitCache(root=own, key=key, reused_files=0, lock=held, busy=True, swept=swept)
     except OSError:
         os.close(lock)
         raise
@@ -409,7 +446,7 @@ def jit_cache(ctx: CellContext, arch: str, env: dict[str, str]) -> JitCache:
         root.mkdir(parents=True, exist_ok=True)
         if stamp.exists():
             stamp.unlink()  # until this run ends well
-        cache = JitCache(root=root, key=key, reused_files=0, lock=lock)
+        cache = JitCache(root=root, key=key, reused_files=0, lock=lock, swept=swept)
         return dataclasses.replace(cache, reused_files=cache.files())
     except BaseException:
         os.close(lock)
@@ -486,6 +523,11 @@ def run_serve_stage(ctx: CellContext) -> StageResult:
             notes.append(
                 "the stack's JIT cache is in use by another run of this very stack: the servers compile in a "
                 "folder of their own, dropped at the end"
+            )
+        if cache.swept:
+            notes.append(
+                f"removed {cache.swept} JIT cache folder(s) that runs killed while serving left under "
+                f"{cache.root.parent}"
             )
     except OSError as exc:  # an unwritable cache folder costs the JIT again, never the verdict
         where = f"{exc.filename}: " if exc.filename else ""
