@@ -524,6 +524,17 @@ CASES: tuple[Case, ...] = (
         warn_package="numba",
         note="numba/np/ufunc/tbbpool.so needs libtbb.so.12; import numba does not",
     ),
+    Case(
+        name="cupy-no-cutensor",
+        category="system-lib",
+        steps=(("cupy-cuda13x==14.2.0",),),
+        truth="warn",
+        code="missing-library",
+        about=("cupy-cuda13x",),
+        warn_package="cupy",
+        note="import cupy tries cupy_backends/cuda/libs/cutensor.so (it needs libcutensor.so.2, absent) and goes on "
+        "without it: found red on the device's own environment",
+    ),
     # --- two copies of one library ---
     Case(
         name="opencv-python-and-headless",

@@ -213,6 +213,26 @@ def test_a_build_named_by_path_that_import_leaves_alone_is_a_warning(tmp_path: P
 
 
 @pytest.mark.slow
+def test_a_build_a_working_import_tries_and_goes_on_without_is_a_warning(tmp_path: Path) -> None:
+    # cupy's import tries cuTENSOR's module (libcutensor.so.2 absent on the box), goes on without it and works.
+    if fakecuda.real_driver() is not None:
+        pytest.skip("this machine has a real NVIDIA driver: the cuda stage would run")
+    init = BY_PATH + "try:\n    _ops = load('vectorised')\nexcept ImportError:\n    _ops = None\n"
+    env = inspect_environment(_venv(tmp_path, init) / "bin" / "python")
+    done = run_check(env, ExistingRequest(packages=("optpkg",)), out=tmp_path / "out")
+    stages = {s.name: s for s in done.result.stages}
+    verdict = (
+        f"{OPT}: missing shared library libabsent.so.1; `import optpkg` does not need it: it tried to load it "
+        "and went on without it (what needs it will not work)"
+    )
+    assert (stages["import"].state, stages["import"].reason) == ("warn", verdict)
+    package = next(m for m in stages["import"].details["modules"] if m["module"] == "optpkg")
+    assert (package["ok"], [(f["name"], f["judged"]) for f in package["failed_loads"]]) == (True, [(OPT, "feature")])
+    assert [w for w in stages["import"].details["warnings"] if OPT in w] == [verdict]  # told once, not again
+    assert done.result.state == CellState.PARTIAL
+
+
+@pytest.mark.slow
 def test_a_build_named_by_path_that_import_loads_stays_red(tmp_path: Path) -> None:
     env = inspect_environment(_venv(tmp_path, BY_PATH + '_ops = load("vectorised")\n') / "bin" / "python")
     done = run_check(env, ExistingRequest(packages=("optpkg",)), out=tmp_path / "out")

@@ -118,8 +118,9 @@ def _tried_alternatives(target: LoadTarget, failure: LoadFailure | None, attempt
 def feature_warnings(entries: list[ImportEntry]) -> list[str]:
     """One warning per folder of libraries that imports tried, could not load and worked without: what
     needs them will not work (torchcodec tries one build per FFmpeg major; none loads without FFmpeg). Told
-    once, by the first import that tried, however many imports tried the same files."""
-    seen: set[str] = set()
+    once, by the first import that tried, however many imports tried the same files; a module of the stage
+    whose own entry says it already (not needed: the import went on without it) is not told again."""
+    seen: set[str] = {e.module for e in entries if not e.is_package and e.needed is False}
     out: list[str] = []
     for entry in entries:
         folders: dict[str, list[Mapping[str, Any]]] = {}

@@ -1,10 +1,11 @@
 """Whether a module that failed to load is needed: what its distribution's package imports were seen to do.
 
-A failed module of the stack is *needed* when one of its distribution's package imports tried to load it
-(mapped it, or recorded a failed attempt of it), or failed itself (it may need it), or when the distribution
-has no package to import. A module that every one of those imports left alone, the imports having worked,
-is not needed by ``import``: a lazily loaded part, another build the package did not pick (sm100 on this
-box, one CUDA major of two); it is marked ``needed=False``, a warning. A build its package may pick by GPU
+A failed module of the stack is *needed* when one of its distribution's package imports mapped it or failed
+on it (recorded a failed attempt of it and failed), or failed itself (it may need it), or when the
+distribution has no package to import. A module that every one of those imports left alone or tried and went
+on without (cupy tries cuTENSOR's module, which needs a library this box lacks), the imports having worked,
+is not needed by ``import``: a lazily loaded part, an optional one, another build the package did not pick
+(sm100 on this box, one CUDA major of two); it is marked ``needed=False``, a warning. A build its package may pick by GPU
 stays needed: what this box's import loaded says nothing of the target's GPU. The static stage's reading of
 the import graph (``static/not-needed.json`` in the cell's work folder: label -> {package, why, feature,
 needed}), or the graph read here (compatlab.incell.reach), only adds what the package says the module is
@@ -19,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from compatlab.incell import reach
 from compatlab.incell.entries import ImportEntry
@@ -112,10 +115,10 @@ def confirm_not_needed(
     """The entries, each failed module that its distribution's imports were *seen* not to need marked
     ``needed=False`` (a warning, not a failure), and the others told why they stay needed.
 
-    Observed, whichever stages ran: a module is needed when one of its distribution's package imports tried
-    to load it (mapped it, or recorded a failed attempt of it), or failed itself (it may need it), or when
-    the distribution has no package to import. A module that every one of those imports left alone, the
-    imports having worked, is not needed by ``import``: a lazily loaded part, another build the package did
+    Observed, whichever stages ran: a module is needed when one of its distribution's package imports mapped
+    it or failed on it, or failed itself (it may need it), or when the distribution has no package to import.
+    A module that every one of those imports left alone or tried and went on without, the imports having
+    worked, is not needed by ``import``: a lazily loaded part, an optional one, another build the package did
     not pick (sm100 on this box, one CUDA major of two). The static stage's reading of the import graph
     (static/not-needed.json), or the graph read here, only adds what the package says the module is for.
     """
@@ -126,8 +129,21 @@ def confirm_not_needed(
     return [_confirmed(e, predicted or {}, imports.get(e.dist, []), site_packages, paths) for e in entries]
 
 
+def _attempt(package: ImportEntry, module: str) -> Mapping[str, Any] | None:
+    return next((f for f in package.failed_loads or () if f.get("name") == module), None)
+
+
 def _tried(package: ImportEntry, module: str) -> bool:
-    return module in (package.mapped or ()) or any(f.get("name") == module for f in package.failed_loads or ())
+    """The import mapped *module*, or tried it and failed on it where that failed the import (``cause``), or
+    failed itself. One that worked after trying it (cupy tries cuTENSOR's module and goes on without it) left
+    it alone as far as ``import`` goes: weighed as the others it left alone (its ``went_without``)."""
+    if module in (package.mapped or ()):
+        return True
+    attempt = _attempt(package, module)
+    return attempt is not None and (not package.ok or attempt.get("judged") not in _WENT_WITHOUT)
+
+
+_WENT_WITHOUT = ("feature", "not-picked")  # failed_loads' judgements of a load the import worked without
 
 
 def _confirmed(
@@ -162,7 +178,13 @@ def _confirmed(
         )
     package = packages[0].module if guess is None else guess.get("package", packages[0].module)
     said = f"; {guess['package']} says it is for: {guess['feature']}" if guess and guess.get("feature") else ""
-    if guess is None:
+    without = next((p for p in packages if _attempt(p, entry.module) is not None), None)
+    if without is not None:
+        verdict = (
+            f"{entry.reason}; `import {without.module}` does not need it: it tried to load it and went on "
+            f"without it{said} (what needs it will not work)"
+        )
+    elif guess is None:
         verdict = f"{entry.reason}; `import {package}` does not need it: it loads without trying to load it"
     elif guess.get("needed") == "unknown":  # the code could not say; what `import` did here does
         verdict = (

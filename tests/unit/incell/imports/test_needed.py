@@ -102,6 +102,42 @@ def test_a_failed_module_is_needed_when_an_import_of_its_distribution_tried_it_o
     assert [e.needed for e in got] == [None] * len(entries)
 
 
+def test_a_module_a_working_import_tried_and_went_on_without_is_not_needed() -> None:
+    # cupy's import tries cupy_backends/cuda/libs/cutensor.so (libcutensor.so.2 absent), goes on without it and
+    # works: a feature lost, a warning. Where that failed load failed the import (cause), or the import failed,
+    # it stays needed.
+    entries = [
+        _broken("pkg/_opt.so", kind="missing-library"),
+        _broken("pkg/_cu12.so", kind="missing-library"),
+        ImportEntry(
+            module="pkg",
+            dist="pkg",
+            ok=True,
+            mapped=("pkg/_cu13.so",),
+            failed_loads=(
+                {"name": "pkg/_opt.so", "judged": "feature"},
+                {"name": "pkg/_cu12.so", "judged": "not-picked", "instead": "pkg/_cu13.so"},
+            ),
+        ),
+        _broken("bad/_core.so", "bad", kind="missing-library"),
+        ImportEntry(module="bad", dist="bad", ok=False, failed_loads=({"name": "bad/_core.so", "judged": "feature"},)),
+        _broken("cause/_c.so", "cause"),
+        ImportEntry(module="cause", dist="cause", ok=True, failed_loads=({"name": "cause/_c.so", "judged": "cause"},)),
+    ]
+    host_code = {m: sys.executable for m in ("pkg/_opt.so", "pkg/_cu12.so")}  # no device code: no GPU picks them
+    got = needed.confirm_not_needed({}, entries, None, host_code)
+    assert [(e.module, e.needed, e.needed_why) for e in got if not e.is_package] == [
+        ("pkg/_opt.so", False, None),
+        ("pkg/_cu12.so", False, None),
+        ("bad/_core.so", None, "`import bad` tried to load it and failed on it"),
+        ("cause/_c.so", None, "`import cause` tried to load it and failed on it"),
+    ]
+    assert got[0].verdict == (
+        "pkg/_opt.so: undefined symbol f; `import pkg` does not need it: it tried to load it and went on without it "
+        "(what needs it will not work)"
+    )
+
+
 def test_a_failed_module_no_import_tried_is_not_needed_saying_what_its_package_says_of_it() -> None:
     predicted = {
         "pkg/_lazy.so": {
