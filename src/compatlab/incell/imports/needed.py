@@ -5,8 +5,8 @@ on it (recorded a failed attempt of it and failed), or failed itself (it may nee
 distribution has no package to import. A module that every one of those imports left alone or tried and went
 on without (cupy tries cuTENSOR's module, which needs a library this box lacks), the imports having worked,
 is not needed by ``import``: a lazily loaded part, an optional one, another build the package did not pick
-(sm100 on this box, one CUDA major of two); it is marked ``needed=False``, a warning. A build its package may pick by GPU
-stays needed: what this box's import loaded says nothing of the target's GPU. The static stage's reading of
+(sm100 on this box, one CUDA major of two); it is marked ``needed=False``, a warning. A build its package may
+pick by GPU stays needed: what this box's import loaded says nothing of the target's GPU. The static stage's reading of
 the import graph (``static/not-needed.json`` in the cell's work folder: label -> {package, why, feature,
 needed}), or the graph read here (compatlab.incell.reach), only adds what the package says the module is
 for; a module static could not judge (``needed: unknown``) that this stage did not load stays a failure.

@@ -124,7 +124,7 @@ def test_a_module_a_working_import_tried_and_went_on_without_is_not_needed() -> 
         _broken("cause/_c.so", "cause"),
         ImportEntry(module="cause", dist="cause", ok=True, failed_loads=({"name": "cause/_c.so", "judged": "cause"},)),
     ]
-    host_code = {m: sys.executable for m in ("pkg/_opt.so", "pkg/_cu12.so")}  # no device code: no GPU picks them
+    host_code = dict.fromkeys(("pkg/_opt.so", "pkg/_cu12.so"), sys.executable)  # no device code: no GPU picks them
     got = needed.confirm_not_needed({}, entries, None, host_code)
     assert [(e.module, e.needed, e.needed_why) for e in got if not e.is_package] == [
         ("pkg/_opt.so", False, None),
