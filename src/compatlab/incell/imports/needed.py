@@ -6,8 +6,8 @@ distribution has no package to import. A module that every one of those imports 
 on without (cupy tries cuTENSOR's module, which needs a library this box lacks), the imports having worked,
 is not needed by ``import``: a lazily loaded part, an optional one, another build the package did not pick
 (sm100 on this box, one CUDA major of two); it is marked ``needed=False``, a warning. A build its package may
-pick by GPU stays needed: what this box's import loaded says nothing of the target's GPU. The static stage's reading of
-the import graph (``static/not-needed.json`` in the cell's work folder: label -> {package, why, feature,
+pick by GPU stays needed: what this box's import loaded says nothing of the target's GPU. The static stage's
+reading of the import graph (``static/not-needed.json`` in the cell's work folder: label -> {package, why, feature,
 needed}), or the graph read here (compatlab.incell.reach), only adds what the package says the module is
 for; a module static could not judge (``needed: unknown``) that this stage did not load stays a failure.
 
@@ -136,7 +136,8 @@ def _attempt(package: ImportEntry, module: str) -> Mapping[str, Any] | None:
 def _tried(package: ImportEntry, module: str) -> bool:
     """The import mapped *module*, or tried it and failed on it where that failed the import (``cause``), or
     failed itself. One that worked after trying it (cupy tries cuTENSOR's module and goes on without it) left
-    it alone as far as ``import`` goes: weighed as the others it left alone (its ``went_without``)."""
+    it alone as far as ``import`` goes: weighed as the others it left alone, its verdict saying it went on
+    without it."""
     if module in (package.mapped or ()):
         return True
     attempt = _attempt(package, module)
