@@ -399,6 +399,51 @@ def test_a_load_python_refused_by_path_is_asked_by_name_there_and_only_a_double_
         loader.close()
 
 
+@pytest.mark.parametrize(
+    ("words", "imports"),
+    [
+        # The same words by path in both servers: the failure by name in the adopting one is the answer.
+        ("raise ImportError('the same words everywhere')", ["adopting: by name"]),
+        # Other words by path (what the adopting server had imported changed them): asked by name again.
+        (
+            "import sys\nraise ImportError('adopted' if 'compatlab_had' in sys.modules else 'alone')",
+            ["adopting: by name", "plain: by name"],
+        ),
+    ],
+)
+def test_a_failure_by_path_the_same_in_both_servers_is_not_asked_by_name_again(
+    tmp_path: Path, python: str, monkeypatch: pytest.MonkeyPatch, words: str, imports: list[str]
+) -> None:
+    # Its package's import says which server's child ran it; the module fails by path and by name.
+    said = tmp_path / "said"
+    _package(tmp_path, "compatlab_had", "")
+    _package(
+        tmp_path,
+        "compatlab_same",
+        "import sys\n"
+        f"open({str(said)!r}, 'a').write(('adopting' if 'compatlab_had' in sys.modules else 'plain') + ': by name\\n')\n",
+    )
+    folder = tmp_path / "pypath" / "compatlab_same"
+    (folder / "_m.py").write_text(words + "\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "executable", python)
+    driver = Driver(str(tmp_path / "work"), [])
+    loader = Loader(driver, [], 60, fork=True)
+    target = LoadTarget(
+        dist="compatlab-same", label="compatlab_same/_m.py", name="compatlab_same._m", path=str(folder / "_m.py")
+    )
+    try:
+        assert (
+            loader.load(LoadTarget(dist="compatlab-had", label="compatlab_had", name="compatlab_had"), adopt=True)[0]
+            is None
+        )
+        entry, _mapped = load_entry(target, driver, loader)
+        assert not entry.ok
+        assert loader.confirmed == 1  # the failure is still the plain server's, by path
+        assert said.read_text(encoding="utf-8").splitlines() == imports
+    finally:
+        loader.close()
+
+
 def test_an_adoption_that_fails_is_undone(tmp_path: Path, server: ForkServer) -> None:
     _package(tmp_path, "compatlab_halfway", "import compatlab_halfway.part\nraise RuntimeError('halfway')\n")
     (tmp_path / "pypath" / "compatlab_halfway" / "part.py").write_text("X = 1\n", encoding="utf-8")

@@ -169,6 +169,7 @@ def _load_module(target: LoadTarget, loader: Loader) -> tuple[LoadFailure | None
     again of the server that adopts nothing, by path and then by name, and that answer kept."""
     by_name = LoadTarget(dist=target.dist, label=target.label, name=target.name)
     answer = loader.ask_adopting(target, imported_ok=True)
+    failed_there: tuple[LoadFailure, LoadFailure] | None = None  # how it failed there by path, and by name
     if answer is not None:
         failure, done = answer
         if failure is None:
@@ -177,13 +178,26 @@ def _load_module(target: LoadTarget, loader: Loader) -> tuple[LoadFailure | None
             again = loader.ask_adopting(by_name, imported_ok=True)
             if again is not None and again[0] is None:
                 return None, done, failure, True
+            if again is not None and again[0] is not None and again[0].kind == "import-error":
+                failed_there = (failure, again[0])
         loader.confirming()
     failure, done = loader.ask_plain(target)
+    if failure is not None and failed_there is not None and _same(failed_there[0], failure):
+        # By path it fails here, with only the prerequisites, word for word as in the adopting server: what
+        # that server had imported changed nothing for it, so its failure there by name (a Python exception,
+        # not a crash) is the answer by name too, not asked again here.
+        return failure, done, failure, False
     if failure is not None and failure.kind in _BY_NAME:
         named, _done = loader.ask_plain(by_name) if answer is not None else loader.load(by_name, imported_ok=True)
         if named is None:
             return None, done, failure, True
     return failure, done, failure, False
+
+
+def _same(one: LoadFailure, other: LoadFailure) -> bool:
+    """The same Python exception, word for word (the step it was on aside: by path or by name). A crash is
+    never the same: one in a fork of the adopting server may be what that server's state did to it."""
+    return one.kind == other.kind == "import-error" and one.message == other.message
 
 
 def own_library(target: LoadTarget, failure: LoadFailure | None) -> str | None:
