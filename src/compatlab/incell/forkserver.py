@@ -27,13 +27,14 @@ protocol is JSON lines on descriptors it takes over from stdin and stdout before
     server -> client   {"id": 1, "pid": ..., "returncode": ..., "stdout": ..., "stderr": ..., "seconds": ...,
                         "timed_out": ..., "record": {"ok": ..., "step": ..., ...} or null,
                         "adopted": 12, "closed": ""}
-                       or {"id": 1, "refused": "why"} (no child was forked)
+                       or {"id": 1, "refused": "why", "by": ["adopted.package"]} (no child was forked)
 
 Adoption (``"adopt": true`` on a package's import): once the child is forked, the server imports the package
 too, so the children forked after it start with it and pay only for their own part: the import stage costs
 about what one interpreter importing everything costs, not that times the shared dependencies. Isolation is
 kept where it matters: a load whose own modules (``"own"``) an adopted package imported is refused, and the
-client asks a server that adopts nothing, unless it says ``"imported_ok"`` and the module itself is imported
+client asks a server that adopts nothing (the refusal names the adoptions that brought them in: the client
+orders the next run by them, imports.order), unless it says ``"imported_ok"`` and the module itself is imported
 here already (by name, from the same file for a load by path): an adopted package's import loaded it, and its
 child finds it loaded as a prerequisite's module is; an adoption that fails is undone (its modules forgotten), and one
 that initialised CUDA closes the server to new children. A package that started a thread at import is
@@ -92,7 +93,12 @@ class ServerGone(Exception):
 
 class Refused(Exception):
     """The server forked no child for the load: an adopted package imported the module's own already, or
-    the server forks no more (``closed``). A server that adopts nothing has to answer."""
+    the server forks no more (``closed``). A server that adopts nothing has to answer. *by*: the adopted
+    packages whose imports brought the module's own in (none for a closed server)."""
+
+    def __init__(self, why: str, by: Sequence[str] = ()) -> None:
+        super().__init__(why)
+        self.by = tuple(by)
 
 
 class ForkServer:
@@ -238,7 +244,7 @@ class ForkServer:
             raise ServerGone(f"no answer for {path or name} within {timeout + 60:.0f} s") from None
         self._told(reply)
         if "refused" in reply:
-            raise Refused(str(reply["refused"]))
+            raise Refused(str(reply["refused"]), [str(b) for b in reply.get("by") or []])
         done = Completed(
             argv=[
                 self._python,

@@ -329,6 +329,39 @@ def test_an_adopted_package_is_inherited_by_later_children_and_never_under_its_o
         server.load(path=None, name="compatlab_dep", own=["compatlab_dep"])
 
 
+def test_a_load_refused_names_the_adoption_that_brought_its_own_in_and_the_loader_learns_the_order(
+    tmp_path: Path, python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # compatlab_user imports compatlab_dep, which no Requires-Dist of it names: once it is adopted, every load
+    # of compatlab_dep's distribution is refused and answered by the server that adopts nothing.
+    _package(tmp_path, "compatlab_dep", "")
+    (tmp_path / "pypath" / "compatlab_dep" / "_m.py").write_text("", encoding="utf-8")
+    _package(tmp_path, "compatlab_user", "import compatlab_dep\n")
+    monkeypatch.setattr(sys, "executable", python)
+    loader = Loader(Driver(str(tmp_path / "work"), []), [], 60, fork=True)
+    user = LoadTarget(dist="compatlab-user", label="compatlab_user", name="compatlab_user")
+    dep = LoadTarget(dist="compatlab-dep", label="compatlab_dep", name="compatlab_dep")
+    module = LoadTarget(
+        dist="compatlab-dep",
+        label="compatlab_dep/_m.py",
+        name="compatlab_dep._m",
+        path=str(tmp_path / "pypath" / "compatlab_dep" / "_m.py"),
+    )
+    loader.own.update({"compatlab-user": ["compatlab_user"], "compatlab-dep": ["compatlab_dep", "compatlab_dep._m"]})
+    try:
+        assert loader.load(user, adopt=True)[0] is None
+        adopting = next(s for s in loader.adopting.values() if s is not None)
+        with pytest.raises(Refused, match="by the import of compatlab_user") as refused:
+            adopting.load(path=module.path, name=module.name, own=loader.own["compatlab-dep"])
+        assert refused.value.by == ("compatlab_user",)
+        assert loader.load(module)[0] is None  # refused there, loaded by the other
+        assert loader.load(dep)[0] is None
+        assert loader.refused == 2
+        assert loader.learned == {"compatlab-user": {"compatlab-dep"}}  # the next run: compatlab-dep first
+    finally:
+        loader.close()
+
+
 def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_allows_it(
     tmp_path: Path, server: ForkServer
 ) -> None:

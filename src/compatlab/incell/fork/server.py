@@ -113,8 +113,9 @@ class _Server:
         # forked after it start with them (what an import of a package that needs them costs drops to its
         # own part). A load whose own modules an adopted package imported is refused (the client asks a
         # server that adopted nothing), so no module is ever loaded where its own package already is.
-        self.base = set(sys.modules)
+        self.seen = set(sys.modules)  # the prerequisites', then those of each adoption as it is counted below
         self.imported: set[str] = set()  # every dotted prefix of a module imported here since the start
+        self.brought: dict[str, str] = {}  # each of those -> the adopted package whose import brought it in
         self.adopted: list[str] = []
         self.closed = ""  # why no more children are forked here (an adoption initialised CUDA, or a thread)
         self.closed_by = ""  # the package whose adoption closed it
@@ -217,13 +218,16 @@ class _Server:
             "threaded": self.threaded,
         }
 
-    def _refusal(self, request: dict[str, Any]) -> str:
+    def _refusal(self, request: dict[str, Any]) -> tuple[str, list[str]]:
+        """Why no child is forked for *request* ("" if one is), and the adopted packages whose imports
+        brought its own modules in (the client orders the next run by them)."""
         if self.closed:
-            return self.closed
+            return self.closed, []
         if request.get("imported_ok") and _imported(request):
-            return ""  # its child finds it loaded, as a prerequisite's module is (probe.steps)
+            return "", []  # its child finds it loaded, as a prerequisite's module is (probe.steps)
         hit = sorted(str(n) for n in request.get("own") or [] if str(n) in self.imported)
-        return f"{', '.join(hit[:3])} imported here already, by an adopted package" if hit else ""
+        by = sorted({self.brought[n] for n in hit})
+        return (f"{', '.join(hit[:3])} imported here already, by the import of {', '.join(by)}" if hit else ""), by
 
     def _adopt(self, name: str, timeout: float) -> None:
         """Import *name* here too (a child was forked to import it a moment ago): on failure, forget every
@@ -256,15 +260,20 @@ class _Server:
         if threads > self.threads:  # forked children inherit none of them: said, and failures asked again
             self.threaded.append(name)
             self.threads = threads
-        for module in set(sys.modules) - self.base:
+        new = set(sys.modules) - self.seen  # not all of sys.modules again: it holds thousands by now
+        self.seen |= new
+        for module in new:
             parts = module.split(".")
-            self.imported.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+            for prefix in (".".join(parts[: i + 1]) for i in range(len(parts))):
+                if prefix not in self.imported:
+                    self.imported.add(prefix)
+                    self.brought[prefix] = name
         gc.freeze()  # what it made is shared with the children too
 
     def _fork(self, request: dict[str, Any]) -> int | None:
-        refused = self._refusal(request)
+        refused, by = self._refusal(request)
         if refused:
-            self.send({"id": request.get("id"), "refused": refused, **self.adoption()})
+            self.send({"id": request.get("id"), "refused": refused, "by": by, **self.adoption()})
             return None
         code = self._fork_child(request)
         if code is None and request.get("adopt") and request.get("name") and not request.get("path"):

@@ -4,6 +4,7 @@ Standard library and compatlab.incell only, Python 3.10 and later: the suite hol
 the rest, in the order a run goes:
 
 - plan.py: the declared distributions as installed, their modules to load and the order to load them;
+- order.py: what the last runs on this environment learned of that order (which adoption refused whose loads);
 - driver.py: the CUDA driver they load against, the machine's or a stand-in grown on demand;
 - loader.py: where each load runs (a child of a fork server, else a fresh interpreter), jobs at a time;
 - load.py: one target loaded, retried as its package would load it, and told as an ImportEntry;

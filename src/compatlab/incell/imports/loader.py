@@ -68,6 +68,9 @@ class Loader:
         self.adopting: dict[str, forkserver.ForkServer | None] = {}
         self.own: dict[str, list[str]] = {}  # distribution -> the names of its modules to load
         self.refused = 0
+        # Learned from the refusals: an adopted package's distribution -> those whose loads it refused
+        # (imports.order: the next run loads them before it).
+        self.learned: dict[str, set[str]] = {}
         self.confirmed = 0  # failures in an adopting server's child, asked again of the other
         # A package whose adoption closed a server (it started a thread, or initialised CUDA) is not adopted
         # again: a server adopting what the closed one had, but that, takes over (at most _REPLACEMENTS).
@@ -159,6 +162,10 @@ class Loader:
             self.confirming()
         return self.ask_plain(target, preload)
 
+    def _dist_of(self, name: str) -> str | None:
+        """The distribution whose package *name* is (the plan's targets: ``own``)."""
+        return next((dist for dist, names in self.own.items() if name in names), None)
+
     def confirming(self) -> None:
         """An adopting server's failure is asked again of the server that adopts nothing: counted."""
         with self._lock:
@@ -183,9 +190,11 @@ class Loader:
                 adopt=adopt and target.name not in self.unadoptable,
                 imported_ok=imported_ok,
             )
-        except forkserver.Refused:
+        except forkserver.Refused as refused:
             with self._lock:
                 self.refused += 1
+                for dist in {self._dist_of(name) for name in refused.by} - {target.dist, None}:
+                    self.learned.setdefault(str(dist), set()).add(target.dist)
         except forkserver.ServerGone as exc:  # it died adopting a package: the other answers from now on
             with self._lock:
                 if self.adopting.get(env.get("LD_LIBRARY_PATH", "")) is adopting:

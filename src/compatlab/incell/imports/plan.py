@@ -10,7 +10,9 @@ The targets are kept extension modules first: their failures name the file, and 
 fails repeats them. They are loaded distribution by distribution in the order of their requirements
 (METADATA's Requires-Dist, extras left out, names compared as PEP 503 does), each one's modules before its
 package's import, which an adopting fork server then keeps: a module is never loaded after its own package,
-and a package's import never before those it needs.
+and a package's import never before those it needs. What an earlier run on the same environment learned
+(order.py: an adoption that imported another declared distribution's modules, which no Requires-Dist named)
+puts that distribution before it too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import importlib.metadata
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from compatlab.incell.imports.labels import record_label
 from compatlab.incell.loading.installed import Installed, LoadTarget
@@ -72,7 +74,8 @@ class Plan:
     warnings: list[str]
 
     @classmethod
-    def of(cls, surveyed: Mapping[str, Installed]) -> Plan:
+    def of(cls, surveyed: Mapping[str, Installed], before: Mapping[str, Sequence[str]] | None = None) -> Plan:
+        """*before*: the order learned on this environment (imports.order), after the requirements."""
         targets: list[LoadTarget] = []
         owned: dict[str, dict[str, str]] = {}  # dist -> real path of each shared object it installed -> label
         warnings: list[str] = []
@@ -96,7 +99,7 @@ class Plan:
         # Distributions in the order of their requirements (what others need first), each one's modules
         # before its package's import, which the server then adopts: a module is never loaded after its
         # own package, and a package's import after those it needs. The entries keep the targets' order.
-        rank = {dist: i for i, dist in enumerate(by_requirements(surveyed))}
+        rank = {dist: i for i, dist in enumerate(by_requirements(surveyed, before))}
         order = sorted(range(len(targets)), key=lambda i: (rank[targets[i].dist], targets[i].path is None))
         return cls(targets=targets, order=order, owned=owned, warnings=warnings)
 
@@ -106,10 +109,11 @@ class Plan:
         return {t.label: t.path for t in self.targets if t.path is not None}
 
 
-def by_requirements(surveyed: Mapping[str, Installed]) -> list[str]:
+def by_requirements(surveyed: Mapping[str, Installed], before: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """The distributions, each after those of them it requires (its METADATA's Requires-Dist, extras left
-    out): the order in which an adopting server has what a package needs before the package is imported.
-    A circle is broken where it is met; an unreadable METADATA requires nothing."""
+    out) and then those *before* names for it (learned: imports.order): the order in which an adopting
+    server has what a package needs before the package is imported. A circle is broken where it is met; an
+    unreadable METADATA requires nothing."""
     names = {canonicalize_name(d): d for d in surveyed}
     needs: dict[str, list[str]] = {}
     for dist, survey in surveyed.items():
@@ -120,7 +124,7 @@ def by_requirements(surveyed: Mapping[str, Installed]) -> list[str]:
         found = (_REQUIREMENT_NAME.match(r) for r in requires if "extra" not in r.partition(";")[2])
         needs[dist] = [
             names[canonicalize_name(m.group(1))] for m in found if m and canonicalize_name(m.group(1)) in names
-        ]
+        ] + [d for d in (before or {}).get(dist, ()) if d in surveyed]
     order: list[str] = []
     seen: set[str] = set()
 

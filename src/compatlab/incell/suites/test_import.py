@@ -22,6 +22,7 @@ from compatlab.incell.imports import attempts, needed
 from compatlab.incell.imports.driver import Driver
 from compatlab.incell.imports.load import load_plan
 from compatlab.incell.imports.loader import Loader
+from compatlab.incell.imports.order import LearnedOrder
 from compatlab.incell.imports.plan import Plan, Survey
 from compatlab.incell.imports.verdicts import Verdicts, and_more
 
@@ -36,12 +37,19 @@ def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
         stage.fail(survey.missing[0] + and_more(survey.missing), missing=survey.missing)
     loader = Loader(driver, ["torch"] if "torch" in survey.installed else [], timeout, fork=forkserver.enabled())
     loader.prestart()  # the server imports torch while the modules to load are found
+    order = LearnedOrder.at(driver.cache, survey.installed)
     try:
-        plan = Plan.of(survey.installed)
+        plan = Plan.of(survey.installed, order.before)
         loaded = load_plan(plan, driver, loader)
     finally:
         loader.close()
-    stage.note(loader=loader.describe(), loader_problems=loader.problems)
+    kept = order.pairs
+    learned = order.keep(loader.learned)
+    stage.note(
+        loader=loader.describe(),
+        loader_problems=loader.problems + ([order.problem] if order.problem else []),
+        order={"learned_before": kept, "learned_now": learned, "file": str(order.path or "")},
+    )
     if driver.lib_dir is not None:
         stage.note(stand_in=str(driver.lib_dir / "libcuda.so.1"), stand_in_symbols=len(driver.symbols))
     entries = needed.loaded_by_package(needed.own_mapped(loaded, plan.owned))
