@@ -94,6 +94,7 @@ class SuiteContext:
     site_packages: str
     venv: str
     work_dir: str
+    keep: str  # where the cell keeps what one run learns for the next (the import stage's order)
     archs: tuple[str, ...]
     targets: tuple[TargetInfo, ...]
     thresholds: Mapping[str, float]
@@ -108,6 +109,7 @@ class SuiteContext:
             "site_packages",
             "venv",
             "work_dir",
+            "keep",
             "archs",
             "targets",
             "thresholds",
@@ -128,6 +130,7 @@ class SuiteContext:
             "site_packages": self.site_packages,
             "venv": self.venv,
             "work_dir": self.work_dir,
+            "keep": self.keep,
             "archs": list(self.archs),
             "targets": [t.to_json() for t in self.targets],
             "thresholds": dict(self.thresholds),
@@ -150,6 +153,7 @@ class SuiteContext:
             site_packages=str(raw["site_packages"]),
             venv=str(raw["venv"]),
             work_dir=str(raw["work_dir"]),
+            keep=str(raw["keep"]),
             archs=_strings(raw["archs"], "context.archs"),
             targets=tuple(TargetInfo.from_json(t, f"context.targets[{i}]") for i, t in enumerate(raw["targets"])),
             thresholds={str(k): float(v) for k, v in dict(raw["thresholds"]).items()},

@@ -43,6 +43,8 @@ def suite_context(ctx: CellContext) -> SuiteContext:
         site_packages=str(ctx.site),
         venv=str(ctx.venv),
         work_dir=str(ctx.work_dir),
+        # Kept across runs: beside the venvs for a matrix cell (pruned with them), else the lab's cache.
+        keep=str(ctx.caches / ".import-order" if ctx.caches is not None else default_cache_dir() / "import-order"),
         archs=tuple(ctx.matrix.archs),
         targets=tuple(
             TargetInfo(

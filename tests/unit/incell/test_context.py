@@ -17,6 +17,7 @@ CONTEXT = SuiteContext(
     site_packages="/venv/lib/python3.12/site-packages",
     venv="/venv",
     work_dir="/work",
+    keep="/venvs/.import-order",
     archs=("sm_90",),
     targets=(
         TargetInfo(

@@ -10,7 +10,8 @@ the first before the second, so its loads go where its requirements are imported
 
 Either way each of those modules is loaded with its own package not imported (by the server that adopts
 nothing, or in the adopting server before its package is adopted), so the order changes what a load costs,
-not what it is asked. Kept as JSON, one file per environment under the stand-in's cache, named by a digest
+not what it is asked. Kept as JSON, one file per environment in the cell's ``keep`` folder (beside the venvs
+of a matrix, else the lab's cache), named by a digest
 of the interpreter, the environment and every surveyed distribution's name and version; a file that cannot
 be read, or is for another environment, orders nothing.
 """
@@ -46,12 +47,13 @@ class LearnedOrder:
     problem: str = ""
 
     @classmethod
-    def at(cls, cache: Path | None, surveyed: Mapping[str, Installed]) -> LearnedOrder:
-        """What was learned on this environment, read from *cache* (nothing when there is none)."""
+    def at(cls, folder: Path | None, surveyed: Mapping[str, Installed]) -> LearnedOrder:
+        """What was learned on this environment, read from its file in *folder* (the cell's ``keep``);
+        nothing when there is none."""
         key = _key(surveyed)
-        if cache is None:
+        if folder is None:
             return cls(before={}, path=None, key=key)
-        path = cache / "import-order" / f"{key[:32]}.json"
+        path = folder / f"{key[:32]}.json"
         order = cls(before={}, path=path, key=key)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -14,6 +14,7 @@ the verdict.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from compatlab.incell import forkserver
@@ -37,7 +38,7 @@ def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
         stage.fail(survey.missing[0] + and_more(survey.missing), missing=survey.missing)
     loader = Loader(driver, ["torch"] if "torch" in survey.installed else [], timeout, fork=forkserver.enabled())
     loader.prestart()  # the server imports torch while the modules to load are found
-    order = LearnedOrder.at(driver.cache, survey.installed)
+    order = LearnedOrder.at(Path(compat_context.keep), survey.installed)
     try:
         plan = Plan.of(survey.installed, order.before)
         loaded = load_plan(plan, driver, loader)

@@ -49,7 +49,7 @@ def test_what_is_learned_orders_the_next_run_and_is_kept_once(tmp_path: Path, su
     assert second.keep({"alpha": {"gamma"}}) == 0
     assert second.keep({"beta": {"alpha"}}) == 1
     assert LearnedOrder.at(cache, surveyed).before == {"alpha": ["gamma"], "beta": ["alpha"]}
-    assert list((cache / "import-order").iterdir()) == [second.path]  # no temporary file left
+    assert list(cache.iterdir()) == [second.path]  # no temporary file left
 
 
 def test_another_environment_reads_nothing_of_it(tmp_path: Path, surveyed: dict[str, Installed]) -> None:
