@@ -163,8 +163,10 @@ class Loader:
         return self.ask_plain(target, preload)
 
     def _dist_of(self, name: str) -> str | None:
-        """The distribution whose package *name* is (the plan's targets: ``own``)."""
-        return next((dist for dist, names in self.own.items() if name in names), None)
+        """The distribution whose package *name* is (the plan's targets: ``own``); None where it is not one
+        distribution's alone (``nvidia``, the namespace every nvidia-* wheel installs into)."""
+        owners = [dist for dist, names in self.own.items() if name in names]
+        return owners[0] if len(owners) == 1 else None
 
     def confirming(self) -> None:
         """An adopting server's failure is asked again of the server that adopts nothing: counted."""
