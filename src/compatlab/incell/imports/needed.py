@@ -133,18 +133,18 @@ def _attempt(package: ImportEntry, module: str) -> Mapping[str, Any] | None:
     return next((f for f in package.failed_loads or () if f.get("name") == module), None)
 
 
+_WENT_WITHOUT = ("feature", "not-picked")  # failed_loads' judgements of a load the import worked without
+
+
 def _tried(package: ImportEntry, module: str) -> bool:
-    """The import mapped *module*, or tried it and failed on it where that failed the import (``cause``), or
-    failed itself. One that worked after trying it (cupy tries cuTENSOR's module and goes on without it) left
-    it alone as far as ``import`` goes: weighed as the others it left alone, its verdict saying it went on
-    without it."""
+    """The import mapped *module*, or tried it and failed on it: the import failed, or its judgement of the
+    attempt is not one it worked without (the attempt was its ``cause``). One that worked after trying it
+    (cupy tries cuTENSOR's module and goes on without it) left it alone as far as ``import`` goes: weighed as
+    the others it left alone, its verdict saying it went on without it."""
     if module in (package.mapped or ()):
         return True
     attempt = _attempt(package, module)
     return attempt is not None and (not package.ok or attempt.get("judged") not in _WENT_WITHOUT)
-
-
-_WENT_WITHOUT = ("feature", "not-picked")  # failed_loads' judgements of a load the import worked without
 
 
 def _confirmed(

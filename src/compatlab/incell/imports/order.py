@@ -91,8 +91,9 @@ class LearnedOrder:
             with os.fdopen(fd, "w", encoding="utf-8") as file:
                 json.dump({"schema": _SCHEMA, "key": self.key, "before": merged}, file, indent=1, sort_keys=True)
             os.replace(tmp, self.path)
-        except OSError as exc:
-            self.problem = f"the learned order could not be kept in {self.path} ({exc})"
+        except OSError as exc:  # said after what reading it said, if anything
+            kept = f"the learned order could not be kept in {self.path} ({exc})"
+            self.problem = f"{self.problem}; {kept}" if self.problem else kept
             return new
         self.before = merged
         return new

@@ -100,7 +100,9 @@ def test_a_cache_it_cannot_write_keeps_nothing_and_says_why(tmp_path: Path, surv
     blocked = tmp_path / "file"
     blocked.write_text("", encoding="utf-8")  # a file where the folder would be
     order = LearnedOrder.at(blocked, surveyed)
+    assert "could not be read" in order.problem
     assert order.keep({"alpha": {"gamma"}}) == 1
     assert order.before == {}
     assert "could not be kept" in order.problem
+    assert "could not be read" in order.problem  # what reading it said is kept too
     assert LearnedOrder.at(None, surveyed).keep({"alpha": {"gamma"}}) == 1  # nowhere to keep it: no error
