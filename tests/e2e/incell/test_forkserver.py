@@ -19,8 +19,9 @@ import pytest
 from compatlab.incell import loadcheck
 from compatlab.incell.forkserver import ForkServer, Refused, ServerGone, enabled
 from compatlab.incell.imports.driver import Driver
-from compatlab.incell.imports.load import load_entry
+from compatlab.incell.imports.load import load_entry, load_plan
 from compatlab.incell.imports.loader import Loader
+from compatlab.incell.imports.plan import Plan
 from compatlab.incell.loading.failure import LoadFailure, describe
 from compatlab.incell.loading.installed import LoadTarget
 from fixtures.sofix import abi_broken_module, compile_so, ext_module
@@ -428,6 +429,50 @@ def test_a_load_python_refused_by_path_is_asked_by_name_there_and_only_a_double_
         assert len(plain) == 1
         assert f"never, in a child of {plain[0].pid}" in (entry.reason or "")  # the verdict is that server's
         assert loader.confirmed == 1
+    finally:
+        loader.close()
+
+
+def test_modules_python_refuses_by_path_are_imported_by_name_once_their_package_is_adopted(
+    tmp_path: Path, python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The import stage's plan over real fork servers: three modules that Python refuses by path (they are
+    # not under their names in sys.modules while they run) but imports by name, then their package, whose
+    # import writes down each time it runs. Each import by name runs the package's import first: asked
+    # before the package was adopted, each would import it again; asked after, none does.
+    ran = tmp_path / "ran"
+    _package(tmp_path, "compatlab_late", f"import os\nopen({str(ran)!r}, 'a').write(f'{{os.getpid()}}\\n')\n")
+    folder = tmp_path / "pypath" / "compatlab_late"
+    refuse = "import sys\nif __name__ not in sys.modules:\n    raise ImportError('cannot import name X from itself')\n"
+    modules = [
+        LoadTarget(
+            dist="compatlab-late",
+            label=f"compatlab_late/_m{i}.py",
+            name=f"compatlab_late._m{i}",
+            path=str(folder / f"_m{i}.py"),
+        )
+        for i in range(3)
+    ]
+    for module in modules:
+        Path(str(module.path)).write_text(refuse, encoding="utf-8")
+    package = LoadTarget(dist="compatlab-late", label="compatlab_late", name="compatlab_late")
+    monkeypatch.setattr(sys, "executable", python)
+    monkeypatch.setenv("COMPATLAB_IMPORT_JOBS", "2")
+    monkeypatch.delenv("COMPATLAB_PROGRESS_FD", raising=False)
+    driver = Driver(str(tmp_path / "work"), [])
+    loader = Loader(driver, [], 60, fork=True)
+    try:
+        answers = load_plan(
+            Plan(targets=[*modules, package], order=[0, 1, 2, 3], owned={}, warnings=[]), driver, loader
+        )
+        assert [entry.module for entry, _mapped in answers] == [t.label for t in [*modules, package]]
+        for entry, _mapped in answers[:3]:
+            assert entry.ok, entry
+            assert (entry.loaded or "").startswith(f"by name (import {entry.module[:-3].replace('/', '.')}): by path, ")
+        assert answers[3][0].ok
+        # The package's own child, then the adopting server: never again for the modules' imports by name.
+        assert len(ran.read_text(encoding="utf-8").split()) == 2
+        assert loader.confirmed == 0
     finally:
         loader.close()
 

@@ -50,7 +50,11 @@ def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEn
     before it, so they are running or done by then): its adoption would otherwise race them, and a module
     asked after it is answered where its package imported it already (``imported_ok``), one asked before
     by loading it alone, so the same environment could be told two ways (a module that needs a library of
-    its own package was "loaded after it" in one run and plainly loaded in the next)."""
+    its own package was "loaded after it" in one run and plainly loaded in the next). A module's answer
+    there is its load by path: one that linked but that Python refused by path (or whose init crashed) is
+    imported by its name once every target has been asked (``_load_module``): its package's import, which
+    the name's import runs first, is then the adopting server's already, and its child imports only the
+    module, where before every such module's child imported the package again."""
     # For each package's import, how many of its distribution's modules the order puts before it: it waits
     # for those alone, which are running or done by then, so no wait is ever on a load not yet started.
     asked: collections.Counter[str] = collections.Counter()
@@ -63,19 +67,30 @@ def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEn
             asked[target.dist] += 1
     answered: collections.Counter[str] = collections.Counter()
     change = threading.Condition()
+    later: dict[int, _Answer] = {}  # modules whose load by name waits for the rest of the plan: by path
 
-    def one(i: int) -> tuple[ImportEntry, list[str] | None]:
+    def one(i: int) -> tuple[ImportEntry, list[str] | None] | None:
         target = plan.targets[i]
         if i in ahead:
             with change:
                 change.wait_for(lambda: answered[target.dist] >= ahead[i])
         try:
-            return progress.tick(load_entry(target, driver, loader))
+            if target.path is None:
+                return progress.tick(load_entry(target, driver, loader))
+            first = loader.ask_adopting(target, imported_ok=True)
+            if first is not None and first[0] is not None and first[0].kind in _BY_NAME:
+                with change:
+                    later[i] = first
+                return None
+            return progress.tick(load_entry(target, driver, loader, asked=first))
         finally:
             if i not in ahead:
                 with change:
                     answered[target.dist] += 1
                     change.notify_all()
+
+    def rest(i: int) -> tuple[ImportEntry, list[str] | None]:
+        return progress.tick(load_entry(plan.targets[i], driver, loader, asked=later[i]))
 
     with (
         concurrent.futures.ThreadPoolExecutor(max_workers=jobs(fork=loader.fork)) as pool,
@@ -84,16 +99,36 @@ def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEn
         for target in plan.targets:
             loader.own.setdefault(target.dist, []).append(target.name)
         done = dict(zip(plan.order, pool.map(one, plan.order), strict=True))
-        return [done[i] for i in range(len(plan.targets))]
+        # A module that linked by path but that Python refused (or whose init crashed) is imported by its
+        # name, which imports its package first: asked once every package has been, so its package is in
+        # the adopting server by then (the child imports only the module, not the package all over again).
+        waited = [i for i in plan.order if i in later]
+        done.update(zip(waited, pool.map(rest, waited), strict=True))
+        return [_answered(done[i]) for i in range(len(plan.targets))]
 
 
-def load_entry(target: LoadTarget, driver: Driver, loader: Loader) -> tuple[ImportEntry, list[str] | None]:
-    """The module's entry, and for a package's import the paths of what it mapped (None otherwise)."""
+_Answer = tuple[LoadFailure | None, Completed] | None  # the adopting server's answer, None where it gave none
+_UNASKED: Any = object()  # load_entry's *asked* not given: the adopting server is asked
+
+
+def _answered(
+    done: tuple[ImportEntry, list[str] | None] | None,
+) -> tuple[ImportEntry, list[str] | None]:
+    if done is None:  # every module left for later was answered then
+        raise RuntimeError("a module of the import stage's plan was never answered")
+    return done
+
+
+def load_entry(
+    target: LoadTarget, driver: Driver, loader: Loader, *, asked: _Answer = _UNASKED
+) -> tuple[ImportEntry, list[str] | None]:
+    """The module's entry, and for a package's import the paths of what it mapped (None otherwise).
+    *asked*: the adopting server's answer for an extension module by path, where it was asked already."""
     for _attempt in range(4):
         # A package's import is adopted by the server (its dependents' children start with it); the retries
         # below are not (the server has it by then, and refuses them to the server that adopts nothing).
         if target.path is not None:
-            failure, done, first, by_name = _load_module(target, loader)
+            failure, done, first, by_name = _load_module(target, loader, asked if _attempt == 0 else _UNASKED)
         else:
             failure, done = loader.load(target, adopt=_attempt == 0)
             first, by_name = failure, False
@@ -157,7 +192,9 @@ def load_entry(target: LoadTarget, driver: Driver, loader: Loader) -> tuple[Impo
 _BY_NAME = ("import-error", "signal")  # a load by path that linked but Python refused, or whose init crashed
 
 
-def _load_module(target: LoadTarget, loader: Loader) -> tuple[LoadFailure | None, Completed, LoadFailure | None, bool]:
+def _load_module(
+    target: LoadTarget, loader: Loader, asked: _Answer = _UNASKED
+) -> tuple[LoadFailure | None, Completed, LoadFailure | None, bool]:
     """An extension module loaded by path, and where Python refused it so or its init crashed, by its name
     (``_BY_NAME``): numpy's ``_multiarray_umath`` imports numpy, which loads it again ("cannot load module
     more than once"); h5py's defs need their package set up first. It linked, so it is imported by its name,
@@ -168,14 +205,14 @@ def _load_module(target: LoadTarget, loader: Loader) -> tuple[LoadFailure | None
     (it linked and initialised there); the load by name follows there at once. A failure there is asked
     again of the server that adopts nothing, by path and then by name, and that answer kept."""
     by_name = LoadTarget(dist=target.dist, label=target.label, name=target.name)
-    answer = loader.ask_adopting(target, imported_ok=True)
+    answer = loader.ask_adopting(target, imported_ok=True) if asked is _UNASKED else asked
     failed_there: tuple[LoadFailure, LoadFailure] | None = None  # how it failed there by path, and by name
     if answer is not None:
         failure, done = answer
         if failure is None:
             return None, done, None, False
         if failure.kind in _BY_NAME:
-            again = loader.ask_adopting(by_name, imported_ok=True)
+            again = loader.ask_adopting(by_name, imported_ok=True, alone=True)
             if again is not None and again[0] is None:
                 return None, done, failure, True
             if again is not None and again[0] is not None and again[0].kind == "import-error":

@@ -174,10 +174,18 @@ class Loader:
             self.confirmed += 1
 
     def ask_adopting(
-        self, target: LoadTarget, preload: Sequence[str] = (), *, adopt: bool = False, imported_ok: bool = False
+        self,
+        target: LoadTarget,
+        preload: Sequence[str] = (),
+        *,
+        adopt: bool = False,
+        imported_ok: bool = False,
+        alone: bool = False,
     ) -> tuple[LoadFailure | None, Completed] | None:
         """The adopting server's answer for *target* (see ``load``); None where it gave none: there is none
-        (it could not start, closed or died) or it refused (the load's package is imported there)."""
+        (it could not start, closed or died) or it refused (the load's package is imported there). *alone*:
+        refused only for the module itself, not for the rest of its distribution (a module imported by its
+        name imports its own package first anyway: where that is imported already, the import is the same)."""
         env = self.driver.env()
         adopting = self._server(env, adopting=True) if self.fork else None
         if adopting is None:
@@ -188,7 +196,7 @@ class Loader:
                 name=target.name,
                 pre_import=self._pre(target, preload),
                 timeout=self.timeout,
-                own=self.own.get(target.dist, [target.name]),
+                own=[target.name] if alone else self.own.get(target.dist, [target.name]),
                 adopt=adopt and target.name not in self.unadoptable,
                 imported_ok=imported_ok,
             )
