@@ -41,48 +41,11 @@ def _check(venv: Path, out: Path) -> dict[str, dict[str, Any]]:
     return {s["name"]: s for s in cell["stages"]}
 
 
-@pytest.mark.long
-def test_numba_environment_is_green_with_a_warning_for_its_tbb_layer(tmp_path: Path) -> None:
-    venv = env_or_skip("numba")
-    stages = _check(venv, tmp_path / "out")
-    python = venv / "bin" / "python"
-    modules = [m for m in stages["import"]["details"]["modules"] if m["module"].endswith(".so")]
-    assert len(modules) > 20
-    for entry in modules:
-        dotted = entry["module"].split(".", 1)[0].replace("/", ".")
-        really = _imports(python, dotted)
-        if really:
-            assert entry["ok"], entry
-        else:
-            # Cannot load, and `import numba` does not need it: a warning naming it, never a failure.
-            assert entry.get("needed") is False, entry
-            assert entry["verdict"] in stages["import"]["details"]["warnings"]
-    tbb = next(m for m in modules if m["module"].startswith("numba/np/ufunc/tbbpool."))
-    assert not _imports(python, "numba.np.ufunc.tbbpool")
-    assert tbb["verdict"] == (
-        f"{tbb['module']}: missing shared library libtbb.so.12; `import numba` does not need it: it loads without "
-        "mapping it (only imported inside _launch_threads.select_known_backend() (numba/np/ufunc/parallel.py:401), "
-        "under try/except ImportError); numba says it is for: Loads a specific threading layer backend based on "
-        "string"
-    )
-    assert stages["static"]["state"] == "warn"
-    assert _imports(python, "numba")
-
-
 COMPARE = Path(__file__).resolve().parents[2] / "scripts" / "compare_check.py"
 
 
-@pytest.mark.long
-def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> None:
-    venv = env_or_skip("gpubox")
-    stages = _check(venv, tmp_path / "out")
-    modules = [m for m in stages["import"]["details"]["modules"] if m["module"].endswith(".so")]
-    packages = {
-        m["dist"]: m["module"] for m in stages["import"]["details"]["modules"] if not m["module"].endswith(".so")
-    }
-    assert packages["cuda-core"] == "cuda.core"
-    assert packages["mpi4py"] == "mpi4py"
-    # Each module against a real import of it in the same venv (by name, by path, mapped by its package).
+def _compare(tmp_path: Path, venv: Path) -> dict[str, Any]:
+    """scripts/compare_check.py over the check in *tmp_path*/out, which must agree: its figures."""
     compared = subprocess.run(
         [
             sys.executable,
@@ -103,7 +66,51 @@ def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> No
         check=False,
     )
     assert compared.returncode == 0, compared.stdout + compared.stderr
-    figures = json.loads((tmp_path / "compare.json").read_text(encoding="utf-8"))
+    return dict(json.loads((tmp_path / "compare.json").read_text(encoding="utf-8")))
+
+
+@pytest.mark.long
+def test_numba_environment_is_green_with_a_warning_for_its_tbb_layer(tmp_path: Path) -> None:
+    venv = env_or_skip("numba")
+    stages = _check(venv, tmp_path / "out")
+    python = venv / "bin" / "python"
+    modules = [m for m in stages["import"]["details"]["modules"] if m["module"].endswith(".so")]
+    assert len(modules) > 20
+    # Each module against a real import of it (by name, by path, mapped by its package): none red that
+    # loads or that `import numba` does without, none green that cannot load.
+    figures = _compare(tmp_path, venv)
+    assert figures["modules"] == len(modules)
+    assert figures["agree"] == len(modules)
+    assert figures["false_red"] == figures["false_green"] == figures["packages_disagree"] == []
+    for entry in modules:
+        if not entry["ok"]:
+            # Cannot load, and `import numba` does not need it: a warning naming it, never a failure.
+            assert entry.get("needed") is False, entry
+            assert entry["verdict"] in stages["import"]["details"]["warnings"]
+    tbb = next(m for m in modules if m["module"].startswith("numba/np/ufunc/tbbpool."))
+    assert not _imports(python, "numba.np.ufunc.tbbpool")
+    assert tbb["verdict"] == (
+        f"{tbb['module']}: missing shared library libtbb.so.12; `import numba` does not need it: it loads without "
+        "mapping it (only imported inside _launch_threads.select_known_backend() (numba/np/ufunc/parallel.py:401), "
+        "under try/except ImportError); numba says it is for: Loads a specific threading layer backend based on "
+        "string"
+    )
+    assert stages["static"]["state"] == "warn"
+    assert _imports(python, "numba")
+
+
+@pytest.mark.long
+def test_a_gpu_box_environment_is_red_only_where_import_is(tmp_path: Path) -> None:
+    venv = env_or_skip("gpubox")
+    stages = _check(venv, tmp_path / "out")
+    modules = [m for m in stages["import"]["details"]["modules"] if m["module"].endswith(".so")]
+    packages = {
+        m["dist"]: m["module"] for m in stages["import"]["details"]["modules"] if not m["module"].endswith(".so")
+    }
+    assert packages["cuda-core"] == "cuda.core"
+    assert packages["mpi4py"] == "mpi4py"
+    # Each module against a real import of it in the same venv (by name, by path, mapped by its package).
+    figures = _compare(tmp_path, venv)
     assert figures["modules"] == len(modules) > 100
     assert figures["agree"] == len(modules)
     assert figures["false_red"] == figures["false_green"] == figures["packages_disagree"] == []
