@@ -202,8 +202,10 @@ def _load_module(
     by its name.)
 
     Asked of the adopting server first, where a module that an adopted package imported already is loaded
-    (it linked and initialised there); the load by name follows there at once. A failure there is asked
-    again of the server that adopts nothing, by path and then by name, and that answer kept."""
+    (it linked and initialised there); the load by name follows there (*asked*: the answer by path, given
+    where load_plan asked it in the plan's order and leaves the load by name until every target has been
+    asked). A failure there is asked again of the server that adopts nothing, by path and then by name, and
+    that answer kept."""
     by_name = LoadTarget(dist=target.dist, label=target.label, name=target.name)
     answer = loader.ask_adopting(target, imported_ok=True) if asked is _UNASKED else asked
     failed_there: tuple[LoadFailure, LoadFailure] | None = None  # how it failed there by path, and by name
