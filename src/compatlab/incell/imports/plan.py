@@ -9,9 +9,8 @@ distribution is still loaded.
 The targets are kept extension modules first: their failures name the file, and a package's import that
 fails repeats them. They are loaded distribution by distribution in the order of their requirements
 (METADATA's Requires-Dist, extras left out, names compared as PEP 503 does), each one's modules before its
-package's import, which an adopting fork server then keeps where another distribution requires it
-(``Plan.required``): a module is never loaded after its own package, and a package's import never before
-those it needs. What an earlier run on the same environment learned
+package's import, which an adopting fork server then keeps: a module is never loaded after its own package,
+and a package's import never before those it needs. What an earlier run on the same environment learned
 (order.py: an adoption that imported another declared distribution's modules, which no Requires-Dist named)
 puts that distribution before it too.
 """
