@@ -54,9 +54,7 @@ def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEn
     there is its load by path: one that linked but that Python refused by path (or whose init crashed) is
     imported by its name once every target has been asked (``_load_module``): its package's import, which
     the name's import runs first, is then the adopting server's already, and its child imports only the
-    module, where before every such module's child imported the package again. A package is adopted only
-    where a load after it may import it (``Plan.needed_later``, or its modules waiting so): the adoption of
-    one nothing needs (the stack's top, sglang) was a second import that its own answer waited for."""
+    module, where before every such module's child imported the package again."""
     # For each package's import, how many of its distribution's modules the order puts before it: it waits
     # for those alone, which are running or done by then, so no wait is ever on a load not yet started.
     asked: collections.Counter[str] = collections.Counter()
@@ -78,12 +76,7 @@ def load_plan(plan: Plan, driver: Driver, loader: Loader) -> list[tuple[ImportEn
                 change.wait_for(lambda: answered[target.dist] >= ahead[i])
         try:
             if target.path is None:
-                # Adopted only where a load after it may import it: a distribution another one needs, or
-                # one whose modules wait to be imported by name. Another adoption costs the server (and the
-                # package's own answer, which waits for it) a second import of the package and all it brings.
-                with change:
-                    adopt = plan.needed_later(target.dist) or any(plan.targets[j].dist == target.dist for j in later)
-                return progress.tick(load_entry(target, driver, loader, adopt=adopt))
+                return progress.tick(load_entry(target, driver, loader))
             first = loader.ask_adopting(target, imported_ok=True)
             if first is not None and first[0] is not None and first[0].kind in _BY_NAME:
                 with change:
@@ -127,18 +120,17 @@ def _answered(
 
 
 def load_entry(
-    target: LoadTarget, driver: Driver, loader: Loader, *, asked: _Answer = _UNASKED, adopt: bool = True
+    target: LoadTarget, driver: Driver, loader: Loader, *, asked: _Answer = _UNASKED
 ) -> tuple[ImportEntry, list[str] | None]:
     """The module's entry, and for a package's import the paths of what it mapped (None otherwise).
-    *asked*: the adopting server's answer for an extension module by path, where it was asked already;
-    *adopt*: a package's import is adopted by the adopting server (for the loads after it)."""
+    *asked*: the adopting server's answer for an extension module by path, where it was asked already."""
     for _attempt in range(4):
         # A package's import is adopted by the server (its dependents' children start with it); the retries
         # below are not (the server has it by then, and refuses them to the server that adopts nothing).
         if target.path is not None:
             failure, done, first, by_name = _load_module(target, loader, asked if _attempt == 0 else _UNASKED)
         else:
-            failure, done = loader.load(target, adopt=adopt and _attempt == 0)
+            failure, done = loader.load(target, adopt=_attempt == 0)
             first, by_name = failure, False
         if failure is not None and failure.kind == "undefined-symbol" and failure.symbol and driver.add(failure.symbol):
             continue  # the stand-in lacked a driver entry point, not the stack a symbol

@@ -2,8 +2,7 @@
 
 Two kinds of fork server (compatlab.incell.forkserver), one of each per build of the stand-in driver (the
 dynamic loader reads ``LD_LIBRARY_PATH`` once, at start): an adopting server, asked first, that imports each
-package a later load may need after its child did (load.py: a distribution another one needs, or whose
-modules wait to be imported by name), so the loads after it start with what they need (and answers a module an
+package after its child did, so the loads after it start with what they need (and answers a module an
 adopted package imported already, when the load allows it: ``imported_ok``); and a server that adopts
 nothing, which answers what the adopting one refuses (a load under a package it adopted) and asks again
 every failure the adopting one saw (a failure is the verdict of a process that imported only the

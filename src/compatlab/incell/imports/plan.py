@@ -66,19 +66,12 @@ class Survey:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
     """``targets`` extension modules first; ``order`` their indices in the order to load them; ``owned``
-    each distribution's shared objects (real path -> label); ``warnings`` what was not loaded, and why;
-    ``required`` the distributions another one of them needs (its Requires-Dist, or the order learned), whose
-    packages the loads after them may import (None: every distribution, as where nothing is known)."""
+    each distribution's shared objects (real path -> label); ``warnings`` what was not loaded, and why."""
 
     targets: list[LoadTarget]
     order: list[int]
     owned: dict[str, dict[str, str]]
     warnings: list[str]
-    required: frozenset[str] | None = None
-
-    def needed_later(self, dist: str) -> bool:
-        """Whether a load after *dist*'s may import its packages: another distribution needs it."""
-        return self.required is None or dist in self.required
 
     @classmethod
     def of(cls, surveyed: Mapping[str, Installed], before: Mapping[str, Sequence[str]] | None = None) -> Plan:
@@ -106,11 +99,9 @@ class Plan:
         # Distributions in the order of their requirements (what others need first), each one's modules
         # before its package's import, which the server then adopts: a module is never loaded after its
         # own package, and a package's import after those it needs. The entries keep the targets' order.
-        needs = _needs(surveyed, before)
-        rank = {dist: i for i, dist in enumerate(_ordered(surveyed, needs))}
+        rank = {dist: i for i, dist in enumerate(by_requirements(surveyed, before))}
         order = sorted(range(len(targets)), key=lambda i: (rank[targets[i].dist], targets[i].path is None))
-        required = frozenset(need for dist, names in needs.items() for need in names if need != dist)
-        return cls(targets=targets, order=order, owned=owned, warnings=warnings, required=required)
+        return cls(targets=targets, order=order, owned=owned, warnings=warnings)
 
     @property
     def paths(self) -> dict[str, str]:
@@ -123,12 +114,6 @@ def by_requirements(surveyed: Mapping[str, Installed], before: Mapping[str, Sequ
     out) and then those *before* names for it (learned: imports.order): the order in which an adopting
     server has what a package needs before the package is imported. A circle is broken where it is met; an
     unreadable METADATA requires nothing."""
-    return _ordered(surveyed, _needs(surveyed, before))
-
-
-def _needs(surveyed: Mapping[str, Installed], before: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
-    """Each distribution -> those of *surveyed* it requires (Requires-Dist, extras left out), then those
-    *before* names for it."""
     names = {canonicalize_name(d): d for d in surveyed}
     needs: dict[str, list[str]] = {}
     for dist, survey in surveyed.items():
@@ -140,11 +125,6 @@ def _needs(surveyed: Mapping[str, Installed], before: Mapping[str, Sequence[str]
         needs[dist] = [
             names[canonicalize_name(m.group(1))] for m in found if m and canonicalize_name(m.group(1)) in names
         ] + [d for d in (before or {}).get(dist, ()) if d in surveyed]
-    return needs
-
-
-def _ordered(surveyed: Mapping[str, Installed], needs: Mapping[str, Sequence[str]]) -> list[str]:
-    """The distributions, each after those *needs* names for it; a circle broken where it is met."""
     order: list[str] = []
     seen: set[str] = set()
 

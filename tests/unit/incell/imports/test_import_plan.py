@@ -64,21 +64,6 @@ def test_a_distribution_loads_after_what_it_requires_extras_left_out(site: Path)
     plan = Plan.of(surveyed)
     assert [t.label for t in plan.targets] == ["gamma", "alpha", "beta"]  # the declared order, kept
     assert [plan.targets[i].label for i in plan.order] == ["beta", "alpha", "gamma"]
-    # What the loads after a package may import: what another distribution requires. gamma, the top, is
-    # required by none (and alpha's extra names gamma, which does not count).
-    assert plan.required == frozenset({"beta.pkg", "alpha"})
-    assert [plan.needed_later(d) for d in ("beta.pkg", "alpha", "gamma")] == [True, True, False]
-
-
-def test_the_order_learned_makes_a_distribution_required(site: Path) -> None:
-    _dist(site, "alpha", {"alpha/__init__.py": b""})
-    _dist(site, "beta", {"beta/__init__.py": b""})
-    surveyed = Survey.of({"alpha": "1.0", "beta": "1.0"}).installed
-    assert Plan.of(surveyed).required == frozenset()
-    # An earlier run saw alpha's adoption bring beta's modules in: beta first, and a load after it may need it.
-    plan = Plan.of(surveyed, {"alpha": ["beta"]})
-    assert [plan.targets[i].label for i in plan.order] == ["beta", "alpha"]
-    assert plan.required == frozenset({"beta"})
 
 
 def test_a_circle_of_requirements_is_broken_where_it_is_met(site: Path) -> None:

@@ -29,9 +29,6 @@ def _package(dist: str) -> LoadTarget:
     return LoadTarget(dist=dist, label=dist, name=dist)
 
 
-adopted: dict[str, bool] = {}  # each package's import in the last _run: whether it was to be adopted
-
-
 def _run(
     plan: Plan,
     monkeypatch: pytest.MonkeyPatch,
@@ -45,12 +42,9 @@ def _run(
     monkeypatch.setenv("COMPATLAB_IMPORT_JOBS", str(jobs))
     monkeypatch.delenv("COMPATLAB_PROGRESS_FD", raising=False)
     times: list[tuple[str, float, float]] = []
-    adopted.clear()
     lock = threading.Lock()
 
-    def load_entry(target: LoadTarget, _driver: object, _loader: object, **how: object) -> tuple[ImportEntry, None]:
-        if target.path is None:
-            adopted[target.label] = bool(how.get("adopt", True))
+    def load_entry(target: LoadTarget, _driver: object, _loader: object, **_asked: object) -> tuple[ImportEntry, None]:
         start = time.monotonic()
         time.sleep(slow.get(target.label, 0.0))
         with lock:
@@ -117,15 +111,3 @@ def test_a_module_python_refused_by_path_is_imported_by_name_after_every_package
     assert at["pkg/_needs_pkg.so"][0] >= max(at["pkg"][1], at["other"][1]), times
     assert at["pkg"][0] >= at["pkg/_needs_pkg.so by path"][1]
     assert at["pkg"][0] < at["pkg/_needs_pkg.so"][0]
-
-
-def test_a_package_no_later_load_needs_is_not_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
-    # dep is required by top; top by nobody, so nothing after it can use its adoption; leaf too, but one of
-    # its modules waits to be imported by name, which wants its package in the adopting server first.
-    targets = [_module("leaf", "_late"), _package("dep"), _package("top"), _package("leaf")]
-    plan = Plan(targets=targets, order=[1, 2, 0, 3], owned={}, warnings=[], required=frozenset({"dep"}))
-    _run(plan, monkeypatch, {}, jobs=2, refused_by_path=frozenset({"leaf/_late.so"}))
-    assert adopted == {"dep": True, "top": False, "leaf": True}
-    # A plan that knows nothing of requirements adopts every package, as before.
-    _run(Plan(targets=targets, order=[1, 2, 0, 3], owned={}, warnings=[]), monkeypatch, {}, jobs=2)
-    assert adopted == {"dep": True, "top": True, "leaf": True}
