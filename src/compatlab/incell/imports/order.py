@@ -11,9 +11,8 @@ the first before the second, so its loads go where its requirements are imported
 Either way each of those modules is loaded with its own package not imported (by the server that adopts
 nothing, or in the adopting server before its package is adopted), so the order changes what a load costs,
 not what it is asked. Kept as JSON, one file per environment in the cell's ``keep`` folder (beside the venvs
-of a matrix, else the lab's cache), named by a digest
-of the interpreter, the environment and every surveyed distribution's name and version; a file that cannot
-be read, or is for another environment, orders nothing.
+of a matrix, else the lab's cache), named by a digest of the interpreter, the environment and every surveyed
+distribution's name and version; a file that cannot be read, or is for another environment, orders nothing.
 """
 
 from __future__ import annotations
