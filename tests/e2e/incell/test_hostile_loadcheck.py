@@ -35,6 +35,17 @@ def test_a_section_claiming_900_gib_reads_as_broken_not_as_a_traceback(tmp_path:
     assert dynamic_symbols(so) is None
 
 
+def test_a_symbol_table_claiming_huge_entries_has_no_symbols_but_the_file_is_still_read(tmp_path: Path) -> None:
+    so = versioned_so(tmp_path / "libhost.so")
+    before = dynamic_symbols(so)
+    assert before is not None
+    assert "f" in before.defined
+    set_section(so, ".dynsym", sh_entsize=1 << 40)
+    after = dynamic_symbols(so)  # rewritten since: read again, not the answer kept from before
+    assert after is not None
+    assert (after.defined, after.undefined, after.needed) == (frozenset(), frozenset(), before.needed)
+
+
 def test_record_rows_outside_the_environment_are_never_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sp = tmp_path / "site"
     good = ext_module(sp / "hostpkg", "good")

@@ -116,7 +116,15 @@ def test_dynamic_symbols(tmp_path: Path) -> None:
     assert syms is not None
     assert "PyInit_syms" in syms.defined
     assert "cuTensorMapEncodeTiled" in syms.undefined
+    assert dynamic_symbols(mod) is syms  # read once: the same file, not changed since
     assert dynamic_symbols(tmp_path / "syms_so.c") is None  # not ELF
+    # Built again in place with other symbols: read again.
+    ext_module(
+        tmp_path, "syms", "cuMemAlloc_v2();", "-Wl,--unresolved-symbols=ignore-all", prelude="int cuMemAlloc_v2(void);"
+    )
+    again = dynamic_symbols(mod)
+    assert again is not None
+    assert ("cuMemAlloc_v2" in again.undefined, "cuTensorMapEncodeTiled" in again.undefined) == (True, False)
     assert is_extension_module(tmp_path / "syms_so.c") is None
 
 
