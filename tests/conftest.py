@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from fixtures.shared_run import SharedRun, shared_run
 from fixtures.wheels import build_wheel, serve, write_simple_index
 
 
@@ -44,3 +45,10 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_simple_index(root / "public", public)
     with serve(root) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def expected_only_run(tmp_path_factory: pytest.TempPathFactory, index_url: str) -> SharedRun:
+    """One whole `nox -s matrix` of EXPECTED_ONLY, made once for every worker of the run (fixtures.shared_run);
+    the tests that take it only read its folder."""
+    return shared_run(tmp_path_factory, index_url)

@@ -14,6 +14,7 @@ import pytest
 
 from fixtures.labutil import ROOT, nox, uv_dir
 from fixtures.matrices import EXPECTED_ONLY
+from fixtures.shared_run import SharedRun
 
 
 def _nox_here(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -77,10 +78,10 @@ NA_CELLS = {
 }
 
 
-def test_not_applicable_cells_start_nothing_and_are_one_line_per_reason(tmp_path: Path, index_url: str) -> None:
+def test_not_applicable_cells_start_nothing_and_are_one_line_per_reason(expected_only_run: SharedRun) -> None:
+    done, tmp_path = expected_only_run, expected_only_run.folder
     report = tmp_path / "nox-report.json"
-    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-s", "matrix", "--report", str(report))
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, done.said
     sessions = {
         s["signatures"][0].removeprefix("matrix(").removesuffix(")"): s
         for s in json.loads(report.read_text(encoding="utf-8"))["sessions"]

@@ -13,6 +13,7 @@ import pytest
 from compatlab.runs import store
 from fixtures.labutil import ROOT, nox
 from fixtures.matrices import EXPECTED_ONLY
+from fixtures.shared_run import SharedRun
 
 
 def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
@@ -48,10 +49,12 @@ def _merge(tmp_path: Path, *dirs: Path, out: str = "merged") -> subprocess.Compl
 
 
 @pytest.mark.long
-def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(tmp_path: Path, index_url: str) -> None:
+def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(
+    tmp_path: Path, index_url: str, expected_only_run: SharedRun
+) -> None:
     text = EXPECTED_ONLY.format(url=index_url)
-    single = nox(tmp_path, text, "-s", "matrix", run_id="single", reports=tmp_path / "single")
-    assert single.returncode == 0, single.stdout + single.stderr
+    single = expected_only_run  # the same matrix, one run of all its cells
+    assert single.returncode == 0, single.said
     for i in (1, 2):
         done = nox(
             tmp_path,
@@ -72,7 +75,7 @@ def test_merged_shards_equal_a_single_run_and_a_lost_shard_shows(tmp_path: Path,
     merged = _merge(tmp_path, *shard_dirs)
     assert merged.returncode == 0, merged.stderr
     assert merged.stdout == f"merged 2 shard(s) into {tmp_path / 'merged' / 'results.json'}: 8 cells, 0 missing\n"
-    ref = json.loads((tmp_path / "single" / "runs" / "single" / "results.json").read_text())
+    ref = json.loads((single.folder / "reports" / "runs" / "r1" / "results.json").read_text())
     got = json.loads((tmp_path / "merged" / "results.json").read_text())
     assert [_comparable(c) for c in got["cells"]] == [_comparable(c) for c in ref["cells"]]
 

@@ -14,6 +14,15 @@ import pytest
 
 from fixtures.labutil import nox
 from fixtures.matrices import EXPECTED_ONLY
+from fixtures.shared_run import SharedRun
+
+
+def _cells(folder: Path, run_id: str) -> dict[str, Any]:
+    cells = {}
+    for path in sorted((folder / "reports" / "runs" / run_id / "cells").glob("*.json")):
+        cell = json.loads(path.read_text())
+        cells[cell["id"]] = cell
+    return cells
 
 
 def _run(folder: Path, url: str, *posargs: str, run_id: str) -> tuple[dict[str, Any], str]:
@@ -29,11 +38,7 @@ def _run(folder: Path, url: str, *posargs: str, run_id: str) -> tuple[dict[str, 
         extra_env={"TMPDIR": str(folder / "tmp")},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    cells = {}
-    for path in sorted((folder / "reports" / "runs" / run_id / "cells").glob("*.json")):
-        cell = json.loads(path.read_text())
-        cells[cell["id"]] = cell
-    return cells, done.stdout + done.stderr
+    return _cells(folder, run_id), done.stdout + done.stderr
 
 
 def _said(cell: dict[str, Any], folder: Path) -> tuple[Any, ...]:
@@ -47,12 +52,17 @@ def _span(cell: dict[str, Any]) -> tuple[float, float]:
 
 
 @pytest.mark.long
-def test_j3_gives_the_run_of_j1_with_its_cells_at_once(tmp_path: Path, index_url: str) -> None:
-    one, _ = _run(tmp_path / "j1", index_url, run_id="r1")
+def test_j3_gives_the_run_of_j1_with_its_cells_at_once(
+    tmp_path: Path, index_url: str, expected_only_run: SharedRun
+) -> None:
+    assert expected_only_run.returncode == 0, expected_only_run.said  # `-j 1`, the default
+    one = _cells(expected_only_run.folder, "r1")
     three, out = _run(tmp_path / "j3", index_url, "-j", "3", run_id="r3")
     assert sorted(one) == sorted(three)
     assert len(one) == 4  # the live cells; n/a cells write no file
-    assert {c: _said(one[c], tmp_path / "j1") for c in one} == {c: _said(three[c], tmp_path / "j3") for c in three}
+    assert {c: _said(one[c], expected_only_run.folder) for c in one} == {
+        c: _said(three[c], tmp_path / "j3") for c in three
+    }
     spans = sorted(_span(c) for c in three.values())
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans  # one began before another ended
     for cid in three:

@@ -22,6 +22,7 @@ from compatlab.incell import fakecuda
 from compatlab.runs.model import StageState
 from fixtures.labutil import closed_port, nox, uv_dir
 from fixtures.matrices import EXPECTED_ONLY
+from fixtures.shared_run import SharedRun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,9 +37,9 @@ def stage(cell: dict[str, Any], name: str) -> dict[str, Any]:
     return next(s for s in cell["stages"] if s["name"] == name)
 
 
-def test_matrix_run_with_expected_verdicts_only(tmp_path: Path, index_url: str) -> None:
-    done = nox(tmp_path, EXPECTED_ONLY.format(url=index_url), "-s", "matrix")
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_matrix_run_with_expected_verdicts_only(expected_only_run: SharedRun) -> None:
+    done, tmp_path, index_url = expected_only_run, expected_only_run.folder, expected_only_run.url
+    assert done.returncode == 0, done.said
     cells = cells_by_axes(tmp_path)
     assert {cid: c["state"] for cid, c in cells.items()} == {
         "torch2.9.1+cu130-sglkernel0.3.21-flashinfer0.6.4-cuda12.8": "n/a",
