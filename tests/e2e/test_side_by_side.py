@@ -14,7 +14,7 @@ import pytest
 
 from fixtures.labutil import nox
 from fixtures.matrices import EXPECTED_ONLY
-from fixtures.shared_run import SharedRun
+from fixtures.shared_run import SharedRun, nox_expected_only
 
 
 def _cells(folder: Path, run_id: str) -> dict[str, Any]:
@@ -26,17 +26,7 @@ def _cells(folder: Path, run_id: str) -> dict[str, Any]:
 
 
 def _run(folder: Path, url: str, *posargs: str, run_id: str) -> tuple[dict[str, Any], str]:
-    (folder / "tmp").mkdir(parents=True)
-    done = nox(
-        folder,
-        EXPECTED_ONLY.format(url=url),
-        "-s",
-        "matrix",
-        "--",
-        *posargs,
-        run_id=run_id,
-        extra_env={"TMPDIR": str(folder / "tmp")},
-    )
+    done = nox_expected_only(folder, url, "-s", "matrix", "--", *posargs, run_id=run_id)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return _cells(folder, run_id), done.stdout + done.stderr
 
