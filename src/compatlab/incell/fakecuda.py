@@ -162,7 +162,7 @@ def driver_symbols(files: Iterable[str | os.PathLike[str]]) -> set[str]:
     """The driver entry points (``cu[A-Z]…``) that *files* import, plus the usual ones."""
     names = set(_USUAL)
     for f in files:
-        syms = dynamic_symbols(f)
+        syms = dynamic_symbols(f, keep=True)  # the import stage reads them again (is_extension_module)
         if syms is not None:
             names.update(s for s in syms.undefined if _DRIVER_SYMBOL.match(s))
     return names

@@ -116,7 +116,9 @@ def test_dynamic_symbols(tmp_path: Path) -> None:
     assert syms is not None
     assert "PyInit_syms" in syms.defined
     assert "cuTensorMapEncodeTiled" in syms.undefined
-    assert dynamic_symbols(mod) is syms  # read once: the same file, not changed since
+    assert dynamic_symbols(mod) is not syms  # not kept: read again
+    kept = dynamic_symbols(mod, keep=True)
+    assert dynamic_symbols(mod) is kept  # kept: read once, the same file, not changed since
     assert dynamic_symbols(tmp_path / "syms_so.c") is None  # not ELF
     # Built again in place with other symbols: read again.
     ext_module(
@@ -124,6 +126,7 @@ def test_dynamic_symbols(tmp_path: Path) -> None:
     )
     again = dynamic_symbols(mod)
     assert again is not None
+    assert again is not kept
     assert ("cuMemAlloc_v2" in again.undefined, "cuTensorMapEncodeTiled" in again.undefined) == (True, False)
     assert is_extension_module(tmp_path / "syms_so.c") is None
 

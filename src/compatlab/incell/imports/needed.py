@@ -177,7 +177,7 @@ def _confirmed(
     guess = predicted.get(entry.module)
     if guess is None:  # static did not judge it: read the file once, for both questions
         path = (paths or {}).get(entry.module)
-        symbols = dynamic_symbols(path) if path else None
+        symbols = dynamic_symbols(path, keep=True) if path else None
         device_code = symbols is None or symbols.device_code
         guess = _reach(site_packages, entry.module, device_code, graphs)
     if guess is None and reach.picked_by_gpu(entry.module, device_code=device_code):

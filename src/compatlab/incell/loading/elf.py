@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +49,23 @@ _DT_NEEDED = 1
 MAX_SECTION_BYTES = 256 << 20
 
 
-# What dynamic_symbols read, by the file's identity and state (device, inode, size, change time): the import
-# stage reads each shared object twice (the stand-in's driver symbols, then whether it is an extension
-# module), 1296 reads of 702 files, 1.5 s of the 2-core machine, for sglang's environment. A file rewritten
-# since (another size or change time) is read again; past _CACHED files the oldest are forgotten.
-_CACHED = 8192
+# What dynamic_symbols read with keep=True, by the file's identity and state (device, inode, size, change
+# time). The import stage reads each shared object twice (the stand-in's driver symbols, then whether it is
+# an extension module): 1296 reads of 702 files for sglang's environment, 1.5 s of the 2-core machine; kept,
+# they cost its process 59 MiB more at most (187 MiB against 128 MiB). A file rewritten since (another size
+# or change time) is read again; past _CACHED files the oldest are forgotten.
+_CACHED = 4096
 _read: dict[tuple[int, int, int, int], DynamicSymbols | None] = {}
+_read_lock = threading.Lock()
 
 
-def dynamic_symbols(path: str | os.PathLike[str]) -> DynamicSymbols | None:
+def dynamic_symbols(path: str | os.PathLike[str], *, keep: bool = False) -> DynamicSymbols | None:
     """Read .dynsym and .dynamic of a 64-bit little-endian ELF file; None if it is not one (or is broken).
 
     Only a regular file is opened (O_NONBLOCK, then fstat: a FIFO named ``x.so`` would block ``open``), and
-    only sections that lie inside the file and are at most MAX_SECTION_BYTES are read. A file read before in
-    this process, and not changed since, is not read again.
+    only sections that lie inside the file and are at most MAX_SECTION_BYTES are read. A file kept before in
+    this process (*keep*: the import stage, which asks of each file more than once), and not changed since,
+    is not read again.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -77,17 +81,20 @@ def dynamic_symbols(path: str | os.PathLike[str]) -> DynamicSymbols | None:
         os.close(fd)
         return None
     key = (st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns)
-    if key in _read:
-        os.close(fd)
-        return _read[key]
+    with _read_lock:
+        if key in _read:
+            os.close(fd)
+            return _read[key]
     try:
         with os.fdopen(fd, "rb") as fh:
             found = _read_dynamic(fh, st.st_size)
     except (OSError, struct.error, ValueError, IndexError, MemoryError):
         found = None
-    if len(_read) >= _CACHED:
-        del _read[next(iter(_read))]
-    _read[key] = found
+    if keep:
+        with _read_lock:
+            if len(_read) >= _CACHED:
+                del _read[next(iter(_read))]
+            _read[key] = found
     return found
 
 
@@ -181,7 +188,7 @@ def is_extension_module(path: str | os.PathLike[str]) -> str | None:
     # One module built several ways, picked by its package at import (mpi4py's MPI.mpich and MPI.openmpi
     # both define PyInit_MPI): the module is named by what comes before the first dot.
     base = base.split(".", 1)[0]
-    syms = dynamic_symbols(path)
+    syms = dynamic_symbols(path, keep=True)
     if syms is None:
         # Named as only an extension module is (a CPython or abi3 tag) but unreadable here (section headers
         # stripped or damaged; ld.so needs none of them): load it, so that the loader, not silence, says.
