@@ -145,14 +145,15 @@ def _read_dynamic(fh: Any, size: int) -> DynamicSymbols | None:
             # Each symbol's name offset and section index (st_name, st_shndx), the null symbol left out;
             # a name is decoded once however many symbols share it.
             count = len(data) // step
-            fields = struct.Struct(f"<I2xH{step - 8}x" if count > 1 else "<I2xH")
             seen: dict[int, str] = {}
-            for st_name, st_shndx in fields.iter_unpack(memoryview(data)[step : count * step] if count > 1 else b""):
-                name = seen.get(st_name)
-                if name is None:
-                    name = seen[st_name] = cstr(strtab, st_name)
-                if name:
-                    (undefined if st_shndx == 0 else defined).add(name)
+            if count > 1:  # a claim of entries larger than the section leaves none to read
+                fields = struct.Struct(f"<I2xH{step - 8}x")
+                for st_name, st_shndx in fields.iter_unpack(memoryview(data)[step : count * step]):
+                    name = seen.get(st_name)
+                    if name is None:
+                        name = seen[st_name] = cstr(strtab, st_name)
+                    if name:
+                        (undefined if st_shndx == 0 else defined).add(name)
         elif sh_type == _SHT_DYNAMIC:
             strtab = read(link)
             data = read(index)
