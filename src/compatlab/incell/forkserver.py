@@ -29,9 +29,12 @@ protocol is JSON lines on descriptors it takes over from stdin and stdout before
                         "adopted": 12, "closed": ""}
                        or {"id": 1, "refused": "why", "by": ["adopted.package"]} (no child was forked)
 
-Adoption (``"adopt": true`` on a package's import): once the child is forked, the server imports the package
-too, so the children forked after it start with it and pay only for their own part: the import stage costs
-about what one interpreter importing everything costs, not that times the shared dependencies. Isolation is
+Adoption (``"adopt": true`` on a package's import): the server imports the package itself, as a child would
+(the probe's steps, what the import writes captured, the exit handlers it registers kept), then forks a child
+that only ends it as the child that imported it would have (its exit handlers alone run, so a crash at exit
+is seen), and the reply is that import's. The children forked after it start with the package and pay only
+for their own part, and the package's import is paid once: the import stage costs about what one
+interpreter importing everything costs, not that times the shared dependencies. Isolation is
 kept where it matters: a load whose own modules (``"own"``) an adopted package imported is refused, and the
 client asks a server that adopts nothing (the refusal names the adoptions that brought them in: the client
 orders the next run by them, imports.order), unless it says ``"imported_ok"`` and the module itself is imported
@@ -206,8 +209,8 @@ class ForkServer:
         """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter;
         *environ* is set in the child's environment first (what the programs it starts see). *own*: the
         modules of the module's own distribution (Refused when an adopted package imported one); *adopt*:
-        the server imports package *name* itself once the child is forked; *imported_ok*: a module imported
-        there already (from *path*, when given) is not refused for *own*."""
+        the server imports package *name* itself, and a child ends it (the module's docstring);
+        *imported_ok*: a module imported there already (from *path*, when given) is not refused for *own*."""
         ident = next(self._ids)
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         request: dict[str, Any] = {

@@ -24,6 +24,7 @@ from compatlab.incell.imports.loader import Loader
 from compatlab.incell.imports.plan import Plan
 from compatlab.incell.loading.failure import LoadFailure, describe
 from compatlab.incell.loading.installed import LoadTarget
+from compatlab.incell.probe import RESULT_TAG
 from fixtures.sofix import abi_broken_module, compile_so, ext_module
 from fixtures.venvs import python_seeing
 
@@ -375,13 +376,14 @@ def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_al
     (tmp_path / "elsewhere.py").write_text(body, encoding="utf-8")
     own = ["compatlab_eager", "compatlab_eager.fast", "compatlab_eager.lazy"]
     assert server.load(path=None, name="compatlab_eager", own=own, adopt=True)[0] is None
-    assert len(ran.read_text(encoding="utf-8").split()) == 2  # its child's import, then the server's
+    # Imported once, by the server itself (its child only ends it): the import is paid once.
+    assert ran.read_text(encoding="utf-8").split() == [str(server.pid)]
     # Imported here by the adopted package, from that file: its child finds it loaded and runs nothing again.
     fast = str(folder / "fast.py")
     failure, done = server.load(path=fast, name="compatlab_eager.fast", own=own, imported_ok=True)
     assert (failure, done.returncode) == (None, 0)
     assert server.load(path=None, name="compatlab_eager.fast", own=own, imported_ok=True)[0] is None
-    assert len(ran.read_text(encoding="utf-8").split()) == 2
+    assert len(ran.read_text(encoding="utf-8").split()) == 1
     # Refused as before: without the client's leave, a module not imported here, and another file of that name.
     for path, name, allowed in [
         (fast, "compatlab_eager.fast", False),
@@ -390,7 +392,7 @@ def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_al
     ]:
         with pytest.raises(Refused, match="imported here already"):
             server.load(path=path, name=name, own=own, imported_ok=allowed)
-    assert len(ran.read_text(encoding="utf-8").split()) == 2
+    assert len(ran.read_text(encoding="utf-8").split()) == 1
 
 
 def test_a_load_python_refused_by_path_is_asked_by_name_there_and_only_a_double_failure_elsewhere(
@@ -470,8 +472,9 @@ def test_modules_python_refuses_by_path_are_imported_by_name_once_their_package_
             assert entry.ok, entry
             assert (entry.loaded or "").startswith(f"by name (import {entry.module[:-3].replace('/', '.')}): by path, ")
         assert answers[3][0].ok
-        # The package's own child, then the adopting server: never again for the modules' imports by name.
-        assert len(ran.read_text(encoding="utf-8").split()) == 2
+        # The adopting server's own import of the package, once: never again for the modules' imports by name.
+        adopting = next(s for s in loader.adopting.values() if s is not None)
+        assert ran.read_text(encoding="utf-8").split() == [str(adopting.pid)]
         assert loader.confirmed == 0
     finally:
         loader.close()
@@ -583,8 +586,9 @@ def test_an_adoption_under_way_answers_the_children_already_running(tmp_path: Pa
         first = pool.submit(server.load, path=None, name="compatlab_first")
         assert _wait_for(lambda: began("compatlab_first") == 1)
         adopted = pool.submit(server.load, path=None, name="compatlab_adopted", adopt=True)
-        # Its child and the server itself are importing it: the server is inside the adoption.
-        assert _wait_for(lambda: began("compatlab_adopted") == 2)
+        # The server itself is importing it: it is inside the adoption.
+        assert _wait_for(lambda: began("compatlab_adopted") == 1)
+        assert next((tmp_path / "began").glob("compatlab_adopted.*")).suffix == f".{server.pid}"
         (tmp_path / "first-may-end").touch()
         # The child forked before the adoption is answered while the adoption still waits.
         assert first.result(timeout=20)[0] is None
@@ -601,10 +605,10 @@ def test_a_client_gone_mid_adoption_ends_the_server_and_its_children(tmp_path: P
     pool = concurrent.futures.ThreadPoolExecutor(1)
     pool.submit(srv.load, path=None, name="compatlab_forever", adopt=True)
     try:
-        assert _wait_for(lambda: len(list((tmp_path / "began").glob("*"))) == 2)
+        assert _wait_for(lambda: len(list((tmp_path / "began").glob("*"))) == 1)
         pids = [int(p.suffix[1:]) for p in (tmp_path / "began").glob("*")]
-        assert srv.pid in pids
-        srv.close()  # its stdin closed: the adoption's import is broken off, the child killed
+        assert pids == [srv.pid]  # the server itself imports it
+        srv.close()  # its stdin closed: the adoption's import is broken off, no child forked for it
         assert srv.returncode == 0  # it ended itself, not killed by close after its wait
         assert _wait_for(lambda: not any(_alive(pid) for pid in pids))
     finally:
@@ -643,3 +647,64 @@ def test_a_child_that_ends_as_an_adoption_is_asked_survives_the_adoption(tmp_pat
         assert adopted.result(timeout=60)[0] is None
     assert server.load(path=None, name="json")[0] is None  # still serving
     assert server.adopted == ["compatlab_slow_here"]
+
+
+def test_a_package_the_server_adopts_in_place_is_told_as_in_its_own_process(
+    tmp_path: Path, python: str, env: dict[str, str], server: ForkServer
+) -> None:
+    """The server imports an adopted package itself and a child only ends it: what the import printed, how
+    it failed, hung or crashed at exit is told as a fresh interpreter tells it, and the exit handlers of one
+    adoption never run in the child of another."""
+    crash_at_exit = ext_module(
+        tmp_path,
+        "compatlab_c_exit_crash",
+        "atexit(boom);",
+        prelude="#include <signal.h>\n#include <stdlib.h>\nstatic void boom(void) { raise(SIGSEGV); }",
+    )
+    (tmp_path / "pypath" / crash_at_exit.name).symlink_to(crash_at_exit)
+    _package(
+        tmp_path,
+        "compatlab_py_exit_crash",
+        "import atexit, os, signal\natexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))\n",
+    )
+    _package(tmp_path, "compatlab_c_exit_user", "import compatlab_c_exit_crash\n")
+    _package(
+        tmp_path, "compatlab_clean", "import sys\nprint('said on stdout')\nprint('said on stderr', file=sys.stderr)\n"
+    )
+    _package(
+        tmp_path, "compatlab_refuses", "import sys\nprint('why', file=sys.stderr)\nraise ImportError('needs a GPU')\n"
+    )
+    _package(tmp_path, "compatlab_hangs", "import time\nwhile True:\n    time.sleep(0.1)\n")
+    names = [
+        "compatlab_py_exit_crash",
+        "compatlab_clean",
+        "compatlab_c_exit_user",
+        "compatlab_refuses",
+        "compatlab_hangs",
+        "compatlab_clean2",
+    ]
+    _package(tmp_path, "compatlab_clean2", "")
+    timeout = {"compatlab_hangs": 2.0}
+    in_place = {}
+    for name in names:  # one after another, as the plan asks them: each adoption after the one before it
+        in_place[name] = server.load(path=None, name=name, timeout=timeout.get(name, 60.0), own=[name], adopt=True)
+    alone = {
+        name: loadcheck.load_module(python, path=None, name=name, timeout=timeout.get(name, 60.0), env=env)
+        for name in names
+    }
+    assert {n: _verdict(n, f) for n, (f, _done) in alone.items()} == {
+        "compatlab_py_exit_crash": ("signal", "compatlab_py_exit_crash: crashed with SIGSEGV while loading"),
+        "compatlab_clean": None,
+        "compatlab_c_exit_user": ("signal", "compatlab_c_exit_user: crashed with SIGSEGV while loading"),
+        "compatlab_refuses": ("import-error", "compatlab_refuses: ImportError: needs a GPU"),
+        "compatlab_hangs": ("timeout", "compatlab_hangs: hung while loading, killed after 2 s"),
+        "compatlab_clean2": None,
+    }
+    assert {n: _fields(f) for n, (f, _done) in in_place.items()} == {n: _fields(f) for n, (f, _d) in alone.items()}
+    clean = in_place["compatlab_clean"][1]
+    assert (clean.stdout, clean.stderr.partition(RESULT_TAG)[0]) == ("said on stdout\n", "said on stderr\n")
+    assert in_place["compatlab_refuses"][1].stderr.startswith("why\n")
+    assert in_place["compatlab_hangs"][1].timed_out
+    # What imported is adopted (a crash at exit is the child's, not the import's); a failure is undone.
+    assert server.adopted == ["compatlab_py_exit_crash", "compatlab_clean", "compatlab_c_exit_user", "compatlab_clean2"]
+    assert server.load(path=None, name="json")[0] is None  # still serving, its children unharmed

@@ -206,10 +206,10 @@ def test_import_stage_judges_alike_through_the_fork_server_and_one_process_per_m
     ctx = context_for(venv, packages=["fakestack"], work_dir=tmp_path / "alone")
     alone = runtime.run_import_stage(ctx)
     # The venv has a torch (its version.py only): check's cell carries the stack, so the server imports it,
-    # then fakestack as its child does; the two failures are asked again of the server that adopts nothing.
+    # then fakestack itself; the two failures are asked again of the server that adopts nothing.
     assert re.fullmatch(
         r"fork server: children of 1 interpreter\(s\) that imported torch once \([0-9.]+ s\), then 1 package\(s\) "
-        r"as their children imported them; and children of 1 interpreter\(s\) that imported torch once "
+        r"that it imported itself, a child ending each; and children of 1 interpreter\(s\) that imported torch once "
         r"\([0-9.]+ s\) for 0 load\(s\) whose own package the first had imported and 2 that failed there "
         r"\(a failure is always this one's\), with the loader's log on",
         forked.details["loader"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import dataclasses
 import importlib
 import json
 import os
@@ -21,7 +22,7 @@ from typing import Any, NoReturn
 
 from compatlab.incell.probe import steps
 
-__all__ = ["ExitGuard", "die_with_parent", "run_child", "write_all"]
+__all__ = ["ExitGuard", "die_with_parent", "run_child", "run_exit_child", "write_all"]
 
 
 def die_with_parent() -> None:
@@ -51,8 +52,9 @@ class ExitGuard:
 
     _HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-    def __init__(self) -> None:
-        atexit._clear()
+    def __init__(self, *, clear: bool = True) -> None:
+        if clear:  # at the fork: what the child inherited is not its own (an adoption keeps them: run_exit_child)
+            atexit._clear()
         self.status, self.armed = 0, False
         self._libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
         self._handler = self._HANDLER(self._end)  # held here: the C library keeps only the pointer
@@ -76,26 +78,76 @@ class ExitGuard:
         os._exit(status)  # not reached: the handler above ends the process
 
 
+def _become_child(pipes: dict[str, tuple[int, int]], server: int, inherited: list[int]) -> int:
+    """The child's start: its own session, death with the server, its own stdout and stderr pipes, none of
+    the server's descriptors; its record's descriptor."""
+    os.setsid()  # its own session and process group: a timeout kills all it started
+    die_with_parent()
+    if os.getppid() != server:  # the server died before the line above
+        os._exit(70)
+    os.dup2(pipes["stdout"][1], 1)
+    os.dup2(pipes["stderr"][1], 2)
+    record_fd = pipes["record"][1]
+    for fd in [
+        *inherited,
+        pipes["stdout"][1],
+        pipes["stderr"][1],
+        *(read for read, _ in pipes.values()),
+    ]:
+        os.close(fd)
+    return record_fd
+
+
+def run_exit_child(
+    adoption: AdoptedHere,
+    pipes: dict[str, tuple[int, int]],
+    server: int,
+    inherited: list[int],
+) -> NoReturn:
+    """The child forked once the server itself imported a package (an adoption in place): what the import
+    wrote goes down this child's stdout and stderr, its record down the record pipe, and the child ends as
+    the child that imported it would have: only the handlers the import registered run (the Python ones it
+    registered, and the C ones newer than the guard the server registered just before it), then the exit
+    status. An import broken off at its time limit ends the child as a killed one does (SIGKILL)."""
+    try:
+        record_fd = _become_child(pipes, server, inherited)
+        record = adoption.record
+        if record is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(70)  # not reached
+        atexit._clear()
+        for func, args, kwargs in adoption.handlers:
+            atexit.register(func, *args, **kwargs)
+        write_all(1, adoption.stdout)
+        write_all(2, adoption.stderr)
+        write_all(record_fd, json.dumps(record).encode())
+        os.close(record_fd)
+        ok = bool(record.get("ok"))
+    except BaseException:  # noqa: BLE001 - never let a child return into the server's loop
+        os._exit(70)
+    adoption.guard.exit(0 if ok else 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdoptedHere:
+    """What the server's own import of a package left for the child that ends it (run_exit_child): the
+    probe's record (None: broken off at its time limit), what it wrote, the Python exit handlers it
+    registered, and the guard registered just before it."""
+
+    record: dict[str, Any] | None
+    stdout: bytes
+    stderr: bytes
+    handlers: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]
+    guard: ExitGuard
+
+
 def run_child(request: dict[str, Any], pipes: dict[str, tuple[int, int]], server: int, inherited: list[int]) -> int:
     """Be the child the server forked for *request*: do what the probe does (``probe.steps``), send the record
     down its pipe, and end as ``ExitGuard`` says (never return into the server's loop). *inherited*: the
     server's own descriptors (its protocol's, the other children's pipes), closed here."""
     try:
-        os.setsid()  # its own session and process group: a timeout kills all it started
-        die_with_parent()
+        record_fd = _become_child(pipes, server, inherited)
         exit_guard = ExitGuard()
-        if os.getppid() != server:  # the server died before the line above
-            os._exit(70)
-        os.dup2(pipes["stdout"][1], 1)
-        os.dup2(pipes["stderr"][1], 2)
-        record_fd = pipes["record"][1]
-        for fd in [
-            *inherited,
-            pipes["stdout"][1],
-            pipes["stderr"][1],
-            *(read for read, _ in pipes.values()),
-        ]:
-            os.close(fd)
         # A fresh interpreter would see what was installed since the server started: forget what the
         # finders cached (directory listings, and path entries that did not exist then).
         importlib.invalidate_caches()

@@ -10,6 +10,7 @@ group, and its pipes let go of 5 s later if something outside the group still ho
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import importlib
@@ -18,12 +19,13 @@ import os
 import select
 import signal
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from compatlab.incell.fork.child import run_child, write_all
+from compatlab.incell.fork.child import AdoptedHere, ExitGuard, run_child, run_exit_child, write_all
 from compatlab.incell.probe import steps
 
 __all__ = ["run_server"]
@@ -31,6 +33,45 @@ __all__ = ["run_server"]
 _KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
 _GRACE = 5.0  # seconds to wait for a killed group's pipes to close
 _TICK = 0.05  # seconds between looks at the children and the client while an adoption imports
+
+
+_REGISTER = atexit.register
+_recording: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] | None = None  # an adoption's, while it imports
+
+
+def _record_register(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``atexit.register`` in the server: what an adoption's import registers is kept for the child that
+    ends it (run_exit_child runs those alone)."""
+    if _recording is not None:
+        _recording.append((func, args, kwargs))
+    return _REGISTER(func, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _captured() -> Iterator[dict[str, bytes]]:
+    """What the server's own fds 1 and 2 get meanwhile, into files; their ends (``_KEEP`` times 4) as
+    ``stdout`` and ``stderr`` once it ends."""
+    out: dict[str, bytes] = {}
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        files = {"stdout": stdout, "stderr": stderr}
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        saved = {fd: os.dup(fd) for fd in (1, 2)}
+        os.dup2(stdout.fileno(), 1)
+        os.dup2(stderr.fileno(), 2)
+        try:
+            yield out
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+            for key, file in files.items():
+                size = file.seek(0, os.SEEK_END)
+                file.seek(max(0, size - 4 * _KEEP))
+                out[key] = file.read()
 
 
 def _cuda_initialised() -> bool:
@@ -53,13 +94,13 @@ def _imported(request: dict[str, Any]) -> bool:
 
 
 class _Job:
-    def __init__(self, request: dict[str, Any], pid: int, fds: dict[int, str]) -> None:
+    def __init__(self, request: dict[str, Any], pid: int, fds: dict[int, str], start: float | None = None) -> None:
         self.request = request
         self.pid = pid
         self.fds = fds  # read end -> "stdout" | "stderr" | "record", while open
         self.data: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray(), "record": bytearray()}
-        self.start = time.monotonic()
-        self.deadline = self.start + float(request.get("timeout", 180.0))
+        self.start = time.monotonic() if start is None else start  # an adoption's: when its import began
+        self.deadline = time.monotonic() + float(request.get("timeout", 180.0))
         self.killed_at: float | None = None
         self.status: int | None = None
         self.seconds = 0.0
@@ -109,10 +150,12 @@ class _Server:
     def __init__(self, requests: int, replies: int) -> None:
         self.requests = requests
         self.replies = replies
-        # Adoption: packages a child has just been forked to import are imported here too, so the children
-        # forked after it start with them (what an import of a package that needs them costs drops to its
-        # own part). A load whose own modules an adopted package imported is refused (the client asks a
-        # server that adopted nothing), so no module is ever loaded where its own package already is.
+        # Adoption: a package asked with "adopt" is imported here, by the server itself, and a child forked
+        # after it ends it as the child that imported it would have (run_exit_child), so the children forked
+        # after it start with it (what an import of a package that needs them costs drops to its own part),
+        # and its import is paid once. A load whose own modules an adopted package imported is refused (the
+        # client asks a server that adopted nothing), so no module is ever loaded where its own package
+        # already is.
         self.seen = set(sys.modules)  # the prerequisites', then those of each adoption as it is counted below
         self.imported: set[str] = set()  # every dotted prefix of a module imported here since the start
         self.brought: dict[str, str] = {}  # each of those -> the adopted package whose import brought it in
@@ -124,7 +167,8 @@ class _Server:
         self.pending = b""
         self._ticking = False  # in _meanwhile (a signal handler may run again inside it)
         self._importing = False  # an adoption's import is under way: _meanwhile may end it
-        self._adopting: dict[str, Any] | None = None  # the request being adopted: its child's reply waits for it
+        self._broken_off = False  # _meanwhile ended the last adoption's import (its time, or the client gone)
+        self.guards: list[ExitGuard] = []  # one per adoption in place, registered before its import
         self.jobs: dict[int, _Job] = {}  # by pid
         self.by_fd: dict[int, _Job] = {}
         self.poll = select.poll()
@@ -194,6 +238,7 @@ class _Server:
         self._ticking = True
         try:
             if self._importing and time.monotonic() >= deadline:
+                self._broken_off = True
                 raise _Timeout
             for fd, _event in self.poll.poll(0):
                 if fd != self.requests:
@@ -203,6 +248,7 @@ class _Server:
                 if not chunk:
                     self._hangup()
                     if self._importing:
+                        self._broken_off = True
                         raise _Timeout
                     continue
                 self.pending += chunk
@@ -229,28 +275,28 @@ class _Server:
         by = sorted({self.brought[n] for n in hit})
         return (f"{', '.join(hit[:3])} imported here already, by the import of {', '.join(by)}" if hit else ""), by
 
-    def _adopt(self, name: str, timeout: float) -> None:
-        """Import *name* here too (a child was forked to import it a moment ago): on failure, forget every
-        module it added; if it initialised CUDA, fork no more children; if it started a thread, name it."""
+    def _adopt(self, name: str, timeout: float, run: Callable[[], bool] | None = None) -> None:
+        """Import *name* here (*run*: the import, True where it worked): on failure, forget every module it
+        added; if it initialised CUDA, fork no more children; if it started a thread, name it."""
         before = set(sys.modules)
         deadline = time.monotonic() + max(timeout, 1.0)
         previous = signal.signal(signal.SIGALRM, lambda _signum, _frame: self._meanwhile(deadline))
         signal.siginterrupt(signal.SIGALRM, False)  # what the import waits on in C is restarted, not failed
-        ok, self._importing = False, True
+        ok, self._importing, self._broken_off = False, True, False
         signal.setitimer(signal.ITIMER_REAL, _TICK, _TICK)
         try:
             try:
-                importlib.import_module(name)
-                ok = True
+                ok = run() if run is not None else importlib.import_module(name) is not None
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 self._importing = False  # a tick still due reads on, and raises nothing into what follows
-        except BaseException:  # noqa: BLE001 - whatever it raised, the child reports; here it is only undone
+        except BaseException:  # noqa: BLE001 - whatever it raised, the record says; here it is only undone
             ok = False
-            for module in set(sys.modules) - before:
-                sys.modules.pop(module, None)
         finally:
             signal.signal(signal.SIGALRM, previous)
+        if not ok:
+            for module in set(sys.modules) - before:
+                sys.modules.pop(module, None)
         if _cuda_initialised():
             self.closed, self.closed_by = f"importing {name} initialised CUDA", name
             return
@@ -275,30 +321,75 @@ class _Server:
         if refused:
             self.send({"id": request.get("id"), "refused": refused, "by": by, **self.adoption()})
             return None
-        code = self._fork_child(request)
-        if code is None and request.get("adopt") and request.get("name") and not request.get("path"):
-            # Its own child is answered after the adoption, so that its reply tells what the adoption did.
-            self._adopting = request
-            try:
-                self._adopt(str(request["name"]), float(request.get("timeout", 180.0)))
-            finally:
-                self._adopting = None
-            self._tend()
-        return code
+        pre = [str(m) for m in request.get("pre") or []]
+        if (
+            request.get("adopt")
+            and request.get("name")
+            and not request.get("path")
+            and not request.get("environ")
+            and not any(os.path.isabs(m) for m in pre)  # libraries loaded first are the child's alone
+        ):
+            return self._adopt_in_place(request)
+        return self._fork_child(request)
 
-    def _fork_child(self, request: dict[str, Any]) -> int | None:
+    def _adopt_in_place(self, request: dict[str, Any]) -> int | None:
+        """The package *request* names imported by the server itself, as a child would import it
+        (``probe.steps``, what it writes captured, the exit handlers it registers kept), then a child forked
+        to end it (run_exit_child): its reply is the import's, and tells what the adoption did. Nobody is
+        answered once the client is gone."""
+        global _recording  # noqa: PLW0603 - the server's one atexit.register, and one adoption at a time
+        name, pre = str(request["name"]), [str(m) for m in request.get("pre") or []]
+        guard = ExitGuard(clear=False)  # its C handler is older than every one the import registers
+        self.guards.append(guard)
+        handlers: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+        record: dict[str, Any] | None = None
+
+        def run() -> bool:
+            nonlocal record
+            record = steps(pre, None, name)
+            return bool(record["ok"])
+
+        started = time.monotonic()
+        importlib.invalidate_caches()  # a fresh child would see what was installed since the server started
+        _recording = handlers
+        try:
+            with _captured() as out:
+                self._adopt(name, float(request.get("timeout", 180.0)), run)
+        finally:
+            _recording = None
+        if not self.open:
+            return None
+        told = AdoptedHere(
+            record=None if self._broken_off else record,
+            stdout=out["stdout"],
+            stderr=out["stderr"],
+            handlers=handlers,
+            guard=guard,
+        )
+        return self._fork_child(request, told, started)
+
+    def _fork_child(
+        self, request: dict[str, Any], adopted: AdoptedHere | None = None, started: float | None = None
+    ) -> int | None:
+        """A child for *request*; *adopted*: the server imported its package itself (since *started*), and
+        the child only ends it."""
         pipes = {"stdout": os.pipe(), "stderr": os.pipe(), "record": os.pipe()}
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            return run_child(request, pipes, server, [self.requests, self.replies, *self.by_fd])
+            inherited = [self.requests, self.replies, *self.by_fd]
+            if adopted is not None:
+                return run_exit_child(adopted, pipes, server, inherited)
+            return run_child(request, pipes, server, inherited)
         fds: dict[int, str] = {}
         for what, (read, write) in pipes.items():
             os.close(write)
             fds[read] = what
-        job = _Job(request, pid, fds)
+        job = _Job(request, pid, fds, started)
+        if adopted is not None and adopted.record is None:
+            job.killed_at = time.monotonic()  # broken off at its time limit: the child ends as a killed one
         self.jobs[pid] = job
         for fd in fds:
             self.by_fd[fd] = job
@@ -332,7 +423,7 @@ class _Server:
             if job.killed_at is not None and now >= job.killed_at + _GRACE:
                 for fd in list(job.fds):  # something outside the group holds the pipes: let go of them
                     self._close(job, fd)
-            if job.status is not None and not job.fds and job.request is not self._adopting:
+            if job.status is not None and not job.fds:
                 job.kill()  # what the child left behind in its group goes with it
                 del self.jobs[pid]
                 if self.open:
@@ -359,6 +450,7 @@ def run_server(preload: str, adopt: Sequence[str]) -> int:
     # Every object alive now is shared with the children until one of them writes to its page. A collection
     # at the child's exit would touch them all (copy-on-write, most of a second with torch): keep it off them.
     gc.freeze()
+    atexit.register = _record_register  # type: ignore[assignment]  # what each adoption registers: kept
     server = _Server(requests, replies)
     if not record["ok"]:
         server.send({"ready": False, **record})
@@ -370,4 +462,11 @@ def run_server(preload: str, adopt: Sequence[str]) -> int:
         return 0
     server.send({"ready": True, **server.adoption()})
     code = server.serve()
+    if code is None and server.guards:
+        # The guards of its adoptions in place are C exit handlers that call into Python: run after the
+        # interpreter's finalisation, they would crash it. The server has nothing left to finalise.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
     return 0 if code is None else code

@@ -2,8 +2,9 @@
 
 Two kinds of fork server (compatlab.incell.forkserver), one of each per build of the stand-in driver (the
 dynamic loader reads ``LD_LIBRARY_PATH`` once, at start): an adopting server, asked first, that imports each
-package after its child did, so the loads after it start with what they need (and answers a module an
-adopted package imported already, when the load allows it: ``imported_ok``); and a server that adopts
+package itself (a child of it only ends the import, as a process that imported it would end), so the loads
+after it start with what they need (and answers a module an adopted package imported already, when the load
+allows it: ``imported_ok``); and a server that adopts
 nothing, which answers what the adopting one refuses (a load under a package it adopted) and asks again
 every failure the adopting one saw (a failure is the verdict of a process that imported only the
 prerequisites). An adopting server that closed (an adoption started a thread or initialised CUDA) is
@@ -374,7 +375,7 @@ class Loader:
             said.append(
                 f"fork server: children of {len(adopting)} interpreter(s) that imported "
                 f"{', '.join(self.pre) or 'nothing'} once ({adopting[0].seconds:.1f} s), then "
-                f"{len(adopting[-1].adopted)} package(s) as their children imported them"
+                f"{len(adopting[-1].adopted)} package(s) that it imported itself, a child ending each"
                 + (f" (each closed to new children when {'; '.join(closed)}, and one took over)" if closed else "")
             )
             threaded = sorted({n for s in adopting for n in s.threaded})
