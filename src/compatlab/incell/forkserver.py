@@ -26,7 +26,7 @@ protocol is JSON lines on descriptors it takes over from stdin and stdout before
                         "imported_ok": true (a module imported here already is loaded: not refused)}
     server -> client   {"id": 1, "pid": ..., "returncode": ..., "stdout": ..., "stderr": ..., "seconds": ...,
                         "timed_out": ..., "record": {"ok": ..., "step": ..., ...} or null,
-                        "adopted": 12, "closed": ""}
+                        "adopted": 12, "closed": "", "huge_mib": 412 (its memory in 2 MiB pages)}
                        or {"id": 1, "refused": "why", "by": ["adopted.package"]} (no child was forked)
 
 Adoption (``"adopt": true`` on a package's import): the server imports the package itself, as a child would
@@ -126,6 +126,7 @@ class ForkServer:
         self.closed = ""  # why it forks no more children, once it said so
         self.closed_by = ""  # the package whose adoption closed it
         self.threaded: list[str] = []  # adopted packages that started threads, as last told
+        self.huge_mib = 0  # how much of its memory it has in 2 MiB pages (fork/pages.py), as last told
         assert proc.stdout is not None
         assert proc.stderr is not None
         self._threads = [
@@ -193,6 +194,8 @@ class ForkServer:
             self.closed_by = str(reply.get("closed_by") or "") or self.closed_by
             if isinstance(reply.get("threaded"), list):
                 self.threaded = [str(n) for n in reply["threaded"]]
+            if isinstance(reply.get("huge_mib"), int):
+                self.huge_mib = reply["huge_mib"]
 
     def load(
         self,

@@ -708,3 +708,36 @@ def test_a_package_the_server_adopts_in_place_is_told_as_in_its_own_process(
     # What imported is adopted (a crash at exit is the child's, not the import's); a failure is undone.
     assert server.adopted == ["compatlab_py_exit_crash", "compatlab_clean", "compatlab_c_exit_user", "compatlab_clean2"]
     assert server.load(path=None, name="json")[0] is None  # still serving, its children unharmed
+
+
+@pytest.mark.skipif(
+    tuple(int(p) for p in os.uname().release.split(".")[:2]) < (6, 1), reason="MADV_COLLAPSE needs Linux 6.1"
+)
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_an_adoptions_memory_goes_into_2_mib_pages_and_its_children_read_it_as_it_was(
+    tmp_path: Path, python: str, env: dict[str, str], switch: str
+) -> None:
+    """The server's memory in 2 MiB pages (fork/pages.py) as an adoption grows it: told in its replies, and
+    a child forked after it reads what the adoption wrote, byte for byte. Switched off, it stays in 4 KiB."""
+    _package(
+        tmp_path,
+        "compatlab_big",
+        "import hashlib, os\nDATA = bytearray(os.urandom(24 << 20))\nDIGEST = hashlib.sha256(DATA).hexdigest()\n",
+    )
+    said = tmp_path / "said"
+    _package(
+        tmp_path,
+        "compatlab_reader",
+        "import hashlib, compatlab_big\n"
+        f"open({str(said)!r}, 'w').write(str(hashlib.sha256(compatlab_big.DATA).hexdigest() == compatlab_big.DIGEST))\n",
+    )
+    with ForkServer.start(python, preload=["json"], env={**env, "COMPATLAB_IMPORT_HUGEPAGES": switch}) as srv:
+        first = srv.huge_mib
+        assert srv.load(path=None, name="compatlab_big", own=["compatlab_big"], adopt=True)[0] is None
+        assert srv.load(path=None, name="compatlab_reader", own=["compatlab_reader"])[0] is None
+        grown = srv.huge_mib
+    assert said.read_text(encoding="utf-8") == "True"
+    if switch == "0":
+        assert (first, grown) == (0, 0)
+    else:
+        assert grown >= first + 20  # the 24 MiB the adoption made, less its unaligned ends

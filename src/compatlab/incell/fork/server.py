@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from compatlab.incell.fork.child import AdoptedHere, ExitGuard, run_child, run_exit_child, write_all
+from compatlab.incell.fork.pages import Collapser
 from compatlab.incell.probe import steps
 
 __all__ = ["run_server"]
@@ -174,6 +175,10 @@ class _Server:
         self.poll = select.poll()
         self.poll.register(requests, select.POLLIN)
         self.open = True
+        # Its memory in 2 MiB pages as it grows (the prerequisites', then each adoption's): a child costs a
+        # third as much to fork and to end (fork/pages.py).
+        self.pages = Collapser()
+        self.pages.collapse()
 
     def send(self, message: dict[str, Any]) -> None:
         write_all(self.replies, (json.dumps(message) + "\n").encode())
@@ -262,6 +267,7 @@ class _Server:
             "closed": self.closed,
             "closed_by": self.closed_by,
             "threaded": self.threaded,
+            "huge_mib": self.pages.done >> 20,
         }
 
     def _refusal(self, request: dict[str, Any]) -> tuple[str, list[str]]:
@@ -315,6 +321,7 @@ class _Server:
                     self.imported.add(prefix)
                     self.brought[prefix] = name
         gc.freeze()  # what it made is shared with the children too
+        self.pages.collapse()
 
     def _fork(self, request: dict[str, Any]) -> int | None:
         refused, by = self._refusal(request)

@@ -399,6 +399,12 @@ class Loader:
             )
         if watched:
             said.append(f"loads again with the loader's log: children of {watched} started with it")
+        huge = [s.huge_mib for s in [*adopting, *live]]
+        said.append(
+            f"{' and '.join(f'{mib} MiB' for mib in huge)} of their memory in 2 MiB pages (a fork costs less)"
+            if any(huge)
+            else "their memory in 4 KiB pages (none collapsed into 2 MiB ones)"
+        )
         return "; ".join(said)
 
     def close(self) -> None:
