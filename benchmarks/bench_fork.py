@@ -8,9 +8,12 @@ that imported the modules given (``--imports``, comma-separated; default torch),
     PYTHONPATH=src python benchmarks/bench_fork.py VENV [--imports torch,sglang,transformers] [--forks 30]
 
 Each child ends as the stage's children do (fork/child.py's ExitGuard: the C library's exit, the inherited
-handlers dropped). Printed: the server's resident memory and mappings, the medians of fork-to-parent-return,
-fork-to-child-running and fork-to-reaped, the children's CPU per child, and that cost times ``--loads``
-(the loads of a stage, default 883: sglang 0.5.23's environment on 2 cores), to hold against the stage's floor.
+handlers dropped). Two servers, one after the other: one whose memory is in 4 KiB pages, as it was before,
+and one whose memory is in 2 MiB pages where the kernel could, as the stage's servers keep it now
+(fork/pages.py). Printed for each: the server's resident memory and mappings, the medians of
+fork-to-parent-return, fork-to-child-running and fork-to-reaped, the children's CPU per child, and that cost
+times ``--loads`` (the loads of a stage, default 883: sglang 0.5.23's environment on 2 cores), to hold
+against the stage's floor; then the ratio of the two.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from compatlab.incell.fork.child import ExitGuard
 for name in [m for m in sys.argv[1].split(",") if m]:
     importlib.import_module(name)
 gc.freeze()  # as the server does: what the imports made is shared with the children
+huge = 0
+if sys.argv[3] == "2m":  # as the server does too: its memory in 2 MiB pages (fork/pages.py)
+    from compatlab.incell.fork.pages import Collapser
+    pages = Collapser()
+    pages.collapse()
+    huge = pages.done
 forks = int(sys.argv[2])
 read, write = os.pipe()
 returned, running, reaped = [], [], []
@@ -50,7 +59,7 @@ with open("/proc/self/statm") as f:
 with open("/proc/self/maps") as f:
     maps = sum(1 for _ in f)
 print(json.dumps({
-    "rss_mib": rss / 2**20, "maps": maps,
+    "rss_mib": rss / 2**20, "maps": maps, "huge_mib": huge / 2**20,
     "returned_ms": statistics.median(returned) * 1e3,
     "running_ms": statistics.median(running) * 1e3,
     "reaped_ms": statistics.median(reaped) * 1e3,
@@ -70,25 +79,32 @@ def main() -> int:
     if not python.is_file():
         raise SystemExit(f"{python}: no interpreter there")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    done = subprocess.run(
-        [str(python), "-c", _CHILD, args.imports, str(args.forks)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the server failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"server: {args.imports} imported; {got['rss_mib']:.0f} MiB resident, {got['maps']} mappings")
-    print(
-        f"one child, medians of {args.forks}: the fork returns in {got['returned_ms']:.1f} ms, the child runs "
-        f"after {got['running_ms']:.1f} ms, it is reaped after {got['reaped_ms']:.1f} ms; "
-        f"its CPU {got['child_cpu_ms']:.1f} ms"
-    )
-    total = got["reaped_ms"] * args.loads / 1e3
-    print(f"{args.loads} loads: {total:.1f} s of children's lives before any of them loads anything")
+    reaped = {}
+    for pages, said in (("4k", "in 4 KiB pages"), ("2m", "in 2 MiB pages where the kernel could (MADV_COLLAPSE)")):
+        done = subprocess.run(
+            [str(python), "-c", _CHILD, args.imports, str(args.forks), pages],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"the server failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        print(
+            f"server {said}: {args.imports} imported; {got['rss_mib']:.0f} MiB resident "
+            f"({got['huge_mib']:.0f} MiB of it in 2 MiB pages), {got['maps']} mappings"
+        )
+        print(
+            f"  one child, medians of {args.forks}: the fork returns in {got['returned_ms']:.1f} ms, the child runs "
+            f"after {got['running_ms']:.1f} ms, it is reaped after {got['reaped_ms']:.1f} ms; "
+            f"its CPU {got['child_cpu_ms']:.1f} ms"
+        )
+        total = got["reaped_ms"] * args.loads / 1e3
+        print(f"  {args.loads} loads: {total:.1f} s of children's lives before any of them loads anything")
+        reaped[pages] = got["reaped_ms"]
+    print(f"2 MiB pages / 4 KiB pages, fork to reaped: {reaped['2m'] / reaped['4k']:.2f}")
     return 0
 
 
