@@ -6,8 +6,8 @@ in 4 KiB pages: 14-15 ms a fork and 32-34 ms from the fork to the child reaped b
 (benchmarks/bench_fork.py, sglang 0.5.23's interpreter, 2 cores). In 2 MiB pages there are 512 times fewer
 entries: 3-4 ms and 10-11 ms.
 
-Linux's ``MADV_COLLAPSE`` (6.1 and later) turns what is already mapped into 2 MiB pages in place, whatever the
-system's transparent-huge-page setting is (``madvise`` on most machines, where nothing else would). Only the
+Linux's ``MADV_COLLAPSE`` (6.1 and later) turns what is already mapped into 2 MiB pages in place, also where
+the system's transparent-huge-page setting is ``madvise`` (most machines), where nothing else would. Only the
 server's private anonymous memory (the heap and anonymous mappings: Python's objects, torch's and NumPy's
 buffers) is asked, each 2 MiB-aligned stretch once; the contents, the addresses and the mappings stay what
 they were, so what a child sees and maps is the same. Where the kernel cannot (an older kernel, memory it will
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import time
 from typing import Any
 
 __all__ = ["Collapser"]
@@ -35,7 +34,6 @@ class Collapser:
     def __init__(self) -> None:
         self.done = 0  # bytes now in 2 MiB pages, by this process's asking
         self.failed = 0  # bytes the kernel would not collapse
-        self.seconds = 0.0
         self._asked: set[int] = set()  # stretches asked already (their start addresses)
         self._madvise: Any = None  # libc's madvise, where it is asked
         if os.environ.get("COMPATLAB_IMPORT_HUGEPAGES", "") != "0" and os.path.exists("/proc/self/maps"):
@@ -51,7 +49,6 @@ class Collapser:
         """Every 2 MiB stretch of private anonymous memory not asked before, asked now."""
         if self._madvise is None:
             return
-        start = time.monotonic()
         try:
             with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
                 regions = maps.read().splitlines()
@@ -74,4 +71,3 @@ class Collapser:
                     self.done += _HUGE
                 else:  # EINVAL on a kernel without it; EAGAIN, ENOMEM: not now (each about a microsecond)
                     self.failed += _HUGE
-        self.seconds += time.monotonic() - start
