@@ -336,16 +336,16 @@ class _Server:
             and not request.get("environ")
             and not any(os.path.isabs(m) for m in pre)  # libraries loaded first are the child's alone
         ):
-            return self._adopt_in_place(request)
+            return self._adopt_in_place(request, pre)
         return self._fork_child(request)
 
-    def _adopt_in_place(self, request: dict[str, Any]) -> int | None:
-        """The package *request* names imported by the server itself, as a child would import it
-        (``probe.steps``, what it writes captured, the exit handlers it registers kept), then a child forked
-        to end it (run_exit_child): its reply is the import's, and tells what the adoption did. Nobody is
-        answered once the client is gone."""
+    def _adopt_in_place(self, request: dict[str, Any], pre: list[str]) -> int | None:
+        """The package *request* names imported by the server itself after the modules *pre*, as a child
+        would import it (``probe.steps``, what it writes captured, the exit handlers it registers kept), then
+        a child forked to end it (run_exit_child): its reply is the import's, and tells what the adoption
+        did. Nobody is answered once the client is gone."""
         global _recording  # noqa: PLW0603 - the server's one atexit.register, and one adoption at a time
-        name, pre = str(request["name"]), [str(m) for m in request.get("pre") or []]
+        name = str(request["name"])
         guard = ExitGuard(clear=False)  # its C handler is older than every one the import registers
         self.guards.append(guard)
         handlers: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
