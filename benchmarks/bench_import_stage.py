@@ -10,7 +10,10 @@ whether both ways reached the same verdict for every module (they must).
     PYTHONPATH=src python benchmarks/bench_import_stage.py VENV [--imports 5] [--runs 1]
 
 With --fork-only the per-process way is left out. Each run also times the floor: one interpreter of the venv
-importing, one after another, the modules the stage loaded (benchmarks/_import_floor.py).
+importing, one after another, the modules the stage loaded (benchmarks/_import_floor.py). Last, where the
+CPU of the last fork-server run went, as each fork server told it at its end (the stage's ``cpu``): the
+adopting server's own (its imports and its forks, one after another) and its children's (the loads, side by
+side), the same for the server that adopts nothing, and the suite's own process; beside it the floor's CPU.
 
 Nothing is written into the venv; the results, the stand-in driver and all bytecode go to a temporary folder.
 Bytecode is fair to every side: the stage keeps its own outside the venv (stages/bytecode.py), so its first
@@ -85,9 +88,9 @@ def _stage(venv: Path, switch: str, out: Path, cache: Path) -> tuple[float, floa
     return float(stage["seconds"]), wall, stage
 
 
-def _floor(python: Path, venv: Path, stage: dict[str, Any], tmp: Path) -> float:
+def _floor(python: Path, venv: Path, stage: dict[str, Any], tmp: Path) -> tuple[float, float]:
     """Seconds for one interpreter to import, one after another, the modules *stage* loaded (bytecode in
-    *tmp*/bytecode: the first call compiles it)."""
+    *tmp*/bytecode: the first call compiles it), and the CPU seconds it and what it started used."""
     listed = tmp / "modules.json"
     listed.write_text(json.dumps(stage["details"].get("modules", [])), encoding="utf-8")
     done = subprocess.run(
@@ -100,7 +103,36 @@ def _floor(python: Path, venv: Path, stage: dict[str, Any], tmp: Path) -> float:
     )
     if done.returncode != 0:
         raise SystemExit(f"the floor did not run: {done.stderr.strip()[-500:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["all"])
+    told = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(told["all"]), float(told["cpu"])
+
+
+_KINDS = {"adopting": "the adopting server", "plain": "the one(s) that adopt nothing", "watched": "the watched one(s)"}
+
+
+def _where_the_cpu_went(details: dict[str, Any], seconds: float) -> str:
+    """The last fork-server run's CPU, by process (the stage's ``cpu``, told by each server at its end)."""
+    cpu = details.get("cpu") or {}
+    parts, total = [], 0.0
+    for kind, label in _KINDS.items():
+        if kind in cpu:
+            told = cpu[kind]
+            own, children = told["self_user"] + told["self_system"], told["children_user"] + told["children_system"]
+            total += own + children
+            parts.append(
+                f"{label}: itself {own:.1f} (system {told['self_system']:.1f}; {told.get('forks', 0)} forks "
+                f"{told.get('fork_cpu', 0.0):.1f}), its children {children:.1f} (system {told['children_system']:.1f})"
+            )
+    if "suite" in cpu:
+        suite = cpu["suite"]["self_user"] + cpu["suite"]["self_system"]
+        total += suite
+        parts.append(f"the suite's own process {suite:.1f}")
+    if not parts:
+        return "where the CPU went: not told (a server that died, or code from before the stage said it)"
+    return (
+        f"where the CPU went, last run, core-seconds: {'; '.join(parts)}; in all {total:.1f} = "
+        f"{total / seconds:.1f} cores over the stage's last {seconds:.1f} s"
+    )
 
 
 def _verdicts(stage: dict[str, Any]) -> dict[str, tuple[bool, str]]:
@@ -124,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall_s: dict[str, list[float]] = {way: [] for way in ways}
     cold: dict[str, float] = {}
     floor_s: list[float] = []
+    floor_cpu = 0.0
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="compatlab-bench-import-") as tmp:
         bytecode = Path(tmp) / "bytecode"
@@ -139,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 wall_s[way].append(wall)
             if run == 0:
                 _floor(python, venv, results["fork server"], Path(tmp))  # compiles the floor's bytecode: untimed
-            floor_s.append(_floor(python, venv, results["fork server"], Path(tmp)))
+            floor_wall, floor_cpu = _floor(python, venv, results["fork server"], Path(tmp))
+            floor_s.append(floor_wall)
         torch_s += [_import_torch(python, venv, bytecode) for _ in range(args.imports)]  # before and after
 
     one = statistics.median(torch_s)
@@ -171,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"torch = {med / floor:4.1f} x the floor (whole command {statistics.median(wall_s[way]):.2f} s); loader: "
             f"{results[way]['details'].get('loader', 'one process per module')}"
         )
+    last = results["fork server"]
+    print(_where_the_cpu_went(last["details"], float(last["seconds"])) + f"; the floor's, last run: {floor_cpu:.1f}")
     if args.fork_only:
         return 0
     old, new = (statistics.median(stage_s[w]) for w in _WAYS)

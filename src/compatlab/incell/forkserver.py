@@ -28,6 +28,9 @@ protocol is JSON lines on descriptors it takes over from stdin and stdout before
                         "timed_out": ..., "record": {"ok": ..., "step": ..., ...} or null,
                         "adopted": 12, "closed": "", "huge_mib": 412 (its memory in 2 MiB pages)}
                        or {"id": 1, "refused": "why", "by": ["adopted.package"]} (no child was forked)
+    server -> client   {"ended": true, "cpu": {"user": 3.1, "system": 1.2, "children_user": 40.2,
+                        "children_system": 17.9, "forks": 640, "fork_cpu": 6.3}} (seconds; fork_cpu: the
+                        part of its own that its forks took), last: the client closed and every child is reaped
 
 Adoption (``"adopt": true`` on a package's import): the server imports the package itself, as a child would
 (the probe's steps, what the import writes captured, the exit handlers it registers kept), then forks a child
@@ -54,6 +57,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -63,14 +67,14 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 from compatlab.incell.fork.server import run_server
 from compatlab.incell.loading.failure import LoadFailure, classify_record
 from compatlab.incell.probe import RESULT_TAG
 from compatlab.incell.proc import HERE, Completed, bytecode_prefix, module_command
 
-__all__ = ["ForkServer", "Refused", "ServerGone", "enabled", "main"]
+__all__ = ["CpuUsed", "ForkServer", "Refused", "ServerGone", "enabled", "main"]
 
 ENV_SWITCH = "COMPATLAB_IMPORT_FORKSERVER"
 
@@ -104,6 +108,43 @@ class Refused(Exception):
         self.by = tuple(by)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CpuUsed:
+    """The CPU seconds a server used itself (its prerequisites, its adoptions, its forks: ``fork_cpu`` of
+    them, over ``forks`` forks) and its children used (their loads, their exits), as it told them at its end."""
+
+    user: float
+    system: float
+    children_user: float
+    children_system: float
+    forks: int = 0
+    fork_cpu: float = 0.0
+
+    @classmethod
+    def of(cls, told: object) -> CpuUsed | None:
+        """From the server's ``"cpu"``; None where that is not four numbers."""
+        if not isinstance(told, dict):
+            return None
+        keys = ("user", "system", "children_user", "children_system")
+        values = [v for v in (told.get(key) for key in keys) if _seconds(v)]
+        if len(values) != len(keys):
+            return None
+        user, system, children_user, children_system = (float(v) for v in values)
+        forks, fork_cpu = told.get("forks"), told.get("fork_cpu")
+        return cls(
+            user=user,
+            system=system,
+            children_user=children_user,
+            children_system=children_system,
+            forks=forks if isinstance(forks, int) and not isinstance(forks, bool) and forks >= 0 else 0,
+            fork_cpu=float(fork_cpu) if _seconds(fork_cpu) else 0.0,
+        )
+
+
+def _seconds(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
 class ForkServer:
     """The client: one server process, any number of threads calling ``load`` at once.
 
@@ -127,6 +168,7 @@ class ForkServer:
         self.closed_by = ""  # the package whose adoption closed it
         self.threaded: list[str] = []  # adopted packages that started threads, as last told
         self.huge_mib = 0  # how much of its memory it has in 2 MiB pages (fork/pages.py), as last told
+        self.cpu: CpuUsed | None = None  # what it and its children used, once it ended (None: it never said)
         assert proc.stdout is not None
         assert proc.stderr is not None
         self._threads = [
@@ -301,6 +343,9 @@ class ForkServer:
                 continue  # the server writes only JSON lines; nothing else can answer a request
             if "ready" in message:
                 self._ready.set_result(message)
+                continue
+            if "ended" in message:
+                self.cpu = CpuUsed.of(message.get("cpu"))
                 continue
             with self._lock:
                 future = self._pending.pop(int(message["id"]), None)

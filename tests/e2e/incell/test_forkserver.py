@@ -741,3 +741,34 @@ def test_an_adoptions_memory_goes_into_2_mib_pages_and_its_children_read_it_as_i
         assert (first, grown) == (0, 0)
     else:
         assert grown >= first + 20  # the 24 MiB the adoption made, less its unaligned ends
+
+
+_SPIN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end:\n    pass\n"
+
+
+def test_a_server_tells_at_its_end_the_cpu_it_and_its_children_used(
+    tmp_path: Path, python: str, env: dict[str, str]
+) -> None:
+    """What the import stage's figures of where its time goes rest on: the CPU an adoption burns in the server
+    is the server's own, the CPU a load burns is its children's, and neither is told before the end."""
+    _package(tmp_path, "compatlab_spin_here", _SPIN.format(seconds=0.4))
+    _package(tmp_path, "compatlab_spin_child", _SPIN.format(seconds=1.5))
+    with ForkServer.start(python, preload=["json"], env=env) as srv:
+        assert srv.load(path=None, name="compatlab_spin_here", own=["compatlab_spin_here"], adopt=True)[0] is None
+        assert srv.load(path=None, name="compatlab_spin_child", own=["compatlab_spin_child"])[0] is None
+        assert srv.cpu is None
+    cpu = srv.cpu
+    assert cpu is not None
+    # The server's own: its start and the adoption's 0.4 s, not the load's 1.5 s.
+    assert 0.4 <= cpu.user + cpu.system < 1.5
+    # Its children's: the load's 1.5 s, and two children's starts and ends.
+    assert 1.5 <= cpu.children_user + cpu.children_system < 1.5 + 1.0
+    # Two forks: the child that ended the adoption, and the load's.
+    assert cpu.forks == 2
+    assert 0 < cpu.fork_cpu < cpu.user + cpu.system
+
+
+def test_a_server_that_is_killed_tells_no_cpu(python: str, env: dict[str, str]) -> None:
+    with ForkServer.start(python, preload=["json"], env=env) as srv:
+        os.kill(srv.pid, signal.SIGKILL)
+    assert srv.cpu is None

@@ -16,6 +16,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import select
 import signal
 import sys
@@ -29,7 +30,7 @@ from compatlab.incell.fork.child import AdoptedHere, ExitGuard, run_child, run_e
 from compatlab.incell.fork.pages import Collapser
 from compatlab.incell.probe import steps
 
-__all__ = ["run_server"]
+__all__ = ["cpu_used", "run_server"]
 
 _KEEP = 64 * 1024  # bytes of a child's stdout and stderr sent back: the classifier reads the end
 _GRACE = 5.0  # seconds to wait for a killed group's pipes to close
@@ -178,6 +179,8 @@ class _Server:
         # Its memory in 2 MiB pages as it grows (the prerequisites', then each adoption's): a child costs a
         # third as much to fork and to end (fork/pages.py).
         self.pages = Collapser()
+        self.forks = 0  # children forked here, and the CPU seconds the forks took (copying the page tables)
+        self.fork_cpu = 0.0
         self.pages.collapse()
 
     def send(self, message: dict[str, Any]) -> None:
@@ -384,12 +387,15 @@ class _Server:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         server = os.getpid()
+        cpu = time.thread_time()
         pid = os.fork()
         if pid == 0:
             inherited = [self.requests, self.replies, *self.by_fd]
             if adopted is not None:
                 return run_exit_child(adopted, pipes, server, inherited)
             return run_child(request, pipes, server, inherited)
+        self.forks += 1
+        self.fork_cpu += time.thread_time() - cpu
         fds: dict[int, str] = {}
         for what, (read, write) in pipes.items():
             os.close(write)
@@ -437,10 +443,21 @@ class _Server:
                     self.send({**job.reply(), **self.adoption()})
 
 
+def cpu_used() -> dict[str, float]:
+    """The CPU this process used (user and system seconds), and what its reaped children used."""
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "user": own.ru_utime,
+        "system": own.ru_stime,
+        "children_user": reaped.ru_utime,
+        "children_system": reaped.ru_stime,
+    }
+
+
 def run_server(preload: str, adopt: Sequence[str]) -> int:
     """Run the server: take over stdin and stdout for the protocol, import the prerequisites *preload*
     (comma-separated), then adopt the packages *adopt*, say whether that worked, then serve until the client
-    closes; the exit status."""
+    closes, and say what CPU it and its children used (``cpu_used``); the exit status."""
     requests, replies = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -469,6 +486,9 @@ def run_server(preload: str, adopt: Sequence[str]) -> int:
         return 0
     server.send({"ready": True, **server.adoption()})
     code = server.serve()
+    if code is None:  # the server, its children all reaped: what it and they used, for the client's figures
+        with contextlib.suppress(OSError):  # a client gone reads nothing
+            server.send({"ended": True, "cpu": {**cpu_used(), "forks": server.forks, "fork_cpu": server.fork_cpu}})
     if code is None and server.guards:
         # The guards of its adoptions in place are C exit handlers that call into Python: run after the
         # interpreter's finalisation, they would crash it. The server has nothing left to finalise.

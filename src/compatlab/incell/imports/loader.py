@@ -407,6 +407,32 @@ class Loader:
         )
         return "; ".join(said)
 
+    def cpu(self) -> dict[str, dict[str, float]]:
+        """Once closed: the CPU seconds each kind of fork server used (``adopting``, ``plain``: the ones that
+        adopt nothing, ``watched``: those started for the loader's log), itself and its children, summed over
+        the servers of that kind that told it at their end (``servers``: how many did; one that died told
+        nothing). Where the time of the stage goes: the adopting server's own part is its imports and forks,
+        one after another; its children's, the loads, side by side."""
+        kinds = {
+            "adopting": [*self.retired, *self.adopting.values()],
+            "plain": list(self.servers.values()),
+            "watched": [server for server, _log in self.watched.values()],
+        }
+        out: dict[str, dict[str, float]] = {}
+        for kind, servers in kinds.items():
+            told = [s.cpu for s in servers if s is not None and s.cpu is not None]
+            if told:
+                out[kind] = {
+                    "servers": len(told),
+                    "self_user": round(sum(c.user for c in told), 2),
+                    "self_system": round(sum(c.system for c in told), 2),
+                    "children_user": round(sum(c.children_user for c in told), 2),
+                    "children_system": round(sum(c.children_system for c in told), 2),
+                    "forks": sum(c.forks for c in told),
+                    "fork_cpu": round(sum(c.fork_cpu for c in told), 2),
+                }
+        return out
+
     def close(self) -> None:
         if self._starting is not None:
             self._starting.join()  # a server still starting would be left running

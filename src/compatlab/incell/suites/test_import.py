@@ -13,6 +13,7 @@ the verdict.
 
 from __future__ import annotations
 
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,9 @@ def test_stack_imports(compat_context: SuiteContext, stage: Any) -> None:
         loader.close()
     kept = order.pairs
     learned = order.keep(loader.learned)
+    own = resource.getrusage(resource.RUSAGE_SELF)  # this suite's process: the plan, the verdicts, the ELF reads
     stage.note(
+        cpu={**loader.cpu(), "suite": {"self_user": round(own.ru_utime, 2), "self_system": round(own.ru_stime, 2)}},
         loader=loader.describe(),
         loader_problems=loader.problems + ([order.problem] if order.problem else []),
         order={"learned_before": kept, "learned_now": learned, "file": str(order.path or "")},
