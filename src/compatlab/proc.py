@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 
 from compatlab.errors import LabError
-from compatlab.incell.proc import Completed, InCellCommand, module_command, run
+from compatlab.incell.proc import Completed, InCellCommand, held_while_starting, module_command, run
 
 __all__ = [
     "Completed",
@@ -80,13 +80,13 @@ _STOPPING: list[int] = []
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
-    if not _STOPPING:
+    if not _STOPPING and not held_while_starting(signum):
         _STOPPING.append(signum)
         raise Terminated(signum)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    if not _STOPPING:
+    if not _STOPPING and not held_while_starting(signum):
         _STOPPING.append(signum)
         raise KeyboardInterrupt
 

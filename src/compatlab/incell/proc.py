@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["Completed", "InCellCommand", "bytecode_prefix", "module_command", "run"]
+__all__ = ["Completed", "InCellCommand", "bytecode_prefix", "held_while_starting", "module_command", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,36 @@ def _stops_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+# A stop signal (compatlab.proc.signals_interrupt's handlers) that comes while ``run`` starts its command: raised
+# inside Popen, after the fork, it unwound before ``run`` had the process to kill, and the command ran on with
+# no parent to end it (a loaded machine: 1 in tens of tries). The handlers hold it here instead, and it is sent
+# again once Popen has returned, inside the block whose clean-up kills the group.
+_STARTING: list[int] = []  # one entry per command being started (threads may start several at once)
+_HELD: list[int] = []  # the stop signals that came meanwhile, oldest first
+
+
+def held_while_starting(signum: int) -> bool:
+    """A stop signal's handler asks first: True where a command is starting, and *signum* is then held (sent
+    again once it has started); False where it should be raised now."""
+    if not _STARTING:
+        return False
+    _HELD.append(signum)
+    return True
+
+
+@contextlib.contextmanager
+def _starting() -> Iterator[None]:
+    _STARTING.append(1)
+    try:
+        yield
+    finally:
+        _STARTING.pop()
+        if not _STARTING and _HELD:
+            signum = _HELD[0]  # the first one; the ones after it would not be raised either
+            _HELD.clear()
+            os.kill(os.getpid(), signum)
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -140,26 +170,31 @@ def run(
     args = [os.fspath(a) for a in argv]
     log.info("$ %s", shlex.join(args))
     start = time.monotonic()
-    proc = subprocess.Popen(
-        args,
-        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-        env=dict(env) if env is not None else None,
-        cwd=cwd,
-        start_new_session=True,
-        pass_fds=tuple(pass_fds),
-    )
+    proc: subprocess.Popen[str] | None = None
     timed_out = False
     try:
+        with _starting():  # a stop signal meanwhile is raised as the block ends, where the group is killed below
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+                pass_fds=tuple(pass_fds),
+            )
         out, err = proc.communicate(input=input_text, timeout=timeout)
     except subprocess.TimeoutExpired:
+        assert proc is not None  # only communicate times out
         timed_out = True
         _kill_group(proc)
         out, err = proc.communicate()
     except BaseException:  # Ctrl-C, SIGTERM, a stage's deadline: the group goes, its pipes are closed
+        if proc is None:  # it never started (no such program), or the signal came first
+            raise
         with _stops_held():
             _kill_group(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):  # a process stuck in the kernel: not forever
