@@ -176,11 +176,11 @@ class _Server:
         self.poll = select.poll()
         self.poll.register(requests, select.POLLIN)
         self.open = True
+        self.forks = 0  # children forked here, and the CPU seconds the forks took (copying the page tables)
+        self.fork_cpu = 0.0
         # Its memory in 2 MiB pages as it grows (the prerequisites', then each adoption's): a child costs a
         # third as much to fork and to end (fork/pages.py).
         self.pages = Collapser()
-        self.forks = 0  # children forked here, and the CPU seconds the forks took (copying the page tables)
-        self.fork_cpu = 0.0
         self.pages.collapse()
 
     def send(self, message: dict[str, Any]) -> None:
