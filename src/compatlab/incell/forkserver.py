@@ -296,7 +296,9 @@ class ForkServer:
         done = Completed(
             argv=[
                 self._python,
-                f"<fork of server {self.pid}: pid {reply['pid']}>",
+                f"<fork of server {self.pid}: pid {reply['pid']}>"
+                if reply["pid"] is not None
+                else f"<server {self.pid}: imported there already>",
                 path or "",
                 name,
                 ",".join(pre_import),
@@ -306,7 +308,7 @@ class ForkServer:
             stderr=_stderr(reply),
             seconds=float(reply["seconds"]),
             timed_out=bool(reply["timed_out"]),
-            pid=int(reply["pid"]),
+            pid=None if reply["pid"] is None else int(reply["pid"]),
         )
         return classify_record(done, reply["record"]), done
 

@@ -378,12 +378,20 @@ def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_al
     assert server.load(path=None, name="compatlab_eager", own=own, adopt=True)[0] is None
     # Imported once, by the server itself (its child only ends it): the import is paid once.
     assert ran.read_text(encoding="utf-8").split() == [str(server.pid)]
-    # Imported here by the adopted package, from that file: its child finds it loaded and runs nothing again.
+    # Imported here by the adopted package, from that file: the server answers it with no child (a child would
+    # find it loaded and run nothing again); by name, a child finds it loaded.
     fast = str(folder / "fast.py")
     failure, done = server.load(path=fast, name="compatlab_eager.fast", own=own, imported_ok=True)
-    assert (failure, done.returncode) == (None, 0)
-    assert server.load(path=None, name="compatlab_eager.fast", own=own, imported_ok=True)[0] is None
+    assert (failure, done.returncode, done.pid) == (None, 0, None)
+    failure, done = server.load(path=None, name="compatlab_eager.fast", own=own, imported_ok=True)
+    assert failure is None
+    assert done.pid is not None
+    assert done.pid != server.pid
     assert len(ran.read_text(encoding="utf-8").split()) == 1
+    # Asked without its distribution's modules (own), one the package did not import is loaded in a child.
+    failure, done = server.load(path=str(folder / "lazy.py"), name="compatlab_eager.lazy", imported_ok=True)
+    assert (failure, done.returncode) == (None, 0)
+    assert ran.read_text(encoding="utf-8").split() == [str(server.pid), str(done.pid)]
     # Refused as before: without the client's leave, a module not imported here, and another file of that name.
     for path, name, allowed in [
         (fast, "compatlab_eager.fast", False),
@@ -392,7 +400,7 @@ def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_al
     ]:
         with pytest.raises(Refused, match="imported here already"):
             server.load(path=path, name=name, own=own, imported_ok=allowed)
-    assert len(ran.read_text(encoding="utf-8").split()) == 1
+    assert len(ran.read_text(encoding="utf-8").split()) == 2
 
 
 def test_a_load_python_refused_by_path_is_asked_by_name_there_and_only_a_double_failure_elsewhere(

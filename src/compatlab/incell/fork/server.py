@@ -182,7 +182,8 @@ class _Server:
         # after it start with it (what an import of a package that needs them costs drops to its own part),
         # and its import is paid once. A load whose own modules an adopted package imported is refused (the
         # client asks a server that adopted nothing), so no module is ever loaded where its own package
-        # already is.
+        # already is; but a load by path of a module imported here already, from that file, is answered with
+        # no child where the client allows it (``imported_ok``).
         self.seen = set(sys.modules)  # the prerequisites', then those of each adoption as it is counted below
         self.imported: set[str] = set()  # every dotted prefix of a module imported here since the start
         self.brought: dict[str, str] = {}  # each of those -> the adopted package whose import brought it in
@@ -358,6 +359,20 @@ class _Server:
             self.send({"id": request.get("id"), "refused": refused, "by": by, **self.adoption()})
             return None
         pre = [str(m) for m in request.get("pre") or []]
+        if (
+            request.get("imported_ok")
+            and request.get("path")
+            and _imported(request)
+            and not request.get("environ")
+            and all(m in sys.modules for m in pre)
+        ):
+            # Loaded here already, from that file, by an adopted package: it linked and initialised in this
+            # process. A child would import and load nothing (probe.steps) and end with no exit handler of its
+            # own: the server answers what it would, with no fork (pid None).
+            record = {"ok": True, "step": f"load {request['path']}", "attempts": []}
+            reply = {"id": request.get("id"), "pid": None, "returncode": 0, "stdout": "", "stderr": ""}
+            self.send({**reply, "seconds": 0.0, "timed_out": False, "record": record, **self.adoption()})
+            return None
         if (
             request.get("adopt")
             and request.get("name")

@@ -3,8 +3,8 @@
 Two kinds of fork server (compatlab.incell.forkserver), one of each per build of the stand-in driver (the
 dynamic loader reads ``LD_LIBRARY_PATH`` once, at start): an adopting server, asked first, that imports each
 package itself (a child of it only ends the import, as a process that imported it would end), so the loads
-after it start with what they need (and answers a module an adopted package imported already, when the load
-allows it: ``imported_ok``); and a server that adopts
+after it start with what they need (and answers itself, with no child, a module an adopted package imported
+already, when the load allows it: ``imported_ok``); and a server that adopts
 nothing, which answers what the adopting one refuses (a load under a package it adopted) and asks again
 every failure the adopting one saw (a failure is the verdict of a process that imported only the
 prerequisites). An adopting server that closed (an adoption started a thread or initialised CUDA) is
