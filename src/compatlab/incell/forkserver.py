@@ -250,12 +250,14 @@ class ForkServer:
         own: Sequence[str] = (),
         adopt: bool = False,
         imported_ok: bool = False,
+        exit_grace: float | None = None,
     ) -> tuple[LoadFailure | None, Completed]:
         """Load one module in a forked child, as ``loadcheck.load_module`` does in a fresh interpreter;
         *environ* is set in the child's environment first (what the programs it starts see). *own*: the
         modules of the module's own distribution (Refused when an adopted package imported one); *adopt*:
         the server imports package *name* itself, and a child ends it (the module's docstring);
-        *imported_ok*: a module imported there already (from *path*, when given) is not refused for *own*."""
+        *imported_ok*: a module imported there already (from *path*, when given) is not refused for *own*;
+        *exit_grace*: seconds the child may take to end once it has sent its record (else the *timeout*)."""
         ident = next(self._ids)
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         request: dict[str, Any] = {
@@ -273,6 +275,8 @@ class ForkServer:
             request["adopt"] = True
         if imported_ok:
             request["imported_ok"] = True
+        if exit_grace is not None:
+            request["exit_grace"] = exit_grace
         with self._lock:
             if self._gone:
                 raise ServerGone(self._gone)

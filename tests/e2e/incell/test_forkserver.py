@@ -364,6 +364,56 @@ def test_a_load_refused_names_the_adoption_that_brought_its_own_in_and_the_loade
         loader.close()
 
 
+# Like onnxruntime's: the import starts a thread, and what runs at exit waits for that thread's answer. In a
+# process of its own the thread answers; in a child forked after the server imported it, no thread was copied.
+_EXIT_WAITS = """
+import atexit, os, threading
+_r, _w = os.pipe()
+_stop = threading.Event()
+
+
+def _serve():
+    _stop.wait()
+    os.write(_w, b"x")
+
+
+threading.Thread(target=_serve, daemon=True).start()
+
+
+def _end():
+    _stop.set()
+    os.read(_r, 1)
+
+
+atexit.register(_end)
+"""
+
+
+def test_an_exit_that_waits_on_a_thread_of_the_adoption_is_cut_short_there_and_asked_again(
+    tmp_path: Path, python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _package(tmp_path, "compatlab_exit_waits", _EXIT_WAITS)
+    done = subprocess.run([python, "-c", "import compatlab_exit_waits"], timeout=60, check=False)
+    assert done.returncode == 0  # in a process of its own it ends
+    monkeypatch.setattr(sys, "executable", python)
+    loader = Loader(Driver(str(tmp_path / "work"), []), [], 300, fork=True)
+    target = LoadTarget(dist="compatlab-exit-waits", label="compatlab_exit_waits", name="compatlab_exit_waits")
+    loader.own["compatlab-exit-waits"] = ["compatlab_exit_waits"]
+    try:
+        started = time.monotonic()
+        first = loader.ask_adopting(target, adopt=True)
+        assert first is not None
+        failure, there = first
+        # Its record came, then its exit hung: killed after the grace, long before the load's 300 s.
+        assert failure is not None
+        assert failure.kind == "timeout", failure
+        assert there.timed_out
+        assert time.monotonic() - started < 120
+        assert loader.load(target)[0] is None  # asked again where the thread is the process's own: it ends
+    finally:
+        loader.close()
+
+
 def test_a_module_an_adopted_package_imported_is_loaded_there_when_the_client_allows_it(
     tmp_path: Path, server: ForkServer
 ) -> None:

@@ -465,7 +465,14 @@ class _Server:
         self.poll.unregister(fd)
         os.close(fd)
         del self.by_fd[fd]
-        del job.fds[fd]
+        what = job.fds.pop(fd)
+        grace = job.request.get("exit_grace")
+        if what == "record" and isinstance(grace, (int, float)) and grace >= 0:
+            # Its record is sent: what is left is its exit. In a server that adopted packages, an exit that
+            # waits on a thread an adoption started (onnxruntime's destructors) waits for ever, the fork having
+            # copied no thread: killed after *grace*, not at the load's own time limit (the client asks the
+            # load again where every thread is the process's own).
+            job.deadline = min(job.deadline, time.monotonic() + float(grace))
 
     def _tend(self) -> None:
         now = time.monotonic()

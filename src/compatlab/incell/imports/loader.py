@@ -42,6 +42,10 @@ __all__ = ["Loader", "jobs"]
 
 _LD_DEBUG = {"LD_DEBUG": "files"}  # the loader's log: each file it looks for, opens and maps (loading.observed)
 
+# Seconds a child of the adopting server may take to end once it sent its record: an exit that waits on a
+# thread an adoption started (which no fork copies) is cut short, and the load asked of the other server.
+_EXIT_GRACE = 10.0
+
 _REPLACEMENTS = 4  # adopting servers started again after one closed; then the one that adopts nothing
 
 
@@ -200,6 +204,7 @@ class Loader:
                 own=[target.name] if alone else self.own.get(target.dist, [target.name]),
                 adopt=adopt and target.name not in self.unadoptable,
                 imported_ok=imported_ok,
+                exit_grace=_EXIT_GRACE,
             )
         except forkserver.Refused as refused:
             with self._lock:
