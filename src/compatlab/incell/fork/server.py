@@ -91,7 +91,7 @@ def _added() -> list[str]:
     """The names sys.modules gained after the mark, which goes: found walking back from its end, so no older
     entry is touched. Touching one writes its count of references, and after a fork each page written is a
     fault that copies it while a child shares it: a set of all of sys.modules twice an adoption took 4.0 s
-    of the adopting server's 80 s on sglang 0.5.23 (py-spy), its 10,000 modules faulted in after every fork."""
+    of the adopting server's 80 s in a py-spy profile of sglang 0.5.23's stage."""
     added: list[str] = []
     for name in reversed(sys.modules):
         if name == _MARK:
