@@ -594,6 +594,16 @@ def test_an_adoption_that_fails_is_undone(tmp_path: Path, server: ForkServer) ->
     assert again is not None
     assert again.message == "RuntimeError: halfway"
     assert server.adopted == []
+    # A child forked after it finds neither its part nor the mark the server found it by in sys.modules.
+    said = tmp_path / "said"
+    _package(
+        tmp_path,
+        "compatlab_looker",
+        f"import sys\nopen({str(said)!r}, 'w').write(repr(sorted(n for n in sys.modules if 'halfway' in n or"
+        " n == 'compatlab-fork-server-mark')))\n",
+    )
+    assert server.load(path=None, name="compatlab_looker")[0] is None
+    assert said.read_text(encoding="utf-8") == "[]"
 
 
 def test_a_package_that_starts_a_thread_is_named(tmp_path: Path, server: ForkServer) -> None:
